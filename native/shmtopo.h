@@ -1,0 +1,162 @@
+/* shmtopo: node-local shared-memory windows, fences and a shared hwloc topology.
+ *
+ * Conventions: every function returns 0 (or a count) on success and -1 with
+ * errno set on failure; shmtopo_last_error() then holds a message for this
+ * thread. Collective functions must be called by every rank of the comm in the
+ * same order. Nothing here depends on MPI: ranks talk through the out-of-band
+ * callbacks given at comm creation.
+ *
+ * build_ffi.py feeds the part between the CDEF markers to cffi, so that part
+ * holds plain declarations only (no macros, no includes).
+ */
+#ifndef SHMTOPO_H
+#define SHMTOPO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CDEF BEGIN */
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* Message describing the last failure of a shmtopo call in this thread. */
+const char *shmtopo_last_error(void);
+/* Rank the last failure was about (a dead or mismatching peer), or -1. */
+int shmtopo_last_error_rank(void);
+
+/* ---- communicators ---------------------------------------------------- */
+
+typedef struct shmtopo_comm shmtopo_comm_t;
+
+/* Out-of-band transport. allgather: every rank contributes nbytes from
+ * sendbuf; recvbuf receives size*nbytes bytes in rank order. barrier: all
+ * ranks arrive before any leaves. Both return 0, or nonzero on failure
+ * (then the shmtopo call fails with ECOMM). */
+typedef int (*shmtopo_allgather_fn)(const void *sendbuf, void *recvbuf,
+                                    size_t nbytes, void *group);
+typedef int (*shmtopo_barrier_fn)(void *group);
+
+typedef struct shmtopo_oob {
+    shmtopo_allgather_fn allgather;
+    shmtopo_barrier_fn barrier;
+    void *group;
+} shmtopo_oob_t;
+
+/* Collective: build a comm of `size` ranks on this node. Exchanges pids and
+ * CPU affinity masks. EINVAL: bad size/rank, or ranks that disagree on size
+ * or sit on different hosts; ECOMM: a callback failed. */
+int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob,
+                        shmtopo_comm_t **commp);
+/* Collective: a barrier through the out-of-band callback, then free. */
+int shmtopo_comm_destroy(shmtopo_comm_t *comm);
+/* Local: free without the barrier, after an error on this rank (abandon the
+ * comm's windows first). */
+int shmtopo_comm_abandon(shmtopo_comm_t *comm);
+int shmtopo_comm_rank(const shmtopo_comm_t *comm);
+int shmtopo_comm_size(const shmtopo_comm_t *comm);
+/* Process id of a rank; -1/EINVAL for a rank out of range. */
+int shmtopo_comm_pid(const shmtopo_comm_t *comm, int rank);
+/* CPUs in the union of all ranks' affinity masks. */
+int shmtopo_comm_ncpus(const shmtopo_comm_t *comm);
+/* 1 when ranks outnumber those CPUs (waits then spin only briefly). */
+int shmtopo_comm_oversubscribed(const shmtopo_comm_t *comm);
+/* Collective: exchange nbytes per rank through the comm's callbacks. */
+int shmtopo_comm_allgather(shmtopo_comm_t *comm, const void *sendbuf,
+                           void *recvbuf, size_t nbytes);
+
+/* ---- windows ---------------------------------------------------------- */
+
+typedef struct shmtopo_win shmtopo_win_t;
+
+enum shmtopo_backend {
+    SHMTOPO_BACKEND_DEFAULT = 0, /* SHMTOPO_SHM_TYPE, else posix */
+    SHMTOPO_BACKEND_POSIX = 1,   /* shm_open, unlinked once all have mapped */
+    SHMTOPO_BACKEND_MEMFD = 2,   /* memfd_create, peers open /proc/pid/fd/N */
+    SHMTOPO_BACKEND_SYSV = 3,    /* shmget, marked for removal at once */
+    SHMTOPO_BACKEND_XPMEM = 4    /* needs /dev/xpmem */
+};
+
+enum shmtopo_fence_alg {
+    SHMTOPO_FENCE_DEFAULT = 0,   /* SHMTOPO_FENCE_ALGORITHM, else auto */
+    SHMTOPO_FENCE_AUTO = 1,
+    SHMTOPO_FENCE_LINEAR = 2,    /* gather at rank 0, release from rank 0 */
+    SHMTOPO_FENCE_RD = 3,        /* recursive doubling, folded for non-pof2 */
+    SHMTOPO_FENCE_DISSEMINATION = 4
+};
+
+typedef struct shmtopo_win_attr {
+    int backend;        /* enum shmtopo_backend */
+    int fence_alg;      /* enum shmtopo_fence_alg */
+    int contiguous;     /* nonzero: all ranks' parts back to back in one segment */
+    double timeout;     /* seconds a wait may last; <= 0: SHMTOPO_TIMEOUT or forever */
+} shmtopo_win_attr_t;
+
+/* Collective: allocate a window; this rank's part has `size` bytes (sizes may
+ * differ, 0 allowed), zero-filled, memory reserved up front (ENOSPC/ENOMEM
+ * here, never SIGBUS later). attr may be NULL. *basep: this rank's part.
+ * Errors: EINVAL (bad attr, ranks disagree on backend/algorithm/layout),
+ * ENODEV (backend unavailable here), ENOSPC/ENOMEM, ECOMM. */
+int shmtopo_win_alloc(shmtopo_comm_t *comm, size_t size,
+                      const shmtopo_win_attr_t *attr, void **basep,
+                      shmtopo_win_t **winp);
+/* Address and size of a rank's part, as mapped in this process. */
+int shmtopo_win_query(const shmtopo_win_t *win, int rank, void **addrp,
+                      size_t *sizep);
+/* Collective: every store made before the fence by any rank is visible to
+ * every rank after it. ETIMEDOUT; EOWNERDEAD when a peer process died
+ * (shmtopo_last_error_rank names it); ECONNABORTED when a peer abandoned
+ * the window; EBADF for a NULL window; EPIPE after an earlier failed wait. */
+int shmtopo_win_fence(shmtopo_win_t *win);
+/* Pairwise fence: this rank and `peer` both call it naming each other.
+ * EINVAL for peer == self or out of range. */
+int shmtopo_win_peer_fence(shmtopo_win_t *win, int peer);
+/* Fence `count` times in a row (benchmarks: no per-call overhead). */
+int shmtopo_win_fence_loop(shmtopo_win_t *win, long count);
+int shmtopo_win_peer_fence_loop(shmtopo_win_t *win, int peer, long count);
+/* Algorithm and backend actually in use (after DEFAULT/AUTO resolution). */
+int shmtopo_win_fence_alg(const shmtopo_win_t *win);
+int shmtopo_win_backend(const shmtopo_win_t *win);
+int shmtopo_win_set_timeout(shmtopo_win_t *win, double seconds);
+/* Mappings this process holds for the window (one per segment). */
+int shmtopo_win_nmappings(const shmtopo_win_t *win);
+int shmtopo_win_mapping(const shmtopo_win_t *win, int index, void **addrp,
+                        size_t *lengthp);
+/* Hand the mappings over to the caller: shmtopo_win_free then leaves them
+ * mapped and the caller unmaps each with shmtopo_unmap (so views that
+ * outlive the window never point at unmapped memory). */
+int shmtopo_win_disown_mappings(shmtopo_win_t *win);
+int shmtopo_unmap(void *addr, size_t length);
+/* Collective: fence, then unmap and free. */
+int shmtopo_win_free(shmtopo_win_t *win);
+/* Local: leave the window after an error on this rank, without waiting for
+ * anyone. Peers waiting on it fail with ECONNABORTED instead of hanging. */
+int shmtopo_win_abandon(shmtopo_win_t *win);
+
+/* ---- configuration ---------------------------------------------------- */
+
+/* Parse a backend / fence algorithm name ("posix", "rd", ...; also the KUPL
+ * numbers "1"/"2" for algorithms). EINVAL for an unknown name. */
+int shmtopo_backend_from_name(const char *name, int *backendp);
+int shmtopo_fence_alg_from_name(const char *name, int *algp);
+const char *shmtopo_backend_name(int backend);
+const char *shmtopo_fence_alg_name(int alg);
+/* 0 when the backend can be used on this machine, else -1 with the reason. */
+int shmtopo_backend_probe(int backend);
+/* The backend / algorithm the environment selects (EINVAL if it names an
+ * unknown one). */
+int shmtopo_default_backend(int *backendp);
+int shmtopo_default_fence_alg(int *algp);
+/* CPUs in this process's affinity mask. */
+int shmtopo_affinity_ncpus(void);
+
+/* CDEF END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHMTOPO_H */

@@ -1,0 +1,104 @@
+/* Waiting for a peer's sequence word. Busy-waiting with more ranks than CPUs
+ * starves the very rank being waited for, so the spin budget is measured in
+ * time and cut short when oversubscribed; after it we yield, then sleep on a
+ * futex on the word itself (posters wake only when someone sleeps). */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define LIVENESS_PERIOD_NS 20000000ull   /* check peers every 20 ms of waiting */
+#define SLEEP_NS 2000000                  /* futex sleeps at most 2 ms per round */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The futex is the low 32 bits of the 64-bit sequence word. */
+static uint32_t *low_word(_Atomic uint64_t *seq)
+{
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return (uint32_t *)seq + 1;
+#else
+    return (uint32_t *)seq;
+#endif
+}
+
+void shmtopo_wake(_Atomic uint64_t *seq)
+{
+    syscall(SYS_futex, low_word(seq), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void sleep_on(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t target)
+{
+    atomic_fetch_add_explicit(waiters, 1, memory_order_seq_cst);
+    uint64_t seen = atomic_load_explicit(seq, memory_order_seq_cst);
+    if (seen < target) {
+        struct timespec ts = {0, SLEEP_NS};
+        syscall(SYS_futex, low_word(seq), FUTEX_WAIT, (uint32_t)seen, &ts, NULL, 0);
+    }
+    atomic_fetch_sub_explicit(waiters, 1, memory_order_seq_cst);
+}
+
+/* First peer (the awaited one first) that abandoned the window, or -1. */
+static int find_abandoned(const shmtopo_win_t *win, int peer, int all)
+{
+    if (atomic_load_explicit(&win->ctrl[peer]->abandoned, memory_order_relaxed))
+        return peer;
+    for (int r = 0; all && r < win->size; r++)
+        if (atomic_load_explicit(&win->ctrl[r]->abandoned, memory_order_relaxed))
+            return r;
+    return -1;
+}
+
+int shmtopo_wait_slow(const shmtopo_win_t *win, _Atomic uint64_t *seq,
+                      _Atomic uint32_t *waiters, uint64_t target, int peer, const char *what)
+{
+    const shmtopo_comm_t *comm = win->comm;
+    const uint64_t spin_ns = comm->oversubscribed ? 2000 : 200000;
+    const uint64_t yield_ns = comm->oversubscribed ? 50000 : 2000000;
+    const uint64_t start = now_ns();
+    uint64_t next_check = start + LIVENESS_PERIOD_NS;
+
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(seq, memory_order_acquire) >= target)
+                return 0;
+            shmtopo_cpu_relax();
+        }
+        uint64_t now = now_ns();
+        uint64_t waited = now - start;
+        int gone = find_abandoned(win, peer, now >= next_check);
+        if (gone >= 0)
+            return shmtopo_fail(ECONNABORTED, gone,
+                                "rank %d abandoned the window after an error while rank %d waited in %s",
+                                gone, comm->rank, what);
+        if (now >= next_check) {
+            int dead = shmtopo_comm_find_dead(comm);
+            if (dead >= 0)
+                return shmtopo_fail(EOWNERDEAD, dead,
+                                    "rank %d (pid %d) exited while rank %d waited in %s",
+                                    dead, (int)comm->pids[dead], comm->rank, what);
+            if (win->timeout > 0 && (double)waited * 1e-9 >= win->timeout)
+                return shmtopo_fail(ETIMEDOUT, peer,
+                                    "rank %d timed out after %.3g s in %s waiting for rank %d",
+                                    comm->rank, win->timeout, what, peer);
+            next_check = now + LIVENESS_PERIOD_NS;
+        }
+        if (waited < spin_ns)
+            continue;
+        if (waited < yield_ns)
+            sched_yield();
+        else
+            sleep_on(seq, waiters, target);
+    }
+}
