@@ -1,0 +1,49 @@
+/* The machine's hwloc topology, loaded once, written by a leader into a
+ * shared file and adopted read-only by every rank at one address. */
+#ifndef SHMTOPO_TOPO_SHMEM_H
+#define SHMTOPO_TOPO_SHMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CDEF BEGIN */
+
+/* Topology handles are hwloc_topology_t passed as void *. */
+
+/* Discover this machine's topology (hwloc defaults). */
+int shmtopo_topo_load_local(void **topop);
+/* Load a topology from XML text (len bytes, a trailing NUL optional). */
+int shmtopo_topo_load_xml(const char *xml, size_t len, void **topop);
+/* Export as XML into a buffer freed with shmtopo_topo_free_xml; *lenp does
+ * not count the trailing NUL the buffer ends with. */
+int shmtopo_topo_export_xml(void *topo, char **xmlp, size_t *lenp);
+void shmtopo_topo_free_xml(char *xml);
+/* Bytes a shmem copy of the topology needs, rounded up to the page size. */
+int shmtopo_topo_shmem_length(void *topo, size_t *lenp);
+/* Leader: create `path` exclusively (mode 0600), reserve `length` bytes and
+ * write the topology for mapping at `addr` (page-aligned). The file is
+ * removed on failure. EEXIST, ENOSPC, EBUSY (range taken here), EINVAL. The
+ * leader keeps no mapping: it adopts like every rank. */
+int shmtopo_topo_shmem_write(void *topo, const char *path, uintptr_t addr,
+                             size_t length);
+/* Any rank: map the topology in `path` at addr/length (as written). EBUSY:
+ * the range is taken here; EINVAL: wrong address/length or not such a file;
+ * ENOENT: no file. */
+int shmtopo_topo_shmem_adopt(const char *path, uintptr_t addr, size_t length,
+                             void **topop);
+/* Destroy a local or adopted topology (adopted: unmapped). NULL: no-op. */
+void shmtopo_topo_destroy(void *topo);
+/* hwloc API version at run time, "2.8.0"; "-c" and the compile-time
+ * HWLOC_API_VERSION are appended when the two differ. */
+const char *shmtopo_hwloc_version(void);
+
+/* CDEF END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHMTOPO_TOPO_SHMEM_H */
