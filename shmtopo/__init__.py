@@ -1,0 +1,26 @@
+"""shmtopo: node-local shared-memory windows, fences and collectives, and a
+shared hwloc topology, for MPI programs in Python."""
+from .comm import Comm
+from .errors import (
+    BackendUnavailableError,
+    BrokenWindowError,
+    CallbackError,
+    FreedError,
+    PeerAbortedError,
+    PeerDeadError,
+    ShmtopoError,
+    ShmtopoMemoryError,
+    ShmtopoOSError,
+    ShmtopoTimeoutError,
+    ShmtopoValueError,
+)
+from .window import BACKENDS, FENCE_ALGORITHMS, Window
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Comm", "Window", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
+    "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
+    "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
+    "BackendUnavailableError",
+]

@@ -1,0 +1,225 @@
+"""Comm: the processes of one node that share memory with each other."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _oob
+from ._native import ffi, lib
+from .errors import CallbackError, FreedError, ShmtopoValueError, check, last_error
+from .window import Window, _backend_number, _fence_number
+
+
+class Comm:
+    """A node-local shared-memory communicator.
+
+    Build one with :meth:`from_mpi` or :meth:`from_callbacks`. Creating and
+    freeing are collective over the comm's ranks. Free it explicitly with
+    :meth:`free` or a ``with`` block; the garbage collector never does, since
+    freeing needs every rank.
+    """
+
+    def __init__(self, transport: _oob.Transport, size: int, rank: int, mpi_comm: Any = None):
+        self._transport = transport
+        self._mpi = mpi_comm
+        self._windows: list[Window] = []
+        handle = ffi.new("shmtopo_comm_t **")
+        self._call(lib.shmtopo_comm_create, size, rank, transport.oob, handle)
+        self._h = handle[0]
+
+    # -- construction -----------------------------------------------------
+    @classmethod
+    def from_mpi(cls, mpi_comm: Any = None) -> "Comm":
+        """Collective over ``mpi_comm`` (default COMM_WORLD): split it into
+        nodes with ``Split_type(COMM_TYPE_SHARED)`` and return this node's comm.
+        """
+        from mpi4py import MPI
+
+        parent = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+        node = parent.Split_type(MPI.COMM_TYPE_SHARED, key=parent.Get_rank())
+        try:
+            return cls(_oob.mpi_transport(node), node.Get_size(), node.Get_rank(), node)
+        except BaseException:
+            node.Free()
+            raise
+
+    @classmethod
+    def from_callbacks(
+        cls,
+        size: int,
+        rank: int,
+        *,
+        allgather: Callable[[memoryview, memoryview], None],
+        barrier: Callable[[], None],
+    ) -> "Comm":
+        """Collective: a comm over any transport. ``allgather(send, recv)``
+        must fill ``recv`` (size * len(send) bytes) with every rank's ``send``
+        in rank order; ``barrier()`` must not return before all ranks called it.
+        """
+        if not callable(allgather) or not callable(barrier):
+            raise ShmtopoValueError("allgather and barrier must be callables")
+        return cls(_oob.Transport(int(size), allgather, barrier), int(size), int(rank))
+
+    # -- plumbing ---------------------------------------------------------
+    def _call(self, fn, *args) -> int:
+        rc = fn(*args)
+        if rc < 0:
+            exc = last_error()
+            cause = self._transport.take_pending()
+            if cause is not None:
+                raise CallbackError(f"{exc}: {cause!r}", exc.errno) from cause
+            raise exc
+        return rc
+
+    @property
+    def handle(self):
+        if self._h == ffi.NULL:
+            raise FreedError("the comm has been freed", 9)
+        return self._h
+
+    # -- queries ----------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return check(lib.shmtopo_comm_rank(self.handle))
+
+    @property
+    def size(self) -> int:
+        return check(lib.shmtopo_comm_size(self.handle))
+
+    def pid(self, rank: int) -> int:
+        """Process id of ``rank``."""
+        return check(lib.shmtopo_comm_pid(self.handle, int(rank)))
+
+    @property
+    def ncpus(self) -> int:
+        """CPUs in the union of all ranks' affinity masks."""
+        return check(lib.shmtopo_comm_ncpus(self.handle))
+
+    @property
+    def oversubscribed(self) -> bool:
+        """True when ranks outnumber those CPUs (waits then back off sooner)."""
+        return bool(check(lib.shmtopo_comm_oversubscribed(self.handle)))
+
+    @property
+    def mpi(self) -> Any:
+        """The node-local mpi4py communicator (None for from_callbacks)."""
+        return self._mpi
+
+    @property
+    def freed(self) -> bool:
+        return self._h == ffi.NULL
+
+    # -- windows ----------------------------------------------------------
+    def allocate(
+        self,
+        nbytes: int | None = None,
+        *,
+        dtype: Any = None,
+        shape: Any = None,
+        contiguous: bool = False,
+        backend: str | None = None,
+        fence: str | None = None,
+        timeout: float | None = None,
+    ) -> Window:
+        """Collective: allocate a window; this rank's part holds ``nbytes``
+        bytes, or ``shape`` items of ``dtype`` (sizes may differ per rank, 0
+        is allowed). Memory is zero-filled and reserved now.
+
+        contiguous: all ranks' parts back to back in one segment
+            (``win.all`` is then one array over all of them).
+        backend: "posix" (default), "memfd", "sysv" or "xpmem";
+            default from SHMTOPO_SHM_TYPE.
+        fence: "auto", "linear", "rd" or "dissemination";
+            default from SHMTOPO_FENCE_ALGORITHM (or KUPL_SHM_FENCE_ALGORITHM).
+        timeout: seconds any wait may last before raising TimeoutError;
+            default from SHMTOPO_TIMEOUT, else forever.
+        """
+        dt = np.dtype(np.uint8 if dtype is None else dtype)
+        if shape is None:
+            if nbytes is None:
+                raise ShmtopoValueError("allocate needs nbytes or shape")
+            nbytes = _as_size(nbytes, "nbytes")
+            if nbytes % dt.itemsize:
+                raise ShmtopoValueError(
+                    f"nbytes={nbytes} is not a multiple of {dt}'s itemsize {dt.itemsize}")
+            shape = (nbytes // dt.itemsize,)
+        else:
+            shape = tuple(_as_size(s, "shape") for s in np.atleast_1d(np.asarray(shape, dtype=object)))
+            size = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            if nbytes is not None and _as_size(nbytes, "nbytes") != size:
+                raise ShmtopoValueError(f"nbytes={nbytes} does not match shape {shape} of {dt}")
+            nbytes = size
+        attr = ffi.new("shmtopo_win_attr_t *")
+        attr.backend = _backend_number(backend)
+        attr.fence_alg = _fence_number(fence)
+        attr.contiguous = bool(contiguous)
+        if timeout is not None:
+            if not timeout >= 0:
+                raise ShmtopoValueError("timeout must be >= 0 seconds")
+            attr.timeout = float(timeout)
+        win = Window._allocate(self, nbytes, attr, dt, shape)
+        self._windows.append(win)
+        return win
+
+    def _forget(self, win: Window) -> None:
+        if win in self._windows:
+            self._windows.remove(win)
+
+    # -- lifetime ---------------------------------------------------------
+    def free(self) -> None:
+        """Collective: free the windows still open (in creation order), then
+        the comm. Freeing twice is a no-op."""
+        if self._h == ffi.NULL:
+            return
+        try:
+            for win in list(self._windows):
+                win.free()
+        finally:
+            handle, self._h = self._h, ffi.NULL
+            try:
+                self._call(lib.shmtopo_comm_destroy, handle)
+            finally:
+                if self._mpi is not None:
+                    self._mpi.Free()
+                    self._mpi = None
+
+    def abandon(self) -> None:
+        """Local: after an error on this rank, abandon the open windows and
+        drop the comm without the collective barrier. No-op once freed."""
+        if self._h == ffi.NULL:
+            return
+        for win in list(self._windows):
+            win.abandon()
+        handle, self._h = self._h, ffi.NULL
+        check(lib.shmtopo_comm_abandon(handle))
+
+    def __enter__(self) -> "Comm":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.free()
+        else:
+            self.abandon()
+
+    def __del__(self):
+        if getattr(self, "_h", ffi.NULL) != ffi.NULL:
+            warnings.warn("shmtopo.Comm was never freed (free() is collective; call it on every rank)",
+                          ResourceWarning, stacklevel=2)
+
+    def __repr__(self) -> str:
+        if self.freed:
+            return "<shmtopo.Comm freed>"
+        return f"<shmtopo.Comm rank {self.rank} of {self.size}>"
+
+
+def _as_size(value: Any, what: str) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ShmtopoValueError(f"{what} must be an integer, not {value!r}") from None
+    if n != value or n < 0:
+        raise ShmtopoValueError(f"{what} must be a non-negative integer, not {value!r}")
+    return n

@@ -1,0 +1,212 @@
+"""Window: one shared segment part per rank, mapped in every rank, with
+fences over all ranks and peer fences between two."""
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._native import ffi, lib
+from .errors import FreedError, ShmtopoValueError, check, last_error
+
+if TYPE_CHECKING:
+    from .comm import Comm
+
+_fence = lib.shmtopo_win_fence
+_peer_fence = lib.shmtopo_win_peer_fence
+
+BACKENDS = ("posix", "memfd", "sysv", "xpmem")
+FENCE_ALGORITHMS = ("auto", "linear", "rd", "dissemination")
+
+
+def _backend_number(name: str | None) -> int:
+    if name is None:
+        return lib.SHMTOPO_BACKEND_DEFAULT
+    out = ffi.new("int *")
+    check(lib.shmtopo_backend_from_name(str(name).encode(), out))
+    return out[0]
+
+
+def _fence_number(name: str | None) -> int:
+    if name is None:
+        return lib.SHMTOPO_FENCE_DEFAULT
+    out = ffi.new("int *")
+    check(lib.shmtopo_fence_alg_from_name(str(name).encode(), out))
+    return out[0]
+
+
+def _unmapper(length: int):
+    return lambda ptr: lib.shmtopo_unmap(ptr, length)
+
+
+class Window:
+    """A collective shared-memory window. Made by :meth:`Comm.allocate`.
+
+    ``local`` and ``query(r)`` are numpy views straight into shared memory.
+    The views stay valid (never dangling) even after :meth:`free`: each
+    mapping is unmapped only when the last view of it is gone.
+    """
+
+    def __init__(self):  # use Comm.allocate
+        raise TypeError("windows are made by Comm.allocate()")
+
+    @classmethod
+    def _allocate(cls, comm: "Comm", nbytes: int, attr, dtype: np.dtype, shape: tuple) -> "Window":
+        self = object.__new__(cls)
+        self._h = ffi.NULL
+        self.comm = comm
+        self.dtype = dtype
+        self.shape = shape
+        base = ffi.new("void **")
+        handle = ffi.new("shmtopo_win_t **")
+        comm._call(lib.shmtopo_win_alloc, comm.handle, nbytes, attr, base, handle)
+        self._h = handle[0]
+        self.rank = comm.rank
+        self.size = comm.size
+        self.contiguous = bool(attr.contiguous)
+        # From here on this process owns the mappings through numpy: each is
+        # unmapped by the garbage collector once the window and all views are gone.
+        check(lib.shmtopo_win_disown_mappings(self._h))
+        self._mappings = []
+        for i in range(check(lib.shmtopo_win_nmappings(self._h))):
+            addr, length = ffi.new("void **"), ffi.new("size_t *")
+            check(lib.shmtopo_win_mapping(self._h, i, addr, length))
+            owner = ffi.gc(ffi.cast("char *", addr[0]), _unmapper(length[0]))
+            start = int(ffi.cast("uintptr_t", addr[0]))
+            self._mappings.append((start, np.frombuffer(ffi.buffer(owner, length[0]), np.uint8)))
+        self._parts = [self._part(r) for r in range(self.size)]
+        self.local = self._view(self.rank, dtype, shape)
+        return self
+
+    def _part(self, rank: int) -> np.ndarray:
+        """Bytes of rank's part, as a slice of the mapping that holds it."""
+        addr, size = ffi.new("void **"), ffi.new("size_t *")
+        check(lib.shmtopo_win_query(self._h, rank, addr, size))
+        start = int(ffi.cast("uintptr_t", addr[0]))
+        for base, mapping in self._mappings:
+            if base <= start and start + size[0] <= base + mapping.size:
+                return mapping[start - base:start - base + size[0]]
+        raise AssertionError("window part outside its mappings")
+
+    def _view(self, rank: int, dtype: np.dtype, shape: tuple | None) -> np.ndarray:
+        part = self._parts[rank]
+        if shape is not None and part.size == int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            return part.view(dtype).reshape(shape)
+        if part.size % dtype.itemsize:
+            raise ShmtopoValueError(
+                f"rank {rank}'s part ({part.size} bytes) is not a whole number of {dtype}")
+        return part.view(dtype)
+
+    # -- access -----------------------------------------------------------
+    def query(self, rank: int, dtype: Any = None) -> np.ndarray:
+        """numpy view of ``rank``'s part (this window's dtype, and its shape
+        when that rank's part has the same size as this one's)."""
+        self._check_open()
+        r = int(rank)
+        if not 0 <= r < self.size:
+            raise ShmtopoValueError(f"rank {rank} out of range [0, {self.size})", 22, r)
+        dt = self.dtype if dtype is None else np.dtype(dtype)
+        return self._view(r, dt, self.shape if dt == self.dtype else None)
+
+    @property
+    def all(self) -> np.ndarray:
+        """Contiguous windows only: one array over every rank's part, shaped
+        (size, *shape) when all parts are equal, else flat."""
+        self._check_open()
+        if not self.contiguous:
+            raise ShmtopoValueError("win.all needs a window allocated with contiguous=True")
+        first, last = self._parts[0], self._parts[-1]
+        mapping = next(m for b, m in self._mappings)
+        offset = first.__array_interface__["data"][0] - mapping.__array_interface__["data"][0]
+        total = sum(p.size for p in self._parts)
+        flat = mapping[offset:offset + total]
+        if all(p.size == first.size for p in self._parts):
+            return flat.view(self.dtype).reshape((self.size,) + tuple(self.shape))
+        return flat.view(self.dtype)
+
+    # -- synchronisation ----------------------------------------------------
+    def fence(self) -> None:
+        """Collective: every store any rank made before the fence is visible
+        to every rank after it. Releases the GIL while waiting."""
+        if _fence(self._h):
+            raise last_error()
+
+    def peer_fence(self, rank: int) -> None:
+        """Two-sided: this rank and ``rank`` both call it naming each other;
+        each one's earlier stores are then visible to the other."""
+        if _peer_fence(self._h, rank):
+            raise last_error()
+
+    def fence_loop(self, count: int) -> None:
+        """Fence ``count`` times inside the native core (for benchmarks)."""
+        check(lib.shmtopo_win_fence_loop(self._h, int(count)))
+
+    def peer_fence_loop(self, rank: int, count: int) -> None:
+        check(lib.shmtopo_win_peer_fence_loop(self._h, int(rank), int(count)))
+
+    # -- properties -----------------------------------------------------
+    @property
+    def fence_algorithm(self) -> str:
+        """The algorithm in use ("linear", "rd", "dissemination")."""
+        return ffi.string(lib.shmtopo_fence_alg_name(check(lib.shmtopo_win_fence_alg(self._h)))).decode()
+
+    @property
+    def backend(self) -> str:
+        return ffi.string(lib.shmtopo_backend_name(check(lib.shmtopo_win_backend(self._h)))).decode()
+
+    def set_timeout(self, seconds: float) -> None:
+        """Seconds any wait on this window may last (0: forever)."""
+        check(lib.shmtopo_win_set_timeout(self._h, float(seconds)))
+
+    @property
+    def nbytes(self) -> int:
+        return self._parts[self.rank].size
+
+    @property
+    def freed(self) -> bool:
+        return self._h == ffi.NULL
+
+    def _check_open(self) -> None:
+        if self._h == ffi.NULL:
+            raise FreedError("the window has been freed", 9)
+
+    # -- lifetime -------------------------------------------------------
+    def free(self) -> None:
+        """Collective: fence, then release the window. Views already taken
+        stay readable until dropped. Freeing twice is a no-op."""
+        if self._h == ffi.NULL:
+            return
+        handle, self._h = self._h, ffi.NULL
+        self.comm._forget(self)
+        check(lib.shmtopo_win_free(handle))
+
+    def abandon(self) -> None:
+        """Local: leave the window after an error on this rank, without
+        waiting for the others; their waits on it then raise PeerAbortedError
+        instead of hanging. No-op on a freed window."""
+        if self._h == ffi.NULL:
+            return
+        handle, self._h = self._h, ffi.NULL
+        self.comm._forget(self)
+        check(lib.shmtopo_win_abandon(handle))
+
+    def __enter__(self) -> "Window":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # Freeing is collective: after an error on this rank the others may
+        # never get there, so leave without waiting.
+        if exc_type is None:
+            self.free()
+        else:
+            self.abandon()
+
+    def __del__(self):
+        if getattr(self, "_h", ffi.NULL) != ffi.NULL:
+            warnings.warn("shmtopo.Window was never freed (free() is collective; call it on every rank)",
+                          ResourceWarning, stacklevel=2)
+
+    def __repr__(self) -> str:
+        state = "freed" if self.freed else f"rank {self.rank} of {self.size}"
+        return f"<shmtopo.Window {self.nbytes} B, {state}>"
