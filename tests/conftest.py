@@ -1,0 +1,47 @@
+"""Runs the same tests on 1 rank (plain pytest) and under mpiexec -n N.
+
+Under mpiexec every rank runs every test in the same order. A failure on any
+rank prints its report and aborts the whole MPI job, so one rank's failed
+assertion fails the run instead of leaving the others waiting in a fence.
+"""
+import os
+import sys
+
+import pytest
+from mpi4py import MPI
+
+import shmtopo
+
+WORLD = MPI.COMM_WORLD
+
+
+def pytest_collection_modifyitems(config, items):
+    if WORLD.Get_size() > 1:
+        skip = pytest.mark.skip(reason="serial test: runs in the 1-process pass only")
+        for item in items:
+            if "serial" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and WORLD.Get_size() > 1:
+        sys.stderr.write(f"\n[rank {WORLD.Get_rank()}] {item.nodeid} FAILED ({report.when}):\n"
+                         f"{report.longreprtext}\n[rank {WORLD.Get_rank()}] aborting the MPI job\n")
+        sys.stderr.flush()
+        WORLD.Abort(1)
+
+
+@pytest.fixture
+def comm():
+    """This node's shmtopo comm over all ranks of the job."""
+    c = shmtopo.Comm.from_mpi(MPI.COMM_WORLD)
+    yield c
+    c.free()
+
+
+def mpiexec_command():
+    """The mpiexec matching the mpi4py in use (./dev sets SHMTOPO_MPIEXEC)."""
+    return os.environ.get("SHMTOPO_MPIEXEC", "mpiexec").split()

@@ -1,0 +1,110 @@
+"""Fences must synchronise: ranks arrive at uneven times, and a rank that got
+past a fence before everyone arrived would read a stale slot. Each test body
+also runs with the fence left out, to show that it would catch that."""
+import time
+
+import numpy as np
+import pytest
+
+from shmtopo import FENCE_ALGORITHMS
+
+EPOCHS = 12
+
+
+def delay(epoch, rank, size):
+    """Uneven arrival: a different rank is the slowest in each epoch."""
+    return ((epoch + rank) % size) * 0.0015
+
+
+def fence_epochs(comm, win, sync):
+    """Each epoch every rank sleeps unevenly, bumps its slot in rank 0's part
+    to the epoch number, syncs, and reads all slots. Returns the number of
+    stale slots seen (0 when `sync` really synchronises)."""
+    slots = win.query(0)
+    stale = 0
+    for epoch in range(1, EPOCHS + 1):
+        time.sleep(delay(epoch, comm.rank, comm.size))
+        slots[comm.rank] = epoch
+        sync()
+        stale += int(np.count_nonzero(slots[:comm.size] != epoch))
+        sync()  # nobody writes epoch+1 before everyone has checked epoch
+    return stale
+
+
+@pytest.mark.parametrize("algorithm", FENCE_ALGORITHMS)
+def test_fence_synchronises(comm, algorithm):
+    with comm.allocate(shape=(comm.size,), dtype=np.int64, fence=algorithm) as win:
+        assert fence_epochs(comm, win, win.fence) == 0
+
+
+def test_missing_fence_is_caught(comm):
+    """The same body without the fence must see stale slots (needs 2+ ranks)."""
+    if comm.size == 1:
+        pytest.skip("one rank cannot race")
+    with comm.allocate(shape=(comm.size,), dtype=np.int64) as win:
+        stale = fence_epochs(comm, win, lambda: None)
+        win.fence()
+        assert comm.mpi.allreduce(stale) > 0
+
+
+def round_robin(size):
+    """Rounds of disjoint pairs covering every pair once (circle method)."""
+    n = size + size % 2
+    ranks = list(range(n))
+    for _ in range(n - 1):
+        yield [(ranks[i], ranks[n - 1 - i]) for i in range(n // 2)]
+        ranks.insert(1, ranks.pop())
+
+
+def peer_epochs(comm, win, peer_sync):
+    """Every pair of ranks in turn: each writes its epoch into the other's
+    part, peer-syncs, and reads what the other wrote for it."""
+    stale = 0
+    epoch = 0
+    for pairs in round_robin(comm.size):
+        epoch += 1
+        for a, b in pairs:
+            if comm.rank not in (a, b) or max(a, b) >= comm.size:
+                continue
+            other = b if comm.rank == a else a
+            time.sleep(0.002 if comm.rank == a else 0)
+            win.query(other)[comm.rank] = epoch
+            peer_sync(other)
+            stale += int(win.local[other] != epoch)
+            peer_sync(other)
+    return stale
+
+
+def test_peer_fence_synchronises(comm):
+    if comm.size == 1:
+        pytest.skip("peer fence needs two ranks")
+    with comm.allocate(shape=(comm.size,), dtype=np.int64) as win:
+        assert peer_epochs(comm, win, win.peer_fence) == 0
+
+
+def test_missing_peer_fence_is_caught(comm):
+    if comm.size == 1:
+        pytest.skip("one rank cannot race")
+    with comm.allocate(shape=(comm.size,), dtype=np.int64) as win:
+        stale = peer_epochs(comm, win, lambda other: None)
+        win.fence()
+        assert comm.mpi.allreduce(stale) > 0
+
+
+@pytest.mark.parametrize("algorithm", ["linear", "rd"])
+def test_peer_fences_mix_with_fences(comm, algorithm):
+    with comm.allocate(shape=(comm.size,), dtype=np.int64, fence=algorithm) as win:
+        for _ in range(3):
+            assert fence_epochs(comm, win, win.fence) == 0
+            if comm.size > 1:
+                assert peer_epochs(comm, win, win.peer_fence) == 0
+
+
+def test_fence_loops_in_native_code(comm):
+    with comm.allocate(8) as win:
+        win.fence_loop(1000)
+        if comm.size > 1:
+            partner = comm.rank ^ 1
+            if partner < comm.size:
+                win.peer_fence_loop(partner, 500)
+        win.fence()
