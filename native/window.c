@@ -33,6 +33,8 @@ static int resolve_attr(const shmtopo_win_attr_t *attr, shmtopo_win_t *win)
     shmtopo_win_attr_t a = {0};
     if (attr)
         a = *attr;
+    if (a.invalid)
+        return shmtopo_fail(EINVAL, -1, "%s", a.invalid);
     if (a.backend == SHMTOPO_BACKEND_DEFAULT) {
         if (shmtopo_default_backend(&a.backend) < 0)
             return -1;

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _oob
 from ._native import ffi, lib
-from .errors import CallbackError, FreedError, ShmtopoValueError, check, last_error
+from .errors import CallbackError, FreedError, ShmtopoError, ShmtopoValueError, check, last_error
 from .window import Window, _backend_number, _fence_number
 
 
@@ -136,29 +136,22 @@ class Comm:
         timeout: seconds any wait may last before raising TimeoutError;
             default from SHMTOPO_TIMEOUT, else forever.
         """
-        dt = np.dtype(np.uint8 if dtype is None else dtype)
-        if shape is None:
-            if nbytes is None:
-                raise ShmtopoValueError("allocate needs nbytes or shape")
-            nbytes = _as_size(nbytes, "nbytes")
-            if nbytes % dt.itemsize:
-                raise ShmtopoValueError(
-                    f"nbytes={nbytes} is not a multiple of {dt}'s itemsize {dt.itemsize}")
-            shape = (nbytes // dt.itemsize,)
-        else:
-            shape = tuple(_as_size(s, "shape") for s in np.atleast_1d(np.asarray(shape, dtype=object)))
-            size = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-            if nbytes is not None and _as_size(nbytes, "nbytes") != size:
-                raise ShmtopoValueError(f"nbytes={nbytes} does not match shape {shape} of {dt}")
-            nbytes = size
         attr = ffi.new("shmtopo_win_attr_t *")
-        attr.backend = _backend_number(backend)
-        attr.fence_alg = _fence_number(fence)
-        attr.contiguous = bool(contiguous)
-        if timeout is not None:
-            if not timeout >= 0:
-                raise ShmtopoValueError("timeout must be >= 0 seconds")
-            attr.timeout = float(timeout)
+        try:
+            dt, shape, nbytes = _layout(nbytes, dtype, shape)
+            attr.backend = _backend_number(backend)
+            attr.fence_alg = _fence_number(fence)
+            attr.contiguous = bool(contiguous)
+            if timeout is not None:
+                if not timeout >= 0:
+                    raise ShmtopoValueError(f"timeout must be >= 0 seconds, not {timeout!r}")
+                attr.timeout = float(timeout)
+        except (ShmtopoError, TypeError, ValueError) as exc:
+            # Fail on every rank, not only here: the others are already on
+            # their way into the collective allocation.
+            reason = ffi.new("char[]", str(exc).encode())
+            attr.invalid = reason
+            dt, shape, nbytes = np.dtype(np.uint8), (0,), 0
         win = Window._allocate(self, nbytes, attr, dt, shape)
         self._windows.append(win)
         return win
@@ -213,6 +206,24 @@ class Comm:
         if self.freed:
             return "<shmtopo.Comm freed>"
         return f"<shmtopo.Comm rank {self.rank} of {self.size}>"
+
+
+def _layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype, tuple, int]:
+    """dtype, shape and byte count from allocate's nbytes/dtype/shape."""
+    dt = np.dtype(np.uint8 if dtype is None else dtype)
+    if shape is None:
+        if nbytes is None:
+            raise ShmtopoValueError("allocate needs nbytes or shape")
+        nbytes = _as_size(nbytes, "nbytes")
+        if nbytes % dt.itemsize:
+            raise ShmtopoValueError(
+                f"nbytes={nbytes} is not a multiple of {dt}'s itemsize {dt.itemsize}")
+        return dt, (nbytes // dt.itemsize,), nbytes
+    shape = tuple(_as_size(s, "shape") for s in np.atleast_1d(np.asarray(shape, dtype=object)))
+    size = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if nbytes is not None and _as_size(nbytes, "nbytes") != size:
+        raise ShmtopoValueError(f"nbytes={nbytes} does not match shape {shape} of {dt}")
+    return dt, shape, size
 
 
 def _as_size(value: Any, what: str) -> int:

@@ -7,8 +7,15 @@ assertion fails the run instead of leaving the others waiting in a fence.
 import os
 import sys
 
+import subprocess
+
 import pytest
-from mpi4py import MPI
+
+# Taken before MPI starts: the singleton MPI_Init of this process adds
+# variables that would make a nested mpiexec think it runs inside this job.
+CLEAN_ENV = dict(os.environ)
+
+from mpi4py import MPI  # noqa: E402
 
 import shmtopo
 
@@ -44,4 +51,11 @@ def comm():
 
 def mpiexec_command():
     """The mpiexec matching the mpi4py in use (./dev sets SHMTOPO_MPIEXEC)."""
-    return os.environ.get("SHMTOPO_MPIEXEC", "mpiexec").split()
+    return CLEAN_ENV.get("SHMTOPO_MPIEXEC", "mpiexec").split()
+
+
+def run_mpiexec(n, args, timeout=300):
+    """Run a program under its own mpiexec with n ranks; returns the
+    CompletedProcess with text stdout/stderr."""
+    return subprocess.run(mpiexec_command() + ["-n", str(n)] + [str(a) for a in args],
+                          capture_output=True, text=True, timeout=timeout, env=CLEAN_ENV)

@@ -1,0 +1,83 @@
+"""``python -m shmtopo``: info, bench (under mpiexec), topo (under mpiexec)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _mpi_library() -> str | None:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    return MPI.Get_library_version().strip().splitlines()[0]
+
+
+def info(args: argparse.Namespace) -> None:
+    """Versions, usable backends, fence default, CPUs and oversubscription."""
+    import shmtopo
+    from shmtopo._native import ffi, lib
+    from shmtopo.errors import ShmtopoError, check
+
+    print(f"shmtopo     {shmtopo.__version__}")
+    print(f"hwloc       {ffi.string(lib.shmtopo_hwloc_version()).decode()}")
+    print(f"MPI         {_mpi_library() or 'mpi4py not importable'}")
+    for name in shmtopo.BACKENDS:
+        number = ffi.new("int *")
+        check(lib.shmtopo_backend_from_name(name.encode(), number))
+        ok = lib.shmtopo_backend_probe(number[0]) == 0
+        why = "" if ok else " (" + ffi.string(lib.shmtopo_last_error()).decode() + ")"
+        print(f"backend     {name:6} {'usable' if ok else 'unusable'}{why}")
+    try:
+        backend, alg = ffi.new("int *"), ffi.new("int *")
+        check(lib.shmtopo_default_backend(backend))
+        check(lib.shmtopo_default_fence_alg(alg))
+        print(f"default     backend {ffi.string(lib.shmtopo_backend_name(backend[0])).decode()}, "
+              f"fence {ffi.string(lib.shmtopo_fence_alg_name(alg[0])).decode()}")
+    except ShmtopoError as exc:
+        print(f"default     invalid environment: {exc}")
+    print(f"cpus        {len(os.sched_getaffinity(0))} in this process's affinity mask")
+    try:
+        from mpi4py import MPI
+
+        comm = shmtopo.Comm.from_mpi(MPI.COMM_WORLD)
+    except ImportError:
+        print(f"oversubscribed  unknown (no mpi4py)")
+        return
+    with comm:
+        if comm.rank == 0:
+            print(f"node        {comm.size} rank(s) on {comm.ncpus} CPU(s): "
+                  f"{'oversubscribed' if comm.oversubscribed else 'not oversubscribed'}")
+
+
+def bench(args: argparse.Namespace) -> None:
+    from shmtopo.bench import run_fence_bench
+
+    run_fence_bench(seconds=args.seconds)
+
+
+def topo(args: argparse.Namespace) -> None:
+    from mpi4py import MPI
+
+    import shmtopo
+    from shmtopo.topology import topo_main
+
+    with shmtopo.Comm.from_mpi(MPI.COMM_WORLD) as comm:
+        topo_main(comm)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m shmtopo", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="versions, backends, defaults, CPUs").set_defaults(fn=info)
+    p = sub.add_parser("bench", help="fence latency against mpi4py (run under mpiexec)")
+    p.add_argument("--seconds", type=float, default=0.3, help="time per measurement (default 0.3)")
+    p.set_defaults(fn=bench)
+    sub.add_parser("topo", help="share the hwloc topology (run under mpiexec)").set_defaults(fn=topo)
+    args = parser.parse_args(argv)
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Run a function as N real processes joined by Comm.from_callbacks, with a
+transport of our own (shared memory + a multiprocessing barrier) instead of
+MPI: this is how tests kill a rank, break a callback or time a wait without
+mpiexec tearing the job down first."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import traceback
+
+TIMEOUT = 30.0
+CAPACITY = 1 << 20
+
+
+class Transport:
+    def __init__(self, size: int):
+        ctx = mp.get_context("spawn")
+        self.size = size
+        self.barrier = ctx.Barrier(size, timeout=TIMEOUT)
+        self.buffer = ctx.RawArray("B", CAPACITY)
+
+    def allgather(self, rank: int, send: memoryview, recv: memoryview) -> None:
+        n = len(send)
+        if n * self.size > CAPACITY:
+            raise ValueError("allgather message too large for the test transport")
+        view = memoryview(self.buffer).cast("B")
+        view[rank * n:(rank + 1) * n] = send
+        self.barrier.wait()
+        recv[:] = view[:n * self.size]
+        self.barrier.wait()
+
+
+def _child(fn, rank, transport, results, args):
+    import shmtopo
+
+    try:
+        comm = shmtopo.Comm.from_callbacks(
+            transport.size, rank,
+            allgather=lambda s, r: transport.allgather(rank, s, r),
+            barrier=transport.barrier.wait)
+        out = fn(comm, *args)
+        results.put((rank, "ok", out))
+    except BaseException as exc:  # reported to the parent, which asserts on it
+        results.put((rank, "error", (type(exc).__name__, str(exc), getattr(exc, "rank", None),
+                                      traceback.format_exc())))
+
+
+def run(size: int, fn, *args, timeout: float = 60.0) -> dict:
+    """Run fn(comm, *args) on `size` processes; returns {rank: (status, value)}
+    for every rank that reported (a killed rank does not). fn must be a
+    module-level function (processes are spawned, not forked: MPI is live in
+    the parent)."""
+    ctx = mp.get_context("spawn")
+    transport = Transport(size)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(fn, r, transport, results, args)) for r in range(size)]
+    for p in procs:
+        p.start()
+    out = {}
+    try:
+        for p in procs:
+            p.join(timeout)
+        while True:
+            try:
+                rank, status, value = results.get(timeout=0.5)
+            except queue.Empty:
+                break
+            out[rank] = (status, value)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return out
+
+
+def shm_files() -> set[str]:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("shmtopo")}

@@ -1,0 +1,32 @@
+"""Every example runs, under its own mpiexec."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_mpiexec
+
+pytestmark = pytest.mark.serial
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.parametrize("n", [1, 3, 4])
+def test_demo(n):
+    proc = run_mpiexec(n, [sys.executable, EXAMPLES / "demo.py"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "demo ok" in proc.stdout
+    assert f"from {n} ranks" in proc.stdout
+    assert proc.stdout.count("after a peer fence") == n - n % 2
+
+
+def test_cli_info():
+    proc = run_mpiexec(1, [sys.executable, "-m", "shmtopo", "info"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for word in ("shmtopo", "hwloc", "MPI", "backend     posix  usable", "cpus", "oversubscribed"):
+        assert word in proc.stdout, proc.stdout
+
+
+def test_cli_bench_runs():
+    proc = run_mpiexec(2, [sys.executable, "-m", "shmtopo", "bench", "--seconds", "0.02"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "shmtopo fence rd" in proc.stdout and "mpi4py Win.Fence()" in proc.stdout

@@ -1,0 +1,157 @@
+"""Failure paths with real processes joined by Comm.from_callbacks (see
+ranks.py): dead peers, timeouts, abandoned windows, failing callbacks,
+disagreeing arguments, and SIGKILL under a real mpiexec."""
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ranks
+from conftest import run_mpiexec
+
+pytestmark = pytest.mark.serial
+HERE = Path(__file__).resolve().parent
+
+
+def fence_counts(comm, epochs):
+    from test_fence import fence_epochs
+
+    with comm.allocate(shape=(comm.size,), dtype=np.int64) as win:
+        return fence_epochs(comm, win, win.fence)
+
+
+def test_from_callbacks_fences_across_processes():
+    out = ranks.run(3, fence_counts, 5)
+    assert out == {r: ("ok", 0) for r in range(3)}
+
+
+def kill_self_after_alloc(comm, backend):
+    win = comm.allocate(4096, backend=backend)
+    win.fence()
+    if comm.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        win.fence()
+    except Exception as exc:
+        return type(exc).__name__, getattr(exc, "rank", None), time.monotonic() - start
+    return "no error", None, 0.0
+
+
+@pytest.mark.parametrize("backend", ["posix", "memfd", "sysv"])
+def test_dead_peer_is_reported_and_nothing_is_left(backend):
+    before = ranks.shm_files()
+    out = ranks.run(2, kill_self_after_alloc, backend)
+    assert 1 not in out  # killed
+    status, (name, rank, waited) = out[0]
+    assert (status, name, rank) == ("ok", "PeerDeadError", 1)
+    assert waited < 2.0
+    assert ranks.shm_files() - before == set()
+
+
+def wait_with_timeout(comm):
+    win = comm.allocate(64, timeout=0.3 if comm.rank == 0 else 0)
+    if comm.rank == 1:
+        time.sleep(1.5)  # rank 0 gives up meanwhile and abandons the window
+    start = time.monotonic()
+    try:
+        # rank 0 had posted its arrival at the first fence before giving up,
+        # so rank 1 passes that one and fails at the next
+        win.fence()
+        win.fence()
+    except Exception as exc:
+        win.abandon()
+        return type(exc).__name__, time.monotonic() - start
+    return "no error", 0.0
+
+
+def test_timeout_then_abandon_reaches_the_peer():
+    out = ranks.run(2, wait_with_timeout)
+    name0, waited0 = out[0][1]
+    assert name0 == "ShmtopoTimeoutError" and 0.25 < waited0 < 1.5
+    name1, waited1 = out[1][1]
+    assert name1 == "PeerAbortedError" and waited1 < 1.0
+
+
+def error_inside_with_block(comm):
+    try:
+        with comm.allocate(64) as win:
+            if comm.rank == 2:
+                raise KeyError("boom")
+            win.fence()
+    except KeyError:
+        return "raised KeyError"
+    except Exception as exc:
+        return type(exc).__name__, exc.rank
+
+
+def test_error_in_with_block_fails_peers_instead_of_hanging():
+    out = ranks.run(3, error_inside_with_block)
+    assert out[2] == ("ok", "raised KeyError")
+    assert out[0] == ("ok", ("PeerAbortedError", 2))
+    assert out[1] == ("ok", ("PeerAbortedError", 2))
+
+
+def bad_argument_on_one_rank(comm, what):
+    kwargs = {"fence": {"fence": "linear" if comm.rank == 0 else "rd"},
+              "backend": {"backend": "bogus" if comm.rank == 1 else None},
+              "size": {"nbytes": -1 if comm.rank == 1 else 8}}[what]
+    kwargs.setdefault("nbytes", 8)
+    try:
+        comm.allocate(**kwargs)
+    except ValueError as exc:
+        return type(exc).__name__, str(exc)
+    return "allocated", ""
+
+
+@pytest.mark.parametrize("what", ["fence", "backend", "size"])
+def test_bad_argument_on_one_rank_fails_every_rank(what):
+    out = ranks.run(3, bad_argument_on_one_rank, what)
+    for r in range(3):
+        status, (name, message) = out[r]
+        assert status == "ok" and name == "ShmtopoValueError", out[r]
+    if what == "fence":
+        assert "disagree" in out[2][1][1]
+    else:
+        assert out[0][1][1].startswith("rank 1:")
+
+
+class FlakyAllgather(Exception):
+    pass
+
+
+def test_failing_callback_fails_every_rank():
+    out = ranks.run(3, _flaky_comm_create)
+    assert out[1][0] == "ok" and out[1][1][0] == "CallbackError" and "FlakyAllgather" in out[1][1][1]
+    for r in (0, 2):
+        assert out[r] == ("ok", ("CallbackError", "out-of-band allgather callback failed on rank 1", 1))
+
+
+def _flaky_comm_create(comm):
+    """Builds a second comm whose allgather fails on rank 1 after exchanging."""
+    import shmtopo
+
+    def allgather(send, recv):
+        comm_transport_allgather(send, recv)
+        if comm.rank == 1:
+            raise FlakyAllgather("simulated transport failure")
+
+    comm_transport_allgather = comm._transport.allgather
+    try:
+        shmtopo.Comm.from_callbacks(comm.size, comm.rank, allgather=allgather,
+                                    barrier=comm._transport.barrier)
+    except shmtopo.CallbackError as exc:
+        return "CallbackError", str(exc), exc.rank
+    return "created", "", None
+
+
+def test_sigkill_under_mpiexec_leaves_nothing():
+    before = ranks.shm_files()
+    script = HERE / "scripts" / "kill_rank.py"
+    proc = run_mpiexec(3, [sys.executable, script], timeout=120)
+    assert ranks.shm_files() - before == set(), proc.stdout + proc.stderr
+    assert "windows ready" in proc.stdout, proc.stdout + proc.stderr
