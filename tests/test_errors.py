@@ -1,0 +1,86 @@
+"""Bad input raises a clear exception that also subclasses the builtin, on
+every rank alike, and loses nothing: the comm stays usable afterwards."""
+import os
+
+import numpy as np
+import pytest
+
+import shmtopo
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"nbytes": -1}, "non-negative"),
+    ({"nbytes": 7, "dtype": np.float64}, "multiple"),
+    ({"nbytes": 8, "shape": (2,), "dtype": np.float64}, "does not match"),
+    ({}, "nbytes or shape"),
+    ({"nbytes": 8, "fence": "bogus"}, "unknown fence algorithm"),
+    ({"nbytes": 8, "backend": "nfs"}, "unknown shared-memory backend"),
+    ({"nbytes": 8, "timeout": -1}, "timeout"),
+])
+def test_bad_allocate_arguments(comm, kwargs, words):
+    with pytest.raises(shmtopo.ShmtopoValueError, match=words) as info:
+        comm.allocate(**kwargs)
+    assert isinstance(info.value, ValueError)
+    with comm.allocate(8) as win:  # nothing lost: the comm still works
+        win.fence()
+
+
+def test_bad_environment(comm, monkeypatch):
+    monkeypatch.setenv("SHMTOPO_FENCE_ALGORITHM", "fastest")
+    with pytest.raises(ValueError, match="SHMTOPO_FENCE_ALGORITHM=fastest"):
+        comm.allocate(8)
+    monkeypatch.delenv("SHMTOPO_FENCE_ALGORITHM")
+    monkeypatch.setenv("SHMTOPO_SHM_TYPE", "tmpfile")
+    with pytest.raises(ValueError, match="SHMTOPO_SHM_TYPE=tmpfile"):
+        comm.allocate(8)
+    monkeypatch.setenv("SHMTOPO_SHM_TYPE", "posix")
+    monkeypatch.setenv("SHMTOPO_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="SHMTOPO_TIMEOUT"):
+        comm.allocate(8)
+
+
+@pytest.mark.skipif(os.path.exists("/dev/xpmem"), reason="this machine has XPMEM")
+def test_xpmem_missing_is_named(comm):
+    with pytest.raises(shmtopo.BackendUnavailableError, match="/dev/xpmem") as info:
+        comm.allocate(8, backend="xpmem")
+    assert isinstance(info.value, OSError)
+
+
+def test_bad_ranks(comm):
+    with comm.allocate(8) as win:
+        for bad in (-1, comm.size, 10**6):
+            with pytest.raises(shmtopo.ShmtopoValueError, match="out of range"):
+                win.query(bad)
+            with pytest.raises(ValueError, match="out of range"):
+                win.peer_fence(bad)
+        with pytest.raises(ValueError, match="itself"):
+            win.peer_fence(comm.rank)
+        win.fence()  # still usable: argument errors do not break the window
+    with pytest.raises(ValueError, match="out of range"):
+        comm.pid(comm.size)
+
+
+def test_freed_window_raises_and_never_crashes(comm):
+    win = comm.allocate(shape=(4,), dtype=np.int32)
+    win.free()
+    win.free()  # twice: no-op
+    for call in (win.fence, lambda: win.peer_fence(0), lambda: win.query(0), lambda: win.fence_loop(3),
+                 lambda: win.set_timeout(1.0), lambda: win.all, lambda: win.fence_algorithm):
+        with pytest.raises(shmtopo.FreedError):
+            call()
+    assert win.local.tolist() == [0, 0, 0, 0]
+
+
+def test_freed_comm_raises(comm):
+    other = shmtopo.Comm.from_mpi()
+    other.free()
+    with pytest.raises(shmtopo.FreedError):
+        other.allocate(8)
+    with pytest.raises(shmtopo.FreedError):
+        other.rank
+    assert "freed" in repr(other)
+
+
+def test_window_constructor_is_not_public():
+    with pytest.raises(TypeError):
+        shmtopo.Window()
