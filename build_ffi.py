@@ -16,7 +16,7 @@ from cffi import FFI
 HERE = Path(__file__).resolve().parent
 NATIVE = HERE / "native"
 # Public headers whose CDEF blocks form the Python binding, in order.
-HEADERS = ["shmtopo.h"]
+HEADERS = ["shmtopo.h", "maps.h", "topo_shmem.h", "topology.h"]
 # Callbacks implemented in Python (shmtopo/_oob.py) and handed to C.
 PYTHON_CALLBACKS = """
 extern "Python" int _shmtopo_py_allgather(const void *, void *, size_t, void *);

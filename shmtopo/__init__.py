@@ -15,11 +15,12 @@ from .errors import (
     ShmtopoValueError,
 )
 from .window import BACKENDS, FENCE_ALGORITHMS, Window
+from .topology import Topology, share_topology
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Comm", "Window", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
+    "Comm", "Window", "Topology", "share_topology", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
     "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",

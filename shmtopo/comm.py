@@ -207,6 +207,15 @@ class Comm:
             return "<shmtopo.Comm freed>"
         return f"<shmtopo.Comm rank {self.rank} of {self.size}>"
 
+    def split(self, by: str) -> "Comm":
+        """Collective: a sub-comm of the ranks bound inside the same object of
+        type ``by`` ("package", "numa", "l3", any topology type name); an
+        unbound rank goes by the CPU it runs on now. Needs a comm made with
+        :meth:`from_mpi`; free the result (windows and fences work on it)."""
+        from .topology import split_comm
+
+        return split_comm(self, by)
+
 
 def _layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype, tuple, int]:
     """dtype, shape and byte count from allocate's nbytes/dtype/shape."""

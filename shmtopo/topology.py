@@ -1,0 +1,772 @@
+"""Topology: the node's hwloc topology, read-only, shared by all ranks.
+
+:func:`share_topology` has one rank (the leader, rank 0 of the comm) load
+the topology and write it into a file with hwloc's shmem API; every rank then
+maps that file at one virtual address, chosen inside the intersection of all
+ranks' free address ranges. Adopting costs microseconds and no private
+memory. When that fails on any rank (the address got taken meanwhile), all
+ranks agree, retry at another address, then fall back to an XML broadcast,
+then to a local load; ``topo.source`` says which path ("shmem", "xml",
+"local") this rank's copy came from.
+
+A :class:`Topology` has no method that modifies it: an adopted topology lives
+in read-only shared memory, where hwloc would segfault on a write. Objects
+returned by :meth:`Topology.objects` are views that stay valid until the
+topology is closed; after that every call raises :class:`FreedError`.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import errno as _errno
+import itertools
+import os
+import pickle
+import socket
+import struct
+import time
+import weakref
+from functools import reduce
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import _maps, _oob
+from ._native import ffi, lib
+from .errors import _BY_ERRNO, FreedError, ShmtopoError, ShmtopoOSError, ShmtopoValueError, check
+
+if TYPE_CHECKING:
+    from .comm import Comm
+
+SOURCES = ("shmem", "xml", "local")
+#: Alignment of the shared mapping: huge-page friendly, and far from the
+#: page-granular spots other runtimes pick.
+ALIGN = 2 << 20
+#: Addresses tried before falling back to XML.
+ATTEMPTS = 3
+_DEFAULT_DIR = "/dev/shm"
+_file_counter = itertools.count()
+
+
+# -- types --------------------------------------------------------------------
+def _type_number(name: str) -> int:
+    if not isinstance(name, str):
+        raise ShmtopoValueError(f"topology object type must be a name, not {name!r}")
+    out = ffi.new("int *")
+    check(lib.shmtopo_topo_type_from_name(name.encode(), out))
+    return out[0]
+
+
+def _type_name(number: int) -> str:
+    return ffi.string(lib.shmtopo_topo_type_name(number)).decode()
+
+
+def _known(name: str) -> bool:
+    return lib.shmtopo_topo_type_from_name(name.encode(), ffi.new("int *")) == 0
+
+
+#: The usual type names this hwloc knows ("die" needs hwloc >= 2.1).
+TYPES = tuple(n for n in ("machine", "package", "die", "numanode", "group", "l3", "l2", "l1", "core", "pu")
+              if _known(n))
+
+
+def hwloc_version() -> str:
+    """libhwloc's API version in use (all ranks of a node must share it)."""
+    return ffi.string(lib.shmtopo_hwloc_version()).decode()
+
+
+def _index_set(fill: Callable[[Any, int, Any], int]) -> set[int]:
+    """Call ``fill(out, max, countp)`` with a growing buffer until it fits."""
+    cap = 64
+    while True:
+        out = ffi.new("unsigned[]", cap)
+        count = ffi.new("size_t *")
+        rc = fill(out, cap, count)
+        if rc < 0 and ffi.errno == _errno.ENOBUFS and count[0] > cap:
+            cap = count[0]
+            continue
+        check(rc)
+        return set(out[0:count[0]])
+
+
+# -- objects -------------------------------------------------------------------
+class TopoObject:
+    """One hwloc object, read-only; valid while its topology is open."""
+
+    __slots__ = ("_topo", "_h", "_info")
+
+    def __init__(self, topo: "Topology", handle: Any):
+        info = ffi.new("shmtopo_obj_info_t *")
+        check(lib.shmtopo_obj_info(handle, info))
+        self._topo = topo
+        self._h = handle
+        self._info = info
+
+    def _handle(self) -> Any:
+        self._topo._handle  # raises FreedError once the topology is closed
+        return self._h
+
+    def _field(self, name: str) -> Any:
+        self._handle()
+        return getattr(self._info, name)
+
+    @property
+    def type(self) -> str:
+        return _type_name(self._field("type"))
+
+    @property
+    def depth(self) -> int:
+        """Level in the tree (0: Machine); negative for NUMA nodes."""
+        return self._field("depth")
+
+    @property
+    def os_index(self) -> int | None:
+        idx = self._field("os_index")
+        return None if idx < 0 else idx
+
+    @property
+    def logical_index(self) -> int:
+        return self._field("logical_index")
+
+    @property
+    def local_memory(self) -> int:
+        """Bytes of a NUMA node's own memory (0 for other objects)."""
+        return self._field("local_memory")
+
+    @property
+    def total_memory(self) -> int:
+        """Bytes of all NUMA nodes below this object."""
+        return self._field("total_memory")
+
+    def _set(self, which: int) -> set[int]:
+        h = self._handle()
+        return _index_set(lambda out, cap, count: lib.shmtopo_obj_set(h, which, out, cap, count))
+
+    def _set_str(self, which: int) -> str:
+        h = self._handle()
+        need = check(lib.shmtopo_obj_set_str(h, which, ffi.NULL, 0))
+        buf = ffi.new("char[]", need + 1)
+        check(lib.shmtopo_obj_set_str(h, which, buf, need + 1))
+        return ffi.string(buf).decode()
+
+    @property
+    def cpuset(self) -> set[int]:
+        """OS indices of the PUs (hardware threads) inside the object."""
+        return self._set(0)
+
+    @property
+    def cpuset_str(self) -> str:
+        """hwloc's string form of the cpuset, e.g. ``0x0000000f``."""
+        return self._set_str(0)
+
+    @property
+    def nodeset(self) -> set[int]:
+        """OS indices of the NUMA nodes near the object."""
+        return self._set(1)
+
+    @property
+    def parent(self) -> "TopoObject | None":
+        out = ffi.new("void **")
+        check(lib.shmtopo_obj_parent(self._handle(), out))
+        return None if out[0] == ffi.NULL else TopoObject(self._topo, out[0])
+
+    @property
+    def children(self) -> list["TopoObject"]:
+        """Normal children in logical order, then memory children (NUMA nodes)."""
+        h = self._handle()
+        out = ffi.new("void **")
+        kids = []
+        for i in range(self._info.arity + self._info.memory_arity):
+            check(lib.shmtopo_obj_child(h, i, out))
+            kids.append(TopoObject(self._topo, out[0]))
+        return kids
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TopoObject) and self._h == other._h
+
+    def __hash__(self) -> int:
+        return hash(int(ffi.cast("uintptr_t", self._h)))
+
+    def __repr__(self) -> str:
+        if self._topo.closed:
+            return "<shmtopo.TopoObject of a closed topology>"
+        return f"<{self.type} L#{self.logical_index} P#{self.os_index} cpuset {self.cpuset_str}>"
+
+
+# -- topology ------------------------------------------------------------------
+_open_topologies: "weakref.WeakSet[Topology]" = weakref.WeakSet()
+_shared: "Topology | None" = None  # the one shared topology of this process
+
+
+class Topology:
+    """A read-only hwloc topology.
+
+    Get the node's shared one with :func:`share_topology` (collective), or a
+    private one with :meth:`load`. There is no mutating API. ``close()`` is
+    local; a shared topology is reference counted (each ``share_topology``
+    call adds one, each ``close()`` drops one) and destroyed at zero.
+    """
+
+    __slots__ = ("_h", "_source", "_refs", "_address", "_length", "_attempts", "__weakref__")
+
+    def __init__(self, handle: Any, source: str, *, address: int | None = None,
+                 length: int | None = None, attempts: int = 0):
+        self._h = handle
+        self._source = source
+        self._refs = 1
+        self._address = address
+        self._length = length
+        self._attempts = attempts
+        _open_topologies.add(self)
+
+    @classmethod
+    def load(cls) -> "Topology":
+        """Local: discover this machine's topology into private memory."""
+        return cls(_load_local(), "local")
+
+    @classmethod
+    def from_xml(cls, xml: str | bytes, *, this_system: bool = False) -> "Topology":
+        """Local: a private topology from hwloc XML text. this_system: the XML
+        describes this machine, so binding queries work on it."""
+        data = xml.encode() if isinstance(xml, str) else bytes(xml)
+        return cls(_load_xml(data, here=this_system), "xml")
+
+    @property
+    def _handle(self) -> Any:
+        if self._h == ffi.NULL:
+            raise FreedError("the topology has been closed", _errno.EBADF)
+        return self._h
+
+    # -- provenance --------------------------------------------------------
+    @property
+    def source(self) -> str:
+        """How this rank got it: "shmem" (adopted), "xml" or "local"."""
+        return self._source
+
+    @property
+    def address(self) -> int | None:
+        """Start of the shared mapping (source "shmem"), else None."""
+        return self._address
+
+    @property
+    def length(self) -> int | None:
+        """Bytes of the shared mapping (source "shmem"), else None."""
+        return self._length
+
+    @property
+    def attempts(self) -> int:
+        """Addresses share_topology tried (0 when shmem was not tried)."""
+        return self._attempts
+
+    @property
+    def closed(self) -> bool:
+        return self._h == ffi.NULL
+
+    # -- queries -----------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        """Levels of normal objects, Machine down to PU."""
+        return check(lib.shmtopo_topo_depth(self._handle))
+
+    def nbobjs(self, type: str) -> int:
+        """Objects of a type ("machine", "package", "numanode"/"numa", "l3",
+        "l2", "l1", "core", "pu", "group", "die", or an hwloc type string).
+        An unknown name raises ShmtopoValueError."""
+        h = self._handle
+        return check(lib.shmtopo_topo_nbobjs(h, _type_number(type)))
+
+    def objects(self, type: str) -> list[TopoObject]:
+        """The objects of a type in logical order (Groups: depth by depth)."""
+        h = self._handle
+        number = _type_number(type)
+        out = ffi.new("void **")
+        objs = []
+        for i in range(check(lib.shmtopo_topo_nbobjs(h, number))):
+            check(lib.shmtopo_topo_obj(h, number, i, out))
+            objs.append(TopoObject(self, out[0]))
+        return objs
+
+    @property
+    def root(self) -> TopoObject:
+        out = ffi.new("void **")
+        check(lib.shmtopo_topo_root(self._handle, out))
+        return TopoObject(self, out[0])
+
+    def counts(self) -> dict[str, int]:
+        """nbobjs for every name in TYPES."""
+        return {name: self.nbobjs(name) for name in TYPES}
+
+    def get_cpubind(self) -> set[int]:
+        """PU os indices the calling process is bound to (all PUs if unbound)."""
+        h = self._handle
+        return _index_set(lambda out, cap, count: lib.shmtopo_topo_cpubind(h, 0, out, cap, count))
+
+    def get_last_cpu_location(self) -> set[int]:
+        """The PU the calling thread last ran on (may change at any time)."""
+        h = self._handle
+        return _index_set(lambda out, cap, count: lib.shmtopo_topo_cpubind(h, 1, out, cap, count))
+
+    def xml(self) -> str:
+        """hwloc XML export."""
+        xmlp, lenp = ffi.new("char **"), ffi.new("size_t *")
+        check(lib.shmtopo_topo_export_xml(self._handle, xmlp, lenp))
+        try:
+            return ffi.unpack(xmlp[0], lenp[0]).decode()
+        finally:
+            lib.shmtopo_topo_free_xml(xmlp[0])
+
+    # -- lifetime ----------------------------------------------------------
+    def close(self) -> None:
+        """Local: drop one reference; at zero destroy (an adopted copy is just
+        unmapped). Closing a closed topology is a no-op."""
+        if self._h == ffi.NULL:
+            return
+        self._refs -= 1
+        if self._refs <= 0:
+            self._destroy()
+
+    def _destroy(self) -> None:
+        global _shared
+        handle, self._h = self._h, ffi.NULL
+        self._refs = 0
+        _open_topologies.discard(self)
+        if _shared is self:
+            _shared = None
+        lib.shmtopo_topo_destroy(handle)
+
+    def __enter__(self) -> "Topology":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_"):
+            raise AttributeError(f"Topology is read-only (cannot set {name!r})")
+        object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<shmtopo.Topology closed>"
+        return f"<shmtopo.Topology from {self._source}, depth {self.depth}, {self.nbobjs('pu')} PUs>"
+
+
+@atexit.register
+def _destroy_all() -> None:
+    """Destroy every topology still open before the interpreter goes away."""
+    for topo in list(_open_topologies):
+        topo._destroy()
+
+
+# -- native loads ------------------------------------------------------------
+def _load_local() -> Any:
+    out = ffi.new("void **")
+    check(lib.shmtopo_topo_load_local(out))
+    return out[0]
+
+
+def _load_xml(xml: bytes, here: bool = False) -> Any:
+    """here: XML from this machine (a rank of the node), binding then works."""
+    out = ffi.new("void **")
+    load = lib.shmtopo_topo_load_xml_here if here else lib.shmtopo_topo_load_xml
+    check(load(xml, len(xml), out))
+    return out[0]
+
+
+def _export_xml(handle: Any) -> bytes:
+    xmlp, lenp = ffi.new("char **"), ffi.new("size_t *")
+    check(lib.shmtopo_topo_export_xml(handle, xmlp, lenp))
+    try:
+        return ffi.unpack(xmlp[0], lenp[0])
+    finally:
+        lib.shmtopo_topo_free_xml(xmlp[0])
+
+
+def _shmem_length(handle: Any) -> int:
+    out = ffi.new("size_t *")
+    check(lib.shmtopo_topo_shmem_length(handle, out))
+    return int(out[0])
+
+
+def _adopt(path: str, addr: int, length: int) -> Any:
+    out = ffi.new("void **")
+    check(lib.shmtopo_topo_shmem_adopt(path.encode(), addr, length, out))
+    return out[0]
+
+
+# -- exchange between the ranks of a comm -------------------------------------
+class _Exchange:
+    """Pickled allgather/bcast over the comm's MPI comm, or else over its
+    native out-of-band allgather (lengths first, then padded payloads)."""
+
+    def __init__(self, comm: "Comm"):
+        self.comm = comm
+        self.mpi = comm.mpi
+        self.rank = comm.rank
+        self.size = comm.size
+
+    def _raw(self, send: bytes, nbytes: int) -> bytes:
+        recv = ffi.new("char[]", nbytes * self.size)
+        self.comm._call(lib.shmtopo_comm_allgather, self.comm.handle, send, recv, nbytes)
+        return ffi.buffer(recv)[:]
+
+    def allgather(self, obj: Any) -> list:
+        if self.mpi is not None:
+            return self.mpi.allgather(obj)
+        data = pickle.dumps(obj)
+        lens = struct.unpack(f"<{self.size}q", self._raw(struct.pack("<q", len(data)), 8))
+        width = max(lens)
+        blob = self._raw(data.ljust(width, b"\0"), width)
+        return [pickle.loads(blob[r * width:r * width + lens[r]]) for r in range(self.size)]
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        if self.mpi is not None:
+            return self.mpi.bcast(obj, root=root)
+        return self.allgather(obj if self.rank == root else None)[root]
+
+
+def _record(exc: BaseException, rank: int) -> tuple[int, str, int]:
+    """What travels between ranks about a failure: (errno, message, rank)."""
+    err = getattr(exc, "errno", None) or _errno.EIO
+    return (err, str(exc) or type(exc).__name__, rank)
+
+
+def _first_failure(records: list) -> tuple[int, str, int] | None:
+    return next((r for r in records if r is not None), None)
+
+
+def _raise(record: tuple[int, str, int], what: str) -> None:
+    err, message, rank = record
+    cls = _BY_ERRNO.get(err, ShmtopoOSError)
+    raise cls(f"{what}: rank {rank}: {message}", err, rank)
+
+
+class _Failed(Exception):
+    """One path of share_topology failed on some rank (all ranks agree)."""
+
+    def __init__(self, record: tuple[int, str, int]):
+        super().__init__(record[1])
+        self.record = record
+
+
+# -- the conflict hook for tests ---------------------------------------------
+_MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_FIXED_NOREPLACE = 0x02, 0x20, 0x100000
+
+
+def _occupy(addr: int) -> tuple[int, int]:
+    """Map one inaccessible page at addr, so that an adopt there fails."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    page = os.sysconf("SC_PAGE_SIZE")
+    got = libc.mmap(addr, page, 0, _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_FIXED_NOREPLACE, -1, 0)
+    if got != addr:
+        if got not in (None, ctypes.c_void_p(-1).value):
+            _release((got, page))
+        raise ShmtopoOSError(f"cannot occupy {addr:#x} for the conflict test", _errno.EBUSY)
+    return got, page
+
+
+def _release(mapping: tuple[int, int]) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.munmap(mapping[0], mapping[1])
+
+
+def _remove_stale(directory: str, min_age: float = 60.0) -> None:
+    """Remove topology files left by leaders that died between write and
+    unlink (the only window where a name exists), once they are old."""
+    now = time.time()
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith("shmtopo-topo-")]
+    except OSError:
+        return
+    for name in names:
+        try:
+            pid = int(name.rsplit("-", 2)[1])
+            path = os.path.join(directory, name)
+            if pid == os.getpid() or now - os.stat(path).st_mtime < min_age:
+                continue
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        except (ValueError, IndexError, OSError):
+            continue
+
+
+# -- share_topology ------------------------------------------------------------
+class _Share:
+    """One share_topology call on one rank: the steps of each path, each
+    followed by an exchange of statuses, so every rank takes the same turn."""
+
+    def __init__(self, comm: "Comm", held: "Topology | None", conflict_rank: int | None):
+        self.ex = _Exchange(comm)
+        self.rank = self.ex.rank
+        self.leader = self.rank == 0
+        self.held = held             # this rank already holds a shared topology
+        self.conflict_rank = conflict_rank
+        self.base: Any = None        # leader: the topology it writes / exports
+        self.base_error: tuple | None = None
+        self.own_base = False
+
+    def prepare(self) -> None:
+        """Leader: load the topology to hand out. Never a held (adopted) one:
+        hwloc's shmem write updates its source and would segfault on the
+        read-only mapping."""
+        if not self.leader:
+            return
+        try:
+            self.base = _load_local()
+            self.own_base = True
+        except Exception as exc:  # noqa: BLE001 - travels to every rank
+            self.base_error = _record(exc, self.rank)
+
+    def release(self) -> None:
+        if self.own_base:
+            lib.shmtopo_topo_destroy(self.base)
+        self.base, self.own_base = None, False
+
+    def agree(self, record: tuple | None) -> None:
+        failed = _first_failure(self.ex.allgather(record))
+        if failed is not None:
+            raise _Failed(failed)
+
+    def _step(self, fn: Callable[[], Any]) -> tuple[Any, tuple | None]:
+        try:
+            return fn(), None
+        except _Failed as failed:
+            return None, failed.record
+        except Exception as exc:  # noqa: BLE001 - travels to every rank
+            return None, _record(exc, self.rank)
+
+    def shmem(self, attempt: int) -> tuple[Any, int, int]:
+        """One try: exchange free ranges, choose, write, adopt, agree."""
+        def scan():
+            if self.leader and self.base_error:
+                raise _Failed(self.base_error)
+            return (_shmem_length(self.base) if self.leader else 0), _maps.self_free()
+
+        (found, record) = self._step(scan)
+        gathered = self.ex.allgather((record, found))
+        failed = _first_failure([g[0] for g in gathered])
+        if failed is not None:
+            raise _Failed(failed)
+        length = gathered[0][1][0]
+        common = reduce(_maps.intersect, (g[1][1] for g in gathered))
+
+        def write():
+            addr = _maps.choose(common, length, ALIGN, attempt)
+            path = None
+            if self.leader:
+                directory = os.environ.get("SHMTOPO_TOPO_DIR") or _DEFAULT_DIR
+                if attempt == 0:
+                    _remove_stale(directory)
+                path = os.path.join(directory, f"shmtopo-topo-{hwloc_version()}-{os.getpid()}-{next(_file_counter)}")
+                check(lib.shmtopo_topo_shmem_write(self.base, path.encode(), addr, length))
+            return addr, path
+
+        (written, record) = self._step(write)
+        gathered = self.ex.allgather((record, written))
+        failed = _first_failure([g[0] for g in gathered])
+        if failed is not None:
+            raise _Failed(failed)  # a failed write leaves no file behind
+        addr, path = gathered[0][1]
+        handle = None
+        try:
+            def adopt():
+                blocker = _occupy(addr) if self.rank == self.conflict_rank and attempt == 0 else None
+                try:
+                    return None if self.held is not None else _adopt(path, addr, length)
+                finally:
+                    if blocker is not None:
+                        _release(blocker)
+
+            handle, record = self._step(adopt)
+            self.agree(record)
+        except BaseException:
+            if handle is not None:
+                lib.shmtopo_topo_destroy(handle)
+            raise
+        finally:
+            # Everyone has adopted or given up: the mapping outlives the name.
+            if self.leader:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        return handle, addr, length
+
+    def xml(self) -> Any:
+        """The leader exports XML; everyone (leader too) loads it."""
+        def export():
+            if self.base_error:
+                raise _Failed(self.base_error)
+            return _export_xml(self.base)
+
+        text, record = self._step(export) if self.leader else (None, None)
+        record, text = self.ex.bcast((record, text))
+        if record is not None:
+            raise _Failed(record)
+        handle, record = self._step(lambda: None if self.held is not None else _load_xml(text, here=True))
+        try:
+            self.agree(record)
+        except BaseException:
+            if handle is not None:
+                lib.shmtopo_topo_destroy(handle)
+            raise
+        return handle
+
+
+def _source_option(source: str | None) -> str:
+    chosen = source if source is not None else (os.environ.get("SHMTOPO_TOPO_SOURCE") or "auto")
+    if chosen not in ("auto",) + SOURCES:
+        raise ShmtopoValueError(f"topology source must be one of auto, {', '.join(SOURCES)}; not {chosen!r}")
+    return chosen
+
+
+def _conflict_option(conflict_rank: int | None) -> int | None:
+    if conflict_rank is not None:
+        return int(conflict_rank)
+    env = os.environ.get("SHMTOPO_TOPO_CONFLICT_RANK")
+    return int(env) if env else None
+
+
+def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = ATTEMPTS,
+                   _conflict_rank: int | None = None) -> Topology:
+    """Collective over ``comm``: this node's topology, read-only.
+
+    The leader (rank 0) loads it and writes it to a shared file under
+    ``/dev/shm`` (or ``$SHMTOPO_TOPO_DIR``), named after the hwloc version
+    and its pid; every rank maps it at one common address and the leader
+    removes the name at once. On failure on any rank, all ranks retry at
+    another address (``attempts`` in all), then share XML, then load
+    locally.
+
+    source: "auto" (default, or ``$SHMTOPO_TOPO_SOURCE``) runs that chain;
+        "shmem", "xml" or "local" takes only that path and raises if it fails.
+    _conflict_rank: for tests (also ``$SHMTOPO_TOPO_CONFLICT_RANK``): that rank
+        maps a page at the first chosen address, so the first attempt fails.
+
+    A process holds at most one shared topology: while one is open, further
+    calls return it with one more reference; ``close()`` each.
+    """
+    global _shared
+    chosen = _source_option(source)
+    conflict = _conflict_option(_conflict_rank)
+    held = _shared if _shared is not None and not _shared.closed else None
+    share = _Share(comm, held, conflict)
+    states = share.ex.allgather((held is not None, chosen))
+    if len({s[1] for s in states}) != 1:
+        raise ShmtopoValueError(f"ranks asked for different topology sources: {[s[1] for s in states]}")
+    if all(s[0] for s in states):
+        held._refs += 1
+        return held
+
+    handle, how, address, length, tried = None, None, None, None, 0
+    last = None
+    share.prepare()
+    try:
+        if chosen in ("auto", "shmem"):
+            for attempt in range(max(1, attempts)):
+                tried = attempt + 1
+                try:
+                    handle, address, length = share.shmem(attempt)
+                    how = "shmem"
+                    break
+                except _Failed as failed:
+                    last = failed.record
+        if how is None and chosen in ("auto", "xml"):
+            try:
+                handle, how = share.xml(), "xml"
+            except _Failed as failed:
+                last = failed.record
+    finally:
+        share.release()
+    if how is None and chosen in ("auto", "local"):
+        if held is None:
+            handle = _load_local()
+        how = "local"
+    if how is None:
+        _raise(last, f"share_topology(source={chosen!r}) failed")
+
+    if held is not None:
+        held._refs += 1
+        return held
+    if how != "shmem":
+        address = length = None
+    topo = Topology(handle, how, address=address, length=length, attempts=tried)
+    _shared = topo
+    return topo
+
+
+# -- splitting a comm by topology -------------------------------------------------
+def split_color(topo: Topology, by: str) -> int:
+    """Which object of type ``by`` this process belongs to: the one holding
+    its whole binding; if the binding spans several (an unbound process),
+    the one holding the CPU it last ran on. 0 for every rank when the type
+    has no objects here; ``nbobjs`` when no object holds the CPU."""
+    objs = topo.objects(by)
+    if not objs:
+        return 0
+    bound = topo.get_cpubind()
+    for i, obj in enumerate(objs):
+        if bound and bound <= obj.cpuset:
+            return i
+    where = topo.get_last_cpu_location()
+    for i, obj in enumerate(objs):
+        if where and where <= obj.cpuset:
+            return i
+    return len(objs)
+
+
+def split_comm(comm: "Comm", by: str) -> "Comm":
+    """Collective over ``comm``: a new comm per object of type ``by``
+    ("package", "numa", "l3", "core", any type name) holding the ranks bound
+    inside it; unbound ranks go by the CPU they currently run on (see
+    :func:`split_color`). Needs an MPI-backed comm. Free the result."""
+    return split_comm_colored(comm, by)[0]
+
+
+def split_comm_colored(comm: "Comm", by: str) -> tuple["Comm", int]:
+    """:func:`split_comm`, also returning this rank's color (for unbound
+    ranks it is only known at the moment of the split)."""
+    from .comm import Comm
+
+    _type_number(by)  # an unknown name fails before the collective part
+    if comm.mpi is None:
+        raise ShmtopoValueError("split needs a comm made with Comm.from_mpi")
+    with share_topology(comm) as topo:
+        color = split_color(topo, by)
+    sub = comm.mpi.Split(color, key=comm.rank)
+    try:
+        return Comm(_oob.mpi_transport(sub), sub.Get_size(), sub.Get_rank(), sub), color
+    except BaseException:
+        sub.Free()
+        raise
+
+
+# -- python -m shmtopo topo ------------------------------------------------------------
+def topo_main(comm: "Comm") -> None:
+    """Collective over ``comm`` (one node): rank 0 prints the object counts,
+    each rank's source and the time of share_topology against a local load."""
+    t0 = time.perf_counter()
+    topo = share_topology(comm)
+    t_share = time.perf_counter() - t0
+    try:
+        counts = topo.counts()
+        row = (comm.rank, os.getpid(), topo.source, topo.address, t_share)
+    finally:
+        topo.close()
+    t0 = time.perf_counter()
+    Topology.load().close()
+    t_local = time.perf_counter() - t0
+    rows = _Exchange(comm).allgather(row + (t_local,))
+    if comm.rank != 0:
+        return
+    print(f"node {socket.gethostname()}: {comm.size} rank(s), hwloc {hwloc_version()}")
+    print("  " + "  ".join(f"{name} {n}" for name, n in counts.items()))
+    print(f"  {'rank':>4} {'pid':>8} {'source':>6} {'address':>16} {'share ms':>9} {'load ms':>9} {'ratio':>7}")
+    for rank, pid, source, address, ts, tl in rows:
+        where = f"{address:#x}" if address else "-"
+        print(f"  {rank:>4} {pid:>8} {source:>6} {where:>16} {ts * 1e3:>9.3f} {tl * 1e3:>9.3f} {tl / ts:>6.1f}x")
