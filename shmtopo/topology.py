@@ -205,16 +205,17 @@ class Topology:
     call adds one, each ``close()`` drops one) and destroyed at zero.
     """
 
-    __slots__ = ("_h", "_source", "_refs", "_address", "_length", "_attempts", "__weakref__")
+    __slots__ = ("_h", "_source", "_refs", "_address", "_length", "_attempts", "_adopt_seconds", "__weakref__")
 
     def __init__(self, handle: Any, source: str, *, address: int | None = None,
-                 length: int | None = None, attempts: int = 0):
+                 length: int | None = None, attempts: int = 0, adopt_seconds: float | None = None):
         self._h = handle
         self._source = source
         self._refs = 1
         self._address = address
         self._length = length
         self._attempts = attempts
+        self._adopt_seconds = adopt_seconds
         _open_topologies.add(self)
 
     @classmethod
@@ -255,6 +256,13 @@ class Topology:
     def attempts(self) -> int:
         """Addresses share_topology tried (0 when shmem was not tried)."""
         return self._attempts
+
+    @property
+    def adopt_seconds(self) -> float | None:
+        """Time this rank spent in the native adopt call (source "shmem"),
+        the part that replaces a load; the rest of share_topology is the
+        leader's load and the exchanges."""
+        return self._adopt_seconds
 
     @property
     def closed(self) -> bool:
@@ -509,6 +517,7 @@ class _Share:
         self.base: Any = None        # leader: the topology it writes / exports
         self.base_error: tuple | None = None
         self.own_base = False
+        self.adopt_seconds: float | None = None
 
     def prepare(self) -> None:
         """Leader: load the topology to hand out. Never a held (adopted) one:
@@ -577,7 +586,12 @@ class _Share:
             def adopt():
                 blocker = _occupy(addr) if self.rank == self.conflict_rank and attempt == 0 else None
                 try:
-                    return None if self.held is not None else _adopt(path, addr, length)
+                    if self.held is not None:
+                        return None
+                    t0 = time.perf_counter()
+                    handle = _adopt(path, addr, length)
+                    self.adopt_seconds = time.perf_counter() - t0
+                    return handle
                 finally:
                     if blocker is not None:
                         _release(blocker)
@@ -695,7 +709,8 @@ def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = A
         return held
     if how != "shmem":
         address = length = None
-    topo = Topology(handle, how, address=address, length=length, attempts=tried)
+    topo = Topology(handle, how, address=address, length=length, attempts=tried,
+                    adopt_seconds=share.adopt_seconds if how == "shmem" else None)
     _shared = topo
     return topo
 

@@ -7,6 +7,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -385,3 +386,13 @@ def test_topo_main_prints(comm, capsys):
         assert out.count("shmem") == comm.size
     else:
         assert out == ""
+
+
+@pytest.mark.serial
+def test_bench_example_runs():
+    from conftest import run_mpiexec
+
+    script = os.path.join(os.path.dirname(__file__), "..", "examples", "bench_topology.py")
+    proc = run_mpiexec(2, [sys.executable, script, "--repeat", "2"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "share ms" in proc.stdout and proc.stdout.count(" shmem |") == 2, proc.stdout
