@@ -68,6 +68,15 @@ def topo(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    flags = sys.argv[1:] if argv is None else argv
+    if flags and set(flags) <= {"--cflags", "--libs"}:  # for C programs: see shmtopo/capi.py
+        from shmtopo.capi import compile_flags
+
+        try:
+            print(compile_flags(cflags="--cflags" in flags, libs="--libs" in flags))
+        except FileNotFoundError as exc:
+            sys.exit(f"python -m shmtopo: {exc}")
+        return
     parser = argparse.ArgumentParser(prog="python -m shmtopo", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, backends, defaults, CPUs").set_defaults(fn=info)
