@@ -176,6 +176,8 @@ int shmtopo_comm_abandon(shmtopo_comm_t *comm)
 {
     if (!comm)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (comm->coll)
+        shmtopo_coll_abandon(comm->coll);
     free(comm->pids);
     free(comm->starttimes);
     free(comm);
@@ -187,6 +189,10 @@ int shmtopo_comm_destroy(shmtopo_comm_t *comm)
     if (!comm)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
     int rc = 0;
+    if (comm->coll) {
+        rc = shmtopo_coll_free(comm->coll);
+        comm->coll = NULL;
+    }
     if (comm->oob.barrier(comm->oob.group) != 0)
         rc = shmtopo_fail(ECOMM, -1, "out-of-band barrier callback failed on rank %d", comm->rank);
     shmtopo_comm_abandon(comm);

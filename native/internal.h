@@ -34,6 +34,7 @@ struct shmtopo_comm {
     int ncpus;                       /* CPUs in the union of all affinity masks */
     int oversubscribed;              /* size > ncpus */
     uint64_t next_win_id;
+    struct shmtopo_coll *coll;       /* collectives' scratch, made by the first one */
 };
 
 /* Status record exchanged at every step of a collective set-up, so that a
@@ -163,3 +164,18 @@ static inline int shmtopo_wait(const shmtopo_win_t *win, _Atomic uint64_t *seq,
 int shmtopo_fence_resolve(int alg, int size);
 int shmtopo_fence_run(shmtopo_win_t *win);
 int shmtopo_peer_fence_run(shmtopo_win_t *win, int peer);
+
+/* ---- reduce.c ------------------------------------------------------------ */
+
+/* 0 if the (dtype, op) pair has a kernel, else -1/EINVAL. */
+int shmtopo_reduce_check(int dtype, int op);
+/* dst op= src, no checks (call shmtopo_reduce_check first). */
+void shmtopo_reduce_into(void *dst, const void *src, size_t count, int dtype, int op);
+
+/* ---- coll.c ---------------------------------------------------------------- */
+
+typedef struct shmtopo_coll shmtopo_coll_t;
+/* Local: release the comm's collective state (collective_free is in comm
+ * destroy, abandon when leaving after an error). */
+int shmtopo_coll_free(shmtopo_coll_t *coll);
+void shmtopo_coll_abandon(shmtopo_coll_t *coll);

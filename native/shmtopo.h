@@ -140,6 +140,51 @@ int shmtopo_win_free(shmtopo_win_t *win);
  * anyone. Peers waiting on it fail with ECONNABORTED instead of hanging. */
 int shmtopo_win_abandon(shmtopo_win_t *win);
 
+/* ---- collectives -------------------------------------------------------- */
+
+/* Element types and reduction operations of the window collectives. */
+enum shmtopo_dtype {
+    SHMTOPO_INT8 = 0, SHMTOPO_INT16 = 1, SHMTOPO_INT32 = 2, SHMTOPO_INT64 = 3,
+    SHMTOPO_UINT8 = 4, SHMTOPO_UINT16 = 5, SHMTOPO_UINT32 = 6, SHMTOPO_UINT64 = 7,
+    SHMTOPO_FLOAT32 = 8, SHMTOPO_FLOAT64 = 9
+};
+
+enum shmtopo_op {
+    SHMTOPO_OP_SUM = 0, SHMTOPO_OP_PROD = 1, SHMTOPO_OP_MIN = 2, SHMTOPO_OP_MAX = 3,
+    SHMTOPO_OP_BAND = 4, SHMTOPO_OP_BOR = 5, SHMTOPO_OP_BXOR = 6
+};
+
+enum shmtopo_coll_alg {
+    SHMTOPO_COLL_AUTO = 0,  /* by size (SHMTOPO_COLL_ALGORITHM overrides) */
+    SHMTOPO_COLL_FLAT = 1,  /* publish, one sync, every rank reads all inputs */
+    SHMTOPO_COLL_RSAG = 2   /* per chunk: each rank reduces its slice, then all copy */
+};
+
+/* All collectives are collective over the comm, in the same order on every
+ * rank. They go through per-comm scratch buffers (made by the first call,
+ * SHMTOPO_COLL_BUFFER bytes per buffer, two per rank) in chunks, so any size
+ * works; send == recv is allowed (in place). Counts are in elements.
+ * EINVAL on every rank when ranks pass different counts, types, operations
+ * or roots (checked in the flag words); EOWNERDEAD/ETIMEDOUT as for fences. */
+int shmtopo_barrier(shmtopo_comm_t *comm);
+int shmtopo_bcast(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int root);
+int shmtopo_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                   int dtype, int op, int root, int alg);
+int shmtopo_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                      int dtype, int op, int alg);
+/* recv: size * count elements, rank r's block at r * count. */
+int shmtopo_allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                      int dtype);
+/* send: size * count elements; recv: count, the reduction of block `rank`. */
+int shmtopo_reduce_scatter(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                           int dtype, int op);
+/* send, recv: size * count elements; block p of recv is block `rank` of p's send. */
+int shmtopo_alltoall(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                     int dtype);
+/* dst[i] = dst[i] op src[i] (the kernel the collectives use). */
+int shmtopo_reduce_local(void *dst, const void *src, size_t count, int dtype, int op);
+size_t shmtopo_dtype_size(int dtype);
+
 /* ---- configuration ---------------------------------------------------- */
 
 /* Parse a backend / fence algorithm name ("posix", "rd", ...; also the KUPL
