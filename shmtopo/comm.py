@@ -1,12 +1,13 @@
 """Comm: the processes of one node that share memory with each other."""
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Callable
 
 import numpy as np
 
-from . import _oob
+from . import _oob, collectives
 from ._native import ffi, lib
 from .errors import CallbackError, FreedError, ShmtopoError, ShmtopoValueError, check, last_error
 from .window import Window, _backend_number, _fence_number
@@ -25,25 +26,60 @@ class Comm:
         self._transport = transport
         self._mpi = mpi_comm
         self._windows: list[Window] = []
+        # Collectives span the comm given to from_mpi; with one node that is
+        # this comm itself (see _span_nodes for several).
+        self.world_rank, self.world_size, self.nnodes = rank, size, 1
+        self._leaders = None
         handle = ffi.new("shmtopo_comm_t **")
         self._call(lib.shmtopo_comm_create, size, rank, transport.oob, handle)
         self._h = handle[0]
 
     # -- construction -----------------------------------------------------
     @classmethod
-    def from_mpi(cls, mpi_comm: Any = None) -> "Comm":
+    def from_mpi(cls, mpi_comm: Any = None, *, node_size: int | None = None) -> "Comm":
         """Collective over ``mpi_comm`` (default COMM_WORLD): split it into
         nodes with ``Split_type(COMM_TYPE_SHARED)`` and return this node's comm.
+        Windows are node-local; collectives span all of ``mpi_comm``.
+
+        node_size (or SHMTOPO_NODE_SIZE): split into groups of that many
+        consecutive ranks instead, to try multi-node code paths on one machine.
         """
         from mpi4py import MPI
 
         parent = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
-        node = parent.Split_type(MPI.COMM_TYPE_SHARED, key=parent.Get_rank())
+        if node_size is None and os.environ.get("SHMTOPO_NODE_SIZE"):
+            node_size = int(os.environ["SHMTOPO_NODE_SIZE"])
+        if node_size is not None:
+            if int(node_size) < 1:
+                raise ShmtopoValueError(f"node_size must be >= 1, not {node_size}")
+            node = parent.Split(parent.Get_rank() // int(node_size), key=parent.Get_rank())
+        else:
+            node = parent.Split_type(MPI.COMM_TYPE_SHARED, key=parent.Get_rank())
         try:
-            return cls(_oob.mpi_transport(node), node.Get_size(), node.Get_rank(), node)
+            comm = cls(_oob.mpi_transport(node), node.Get_size(), node.Get_rank(), node)
         except BaseException:
             node.Free()
             raise
+        comm._span_nodes(parent)
+        return comm
+
+    def _span_nodes(self, parent: Any) -> None:
+        """Set up the leaders' communicator when the job spans several nodes."""
+        from mpi4py import MPI
+
+        self.world_rank, self.world_size = parent.Get_rank(), parent.Get_size()
+        self.nnodes = parent.allreduce(1 if self.rank == 0 else 0)
+        if self.nnodes == 1:
+            return
+        self._world = parent.Dup()  # our own context: never matches user messages
+        self._leaders = self._world.Split(0 if self.rank == 0 else MPI.UNDEFINED, key=self.world_rank)
+        node_index = self._mpi.bcast(self._leaders.Get_rank() if self.rank == 0 else None, root=0)
+        self._node_index = node_index
+        places = self._world.allgather((node_index, self.rank))
+        self._node_of = [n for n, _ in places]
+        self._local_of = [r for _, r in places]
+        self._node_sizes = [self._node_of.count(n) for n in range(self.nnodes)]
+        self._world_order = sorted(range(self.world_size), key=lambda w: places[w])
 
     @classmethod
     def from_callbacks(
@@ -160,6 +196,38 @@ class Comm:
         if win in self._windows:
             self._windows.remove(win)
 
+    # -- collectives (see collectives.py) --------------------------------
+    def barrier(self) -> None:
+        """Collective: no rank leaves before every rank arrived."""
+        collectives.barrier(self)
+
+    def bcast(self, array: Any, root: int = 0, *, out: Any = None) -> np.ndarray:
+        """Collective: rank ``root``'s array on every rank (new array, or ``out``)."""
+        return collectives.bcast(self, array, root, out=out)
+
+    def reduce(self, array: Any, op: str = "sum", root: int = 0, *, out: Any = None,
+               algorithm: str | None = None) -> np.ndarray | None:
+        """Collective: element-wise reduction, returned on ``root`` (None elsewhere)."""
+        return collectives.reduce(self, array, op, root, out=out, algorithm=algorithm)
+
+    def allreduce(self, array: Any, op: str = "sum", *, out: Any = None,
+                  algorithm: str | None = None) -> np.ndarray:
+        """Collective: element-wise reduction (sum, prod, min, max, band, bor,
+        bxor) of every rank's array, on every rank."""
+        return collectives.allreduce(self, array, op, out=out, algorithm=algorithm)
+
+    def allgather(self, array: Any, *, out: Any = None) -> np.ndarray:
+        """Collective: (nranks, *array.shape), row r from rank r."""
+        return collectives.allgather(self, array, out=out)
+
+    def reduce_scatter(self, array: Any, op: str = "sum", *, out: Any = None) -> np.ndarray:
+        """Collective: reduce, then rank r keeps block r of the first axis."""
+        return collectives.reduce_scatter(self, array, op, out=out)
+
+    def alltoall(self, array: Any, *, out: Any = None) -> np.ndarray:
+        """Collective: block p of the result is block ``rank`` of rank p's array."""
+        return collectives.alltoall(self, array, out=out)
+
     # -- lifetime ---------------------------------------------------------
     def free(self) -> None:
         """Collective: free the windows still open (in creation order), then
@@ -174,9 +242,10 @@ class Comm:
             try:
                 self._call(lib.shmtopo_comm_destroy, handle)
             finally:
-                if self._mpi is not None:
-                    self._mpi.Free()
-                    self._mpi = None
+                for mpi_comm in (self._mpi, self._leaders, getattr(self, "_world", None)):
+                    if mpi_comm is not None and mpi_comm != _null_comm():
+                        mpi_comm.Free()
+                self._mpi = self._leaders = self._world = None
 
     def abandon(self) -> None:
         """Local: after an error on this rank, abandon the open windows and
@@ -215,6 +284,12 @@ class Comm:
         from .topology import split_comm
 
         return split_comm(self, by)
+
+
+def _null_comm():
+    from mpi4py import MPI
+
+    return MPI.COMM_NULL
 
 
 def _layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype, tuple, int]:

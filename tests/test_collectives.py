@@ -1,0 +1,224 @@
+"""Window collectives against numpy references computed from every rank's
+input (each rank can generate every other rank's input)."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import shmtopo
+
+INT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+FLOAT_TYPES = [np.float32, np.float64]
+ALL_TYPES = INT_TYPES + FLOAT_TYPES
+UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+          "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
+CHUNK = 256 * 1024  # the default SHMTOPO_COLL_BUFFER
+
+
+def data(rank, count, dtype, salt=0):
+    """Rank's deterministic input: small values so products stay meaningful."""
+    rng = np.random.default_rng(1000 * rank + 17 * count + salt)
+    if np.dtype(dtype).kind == "f":
+        return (rng.random(count) * 4 - 2).astype(dtype)
+    lo = 0 if np.dtype(dtype).kind == "u" else -3
+    return rng.integers(lo, 4, count).astype(dtype)
+
+
+def reference(op, inputs):
+    out = inputs[0].copy()
+    for x in inputs[1:]:
+        out = UFUNCS[op](out, x).astype(out.dtype)
+    return out
+
+
+def ops_for(dtype):
+    return list(UFUNCS) if np.dtype(dtype).kind in "iu" else ["sum", "prod", "min", "max"]
+
+
+def everyone(comm, count, dtype, salt=0):
+    return [data(r, count, dtype, salt) for r in range(comm.world_size)]
+
+
+@pytest.mark.parametrize("dtype", ALL_TYPES)
+def test_allreduce_every_dtype_and_op(comm, dtype):
+    for op in ops_for(dtype):
+        for count in (1, 13, 200):
+            inputs = everyone(comm, count, dtype)
+            got = comm.allreduce(inputs[comm.world_rank], op)
+            np.testing.assert_array_equal(got, reference(op, inputs), err_msg=f"{op} {count}")
+
+
+@pytest.mark.parametrize("algorithm", ["flat", "rsag", None])
+@pytest.mark.parametrize("count", [0, 1, 7, 1001, CHUNK // 8 + 1, 3 * 2**20 // 8 + 3])
+def test_allreduce_sizes_and_algorithms(comm, algorithm, count):
+    for dtype, op in ((np.float64, "sum"), (np.int32, "bxor")):
+        inputs = everyone(comm, count, dtype)
+        got = comm.allreduce(inputs[comm.world_rank], op, algorithm=algorithm)
+        np.testing.assert_array_equal(got, reference(op, inputs))
+
+
+def test_allreduce_in_place_and_out(comm):
+    inputs = everyone(comm, 5000, np.float64)
+    a = inputs[comm.world_rank].copy()
+    assert comm.allreduce(a, out=a) is a
+    np.testing.assert_array_equal(a, reference("sum", inputs))
+    out = np.empty((50, 100))
+    comm.allreduce(inputs[comm.world_rank].reshape(50, 100), "max", out=out)
+    np.testing.assert_array_equal(out.ravel(), reference("max", inputs))
+
+
+@pytest.mark.parametrize("algorithm", ["flat", "rsag"])
+@pytest.mark.parametrize("count", [0, 3, 40000])
+def test_reduce_every_root(comm, algorithm, count):
+    inputs = everyone(comm, count, np.int64)
+    for root in range(comm.world_size):
+        got = comm.reduce(inputs[comm.world_rank], "sum", root=root, algorithm=algorithm)
+        if comm.world_rank == root:
+            np.testing.assert_array_equal(got, reference("sum", inputs))
+        else:
+            assert got is None
+
+
+@pytest.mark.parametrize("count", [0, 1, 12, 97, CHUNK + 5, 3 * 2**20])
+def test_bcast_every_root(comm, count):
+    for root in range(comm.world_size):
+        mine = data(comm.world_rank, count, np.uint8, salt=root)
+        got = comm.bcast(mine, root=root)
+        np.testing.assert_array_equal(got, data(root, count, np.uint8, salt=root))
+        buf = mine.copy()
+        comm.bcast(buf, root=root, out=buf)  # in place
+        np.testing.assert_array_equal(buf, got)
+
+
+@pytest.mark.parametrize("count", [0, 1, 11, CHUNK // 4 + 1])
+def test_allgather(comm, count):
+    inputs = everyone(comm, count, np.float32)
+    got = comm.allgather(inputs[comm.world_rank])
+    assert got.shape == (comm.world_size, count)
+    np.testing.assert_array_equal(got, np.array(inputs).reshape(comm.world_size, count))
+
+
+@pytest.mark.parametrize("block", [0, 1, 5, CHUNK // 8 + 3])
+def test_reduce_scatter(comm, block):
+    n = comm.world_size
+    for dtype, op in ((np.float64, "sum"), (np.uint16, "bor"), (np.int8, "min")):
+        inputs = everyone(comm, n * block, dtype)
+        got = comm.reduce_scatter(inputs[comm.world_rank], op)
+        want = reference(op, inputs).reshape(n, block)[comm.world_rank]
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("block", [0, 1, 6, CHUNK // 8 + 3])
+def test_alltoall(comm, block):
+    n = comm.world_size
+    inputs = everyone(comm, n * block, np.int64)
+    got = comm.alltoall(inputs[comm.world_rank])
+    want = np.concatenate([inputs[p].reshape(n, block)[comm.world_rank] for p in range(n)])
+    np.testing.assert_array_equal(got, want)
+    a = inputs[comm.world_rank].copy()
+    comm.alltoall(a, out=a)  # in place
+    np.testing.assert_array_equal(a, want)
+
+
+def test_barrier_synchronises(comm):
+    """A rank that passed the barrier early would read a stale slot."""
+    import time
+
+    from test_fence import EPOCHS
+
+    with comm.allocate(shape=(comm.size,), dtype=np.int64) as win:
+        slots = win.query(0)
+        for epoch in range(1, EPOCHS + 1):
+            time.sleep(((epoch + comm.rank) % comm.size) * 0.001)
+            slots[comm.rank] = epoch
+            comm.barrier()
+            assert (slots[:comm.size] == epoch).all()
+            comm.barrier()
+
+
+def test_many_small_chunks(monkeypatch):
+    """A 4 KiB scratch buffer: everything goes through many pipelined chunks."""
+    monkeypatch.setenv("SHMTOPO_COLL_BUFFER", "4096")
+    with shmtopo.Comm.from_mpi() as comm:
+        for count in (511, 512, 513, 5000):
+            inputs = everyone(comm, count, np.float64)
+            for alg in ("flat", "rsag"):
+                got = comm.allreduce(inputs[comm.world_rank], algorithm=alg)
+                np.testing.assert_array_equal(got, reference("sum", inputs))
+            np.testing.assert_array_equal(comm.bcast(inputs[comm.world_rank], root=comm.size - 1),
+                                          inputs[comm.size - 1])
+            np.testing.assert_array_equal(comm.allgather(inputs[comm.world_rank]), np.array(inputs))
+
+
+def test_mismatched_arguments_fail_everywhere(comm):
+    if comm.world_size == 1:
+        pytest.skip("one rank cannot disagree")
+    odd = comm.world_rank == comm.world_size - 1
+    x = np.ones(20)
+    cases = [
+        lambda: comm.allreduce(np.ones(21 if odd else 20)),                  # count
+        lambda: comm.allreduce(x.astype(np.float32) if odd else x),          # dtype
+        lambda: comm.allreduce(x, "max" if odd else "sum"),                  # op
+        lambda: comm.bcast(x, root=1 if odd else 0),                         # root
+        lambda: comm.allreduce(x, "bogus" if odd else "sum"),                # invalid op, one rank
+        lambda: comm.allreduce(x.astype(np.complex128) if odd else x),      # invalid dtype, one rank
+        lambda: comm.reduce(x, root=99 if odd else 0),                       # invalid root, one rank
+    ]
+    for case in cases:
+        with pytest.raises(shmtopo.ShmtopoValueError):
+            case()
+        # nothing lost: the next collective works
+        np.testing.assert_array_equal(comm.allreduce(np.ones(3)), np.full(3, comm.world_size))
+
+
+def test_bad_arguments(comm):
+    with pytest.raises(ValueError, match="bitwise"):
+        comm.allreduce(np.ones(3), "band")
+    with pytest.raises(ValueError, match="unsupported operation"):
+        comm.allreduce(np.ones(3), "mean")
+    with pytest.raises(ValueError, match="out"):
+        comm.allreduce(np.ones(3), out=np.empty(4))
+    with pytest.raises(ValueError, match="equal blocks"):
+        comm.alltoall(np.ones(()) if comm.world_size == 1 else np.ones(comm.world_size * 2 + 1))
+    comm.barrier()
+
+
+@pytest.mark.parametrize("node_size", [1, 2])
+def test_simulated_nodes_match_mpi4py(node_size):
+    """Several "nodes" of node_size ranks on this machine: hierarchical paths,
+    checked against plain mpi4py collectives."""
+    world = MPI.COMM_WORLD
+    with shmtopo.Comm.from_mpi(world, node_size=node_size) as comm:
+        assert comm.nnodes == -(-world.size // node_size)
+        assert comm.world_rank == world.rank and comm.world_size == world.size
+        x = data(world.rank, 1000, np.float64)
+        want = np.empty_like(x)
+        world.Allreduce(x, want)
+        np.testing.assert_allclose(comm.allreduce(x), want, rtol=1e-12)
+        ints = data(world.rank, 333, np.int64)
+        want = np.empty_like(ints)
+        world.Allreduce(ints, want, op=MPI.MAX)
+        np.testing.assert_array_equal(comm.allreduce(ints, "max"), want)
+        for root in range(world.size):
+            got = comm.reduce(ints, root=root)
+            want = np.empty_like(ints) if world.rank == root else None
+            world.Reduce(ints, want, root=root)
+            if world.rank == root:
+                np.testing.assert_array_equal(got, want)
+            else:
+                assert got is None
+            b = comm.bcast(data(world.rank, 70000, np.uint8, salt=root), root=root)
+            np.testing.assert_array_equal(b, data(root, 70000, np.uint8, salt=root))
+        gathered = np.empty((world.size, 333), np.int64)
+        world.Allgather(ints, gathered)
+        np.testing.assert_array_equal(comm.allgather(ints), gathered)
+        blocks = data(world.rank, 4 * world.size, np.int32)
+        want = np.empty_like(blocks)
+        world.Alltoall(blocks, want)
+        np.testing.assert_array_equal(comm.alltoall(blocks), want)
+        want = np.empty(4, np.int32)
+        world.Reduce_scatter_block(blocks, want)
+        np.testing.assert_array_equal(comm.reduce_scatter(blocks), want)
+        comm.barrier()
+        with comm.allocate(8) as win:  # windows stay node-local
+            win.fence()
+            assert comm.size == min(node_size, world.size - (world.rank // node_size) * node_size)
