@@ -181,6 +181,21 @@ int shmtopo_reduce_scatter(shmtopo_comm_t *comm, const void *send, void *recv, s
 /* send, recv: size * count elements; block p of recv is block `rank` of p's send. */
 int shmtopo_alltoall(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
                      int dtype);
+/* Persistent collectives (as MPI_Allreduce_init): check and record the
+ * arguments once (local, no communication); each request_start then runs
+ * the collective on them (collective, complete on return); request_wait
+ * returns at once; request_free releases the record (local). */
+typedef struct shmtopo_request shmtopo_request_t;
+int shmtopo_allreduce_init(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                           int dtype, int op, int alg, shmtopo_request_t **reqp);
+int shmtopo_bcast_init(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int root,
+                       shmtopo_request_t **reqp);
+int shmtopo_alltoall_init(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                          int dtype, shmtopo_request_t **reqp);
+int shmtopo_request_start(shmtopo_request_t *req);
+int shmtopo_request_wait(shmtopo_request_t *req);
+int shmtopo_request_free(shmtopo_request_t *req);
+
 /* dst[i] = dst[i] op src[i] (the kernel the collectives use). */
 int shmtopo_reduce_local(void *dst, const void *src, size_t count, int dtype, int op);
 size_t shmtopo_dtype_size(int dtype);

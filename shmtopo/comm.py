@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _oob, collectives
+from . import _oob, collectives, request
 from ._native import ffi, lib
 from .errors import CallbackError, FreedError, ShmtopoError, ShmtopoValueError, check, last_error
 from .window import Window, _backend_number, _fence_number
@@ -196,37 +196,35 @@ class Comm:
         if win in self._windows:
             self._windows.remove(win)
 
-    # -- collectives (see collectives.py) --------------------------------
-    def barrier(self) -> None:
-        """Collective: no rank leaves before every rank arrived."""
-        collectives.barrier(self)
+    # -- collectives (see collectives.py; bound directly, no extra call) --
+    barrier = collectives.barrier
+    bcast = collectives.bcast
+    reduce = collectives.reduce
+    allreduce = collectives.allreduce
+    allgather = collectives.allgather
+    reduce_scatter = collectives.reduce_scatter
+    alltoall = collectives.alltoall
 
-    def bcast(self, array: Any, root: int = 0, *, out: Any = None) -> np.ndarray:
-        """Collective: rank ``root``'s array on every rank (new array, or ``out``)."""
-        return collectives.bcast(self, array, root, out=out)
+    def allreduce_init(self, send: Any, recv: Any, op: str = "sum", *,
+                       algorithm: str | None = None) -> "request.Request":
+        """Persistent allreduce of ``send`` into ``recv`` (node-local comms):
+        each ``req.start()`` runs it with no per-call argument handling."""
+        self._single_node("allreduce_init")
+        return request.allreduce_init(self, send, recv, op, algorithm)
 
-    def reduce(self, array: Any, op: str = "sum", root: int = 0, *, out: Any = None,
-               algorithm: str | None = None) -> np.ndarray | None:
-        """Collective: element-wise reduction, returned on ``root`` (None elsewhere)."""
-        return collectives.reduce(self, array, op, root, out=out, algorithm=algorithm)
+    def bcast_init(self, buf: Any, root: int = 0) -> "request.Request":
+        """Persistent in-place bcast of ``buf`` from ``root`` (node-local comms)."""
+        self._single_node("bcast_init")
+        return request.bcast_init(self, buf, root)
 
-    def allreduce(self, array: Any, op: str = "sum", *, out: Any = None,
-                  algorithm: str | None = None) -> np.ndarray:
-        """Collective: element-wise reduction (sum, prod, min, max, band, bor,
-        bxor) of every rank's array, on every rank."""
-        return collectives.allreduce(self, array, op, out=out, algorithm=algorithm)
+    def alltoall_init(self, send: Any, recv: Any) -> "request.Request":
+        """Persistent alltoall (node-local comms)."""
+        self._single_node("alltoall_init")
+        return request.alltoall_init(self, send, recv)
 
-    def allgather(self, array: Any, *, out: Any = None) -> np.ndarray:
-        """Collective: (nranks, *array.shape), row r from rank r."""
-        return collectives.allgather(self, array, out=out)
-
-    def reduce_scatter(self, array: Any, op: str = "sum", *, out: Any = None) -> np.ndarray:
-        """Collective: reduce, then rank r keeps block r of the first axis."""
-        return collectives.reduce_scatter(self, array, op, out=out)
-
-    def alltoall(self, array: Any, *, out: Any = None) -> np.ndarray:
-        """Collective: block p of the result is block ``rank`` of rank p's array."""
-        return collectives.alltoall(self, array, out=out)
+    def _single_node(self, what: str) -> None:
+        if self._leaders is not None:
+            raise ShmtopoValueError(f"{what} works on single-node comms only")
 
     # -- lifetime ---------------------------------------------------------
     def free(self) -> None:

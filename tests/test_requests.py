@@ -1,0 +1,53 @@
+"""Persistent collectives: set up once, started many times."""
+import numpy as np
+import pytest
+
+import shmtopo
+from test_collectives import everyone, reference
+
+
+def test_allreduce_init_runs_repeatedly(comm):
+    send, recv = np.zeros(5), np.empty(5)
+    with comm.allreduce_init(send, recv, "sum") as req:
+        for i in range(20):
+            send[:] = comm.rank + i
+            req.start()
+            req.wait()
+            np.testing.assert_array_equal(recv, np.full(5, sum(range(comm.size)) + comm.size * i))
+
+
+@pytest.mark.parametrize("count", [1, 100000])
+def test_bcast_and_alltoall_init(comm, count):
+    buf = np.full(count, comm.rank, np.int32)
+    with comm.bcast_init(buf, root=comm.size - 1) as req:
+        req()
+        assert (buf == comm.size - 1).all()
+    inputs = everyone(comm, comm.size * 3, np.int64)
+    out = np.empty_like(inputs[0])
+    with comm.alltoall_init(inputs[comm.rank], out) as req:
+        req.start()
+    want = np.concatenate([inputs[p].reshape(comm.size, 3)[comm.rank] for p in range(comm.size)])
+    np.testing.assert_array_equal(out, want)
+
+
+def test_request_argument_errors(comm):
+    with pytest.raises(ValueError, match="same dtype"):
+        comm.allreduce_init(np.ones(3), np.ones(4))
+    with pytest.raises(ValueError, match="bitwise"):
+        comm.allreduce_init(np.ones(3), np.ones(3), "bxor")
+    with pytest.raises(ValueError, match="writable"):
+        ro = np.ones(3)
+        ro.flags.writeable = False
+        comm.allreduce_init(np.ones(3), ro)
+    with pytest.raises(ValueError, match="out of range"):
+        comm.bcast_init(np.ones(3), root=comm.size)
+
+
+def test_request_after_comm_free_raises():
+    comm = shmtopo.Comm.from_mpi()
+    req = comm.allreduce_init(np.ones(2), np.empty(2))
+    req.start()
+    comm.free()
+    with pytest.raises(shmtopo.FreedError):
+        req.start()
+    req.free()
