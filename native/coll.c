@@ -247,6 +247,22 @@ typedef struct chunk_at {
     size_t offset;  /* bytes into each rank's buffer */
 } chunk_at_t;
 
+/* Where each rank's input lies: copied into its scratch buffers chunk by
+ * chunk (any array), or in place at `offset` of its part of a window of the
+ * comm (zero-copy: peers read it there). */
+typedef struct source {
+    const char *send;          /* this rank's input, copy path */
+    const shmtopo_win_t *win;  /* window path */
+    size_t offset;
+} source_t;
+
+static const char *from_window(const shmtopo_coll_t *c, int rank, const void *arg)
+{
+    (void)c;
+    const source_t *src = arg;
+    return src->win->base[rank] + src->offset;
+}
+
 static const char *from_line(const shmtopo_coll_t *c, int rank, const void *arg)
 {
     (void)arg;
@@ -260,13 +276,22 @@ static const char *from_buffer(const shmtopo_coll_t *c, int rank, const void *ar
 }
 
 /* Every rank publishes, one step, and the readers reduce all inputs. */
-static int flat_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const char *send, char *recv,
+static int flat_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const source_t *src, char *recv,
                        size_t count, int dtype, int op, int root)
 {
     const size_t esz = shmtopo_dtype_size(dtype), n = count * esz;
     const int reads = root < 0 || root == c->rank;
+    if (src->win) {
+        /* in place: one step to start reading, one so nobody changes its
+         * part while a peer still reads it */
+        if (step(c, kind, sig, NULL, 0) < 0)
+            return -1;
+        if (reads)
+            reduce_ranks(c, recv, from_window, src, count, dtype, op);
+        return step(c, kind, sig, NULL, 0);
+    }
     if (n <= COLL_INLINE) {
-        if (step(c, kind, sig, send, n) < 0)
+        if (step(c, kind, sig, src->send, n) < 0)
             return -1;
         if (reads && n)
             reduce_ranks(c, recv, from_line, NULL, count, dtype, op);
@@ -276,7 +301,7 @@ static int flat_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const char *se
     for (size_t off = 0; off < count; off += per) {
         const size_t m = min_size(per, count - off);
         chunk_at_t at = {next_buffer(c), 0};
-        memcpy(buffer(c, c->rank, at.which), send + off * esz, m * esz);
+        memcpy(buffer(c, c->rank, at.which), src->send + off * esz, m * esz);
         if (step(c, kind, sig, NULL, 0) < 0)
             return -1;
         if (reads)
@@ -288,7 +313,7 @@ static int flat_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const char *se
 /* Per chunk: each rank reduces its own slice of everybody's chunk (in
  * parallel, so the memory traffic is shared), publishes it, then the readers
  * copy the others' slices: the memory-bandwidth-bound shape. */
-static int rsag_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const char *send, char *recv,
+static int rsag_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const source_t *src, char *recv,
                        size_t count, int dtype, int op, int root)
 {
     const size_t esz = shmtopo_dtype_size(dtype), per = c->buffer / esz;
@@ -297,14 +322,20 @@ static int rsag_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const char *se
         const size_t m = min_size(per, count - off);
         const int which = next_buffer(c);
         char *mine = buffer(c, c->rank, which);
-        memcpy(mine, send + off * esz, m * esz);
+        if (!src->win)
+            memcpy(mine, src->send + off * esz, m * esz);
         if (step(c, kind, sig, NULL, 0) < 0)
             return -1;
         const size_t lo = m * (size_t)c->rank / (size_t)c->size;
         const size_t hi = m * (size_t)(c->rank + 1) / (size_t)c->size;
         char *dst = reads ? recv + (off + lo) * esz : c->tmp;
-        chunk_at_t at = {which, lo * esz};
-        reduce_ranks(c, dst, from_buffer, &at, hi - lo, dtype, op);
+        if (src->win) {
+            source_t at = {NULL, src->win, src->offset + (off + lo) * esz};
+            reduce_ranks(c, dst, from_window, &at, hi - lo, dtype, op);
+        } else {
+            chunk_at_t at = {which, lo * esz};
+            reduce_ranks(c, dst, from_buffer, &at, hi - lo, dtype, op);
+        }
         memcpy(mine + lo * esz, dst, (hi - lo) * esz);
         if (step(c, kind, sig, NULL, 0) < 0)
             return -1;
@@ -320,21 +351,40 @@ static int rsag_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const char *se
     return 0;
 }
 
-static int reduce_common(shmtopo_comm_t *comm, int kind, const void *send, void *recv, size_t count,
-                         int dtype, int op, int root, int alg)
+/* A window path needs the window of this comm and the data inside every
+ * rank's part; false arguments on one rank fail the call on all. */
+static int check_window(const shmtopo_coll_t *c, const shmtopo_comm_t *comm, const source_t *src,
+                        size_t nbytes)
+{
+    if (!src->win)
+        return 0;
+    if (src->win->comm != comm)
+        return shmtopo_fail(EINVAL, -1, "the window belongs to another comm");
+    for (int p = 0; p < c->size; p++)
+        if (src->offset + nbytes > src->win->sizes[p])
+            return shmtopo_fail(EINVAL, p, "bytes [%zu, %zu) lie outside rank %d's part of the window (%zu bytes)",
+                                src->offset, src->offset + nbytes, p, src->win->sizes[p]);
+    return 0;
+}
+
+static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, void *recv,
+                         size_t count, int dtype, int op, int root, int alg)
 {
     shmtopo_coll_t *c = NULL;
     if (begin(comm, &c) < 0)
         return -1;
     const int reads = root < 0 || root == c->rank;
-    if ((root >= 0 && check_root(c, root) < 0) || shmtopo_reduce_check(dtype, op) < 0)
+    if ((root >= 0 && check_root(c, root) < 0) || shmtopo_reduce_check(dtype, op) < 0 ||
+        check_window(c, comm, src, count * shmtopo_dtype_size(dtype)) < 0)
         return poison(c, kind);
-    if ((count && !send) || (count && reads && !recv) ||
+    if ((count && !src->win && !src->send) || (count && reads && !recv) ||
         (alg != SHMTOPO_COLL_AUTO && alg != SHMTOPO_COLL_FLAT && alg != SHMTOPO_COLL_RSAG)) {
         shmtopo_fail(EINVAL, -1, "%s: NULL buffer or unknown algorithm %d", kind_names[kind], alg);
         return poison(c, kind);
     }
-    const uint64_t sig = signature(kind, dtype, op, root, count);
+    /* the signature also tells the copy path from the window path */
+    const uint64_t sig = mix(signature(kind, dtype, op, root, count),
+                             src->win ? src->offset + 1 : 0);
     const size_t n = count * shmtopo_dtype_size(dtype);
     if (alg == SHMTOPO_COLL_AUTO)
         alg = c->default_alg;
@@ -343,20 +393,32 @@ static int reduce_common(shmtopo_comm_t *comm, int kind, const void *send, void 
     if (count == 0) /* still a step: arguments are checked and everyone meets */
         return step(c, kind, sig, NULL, 0);
     if (alg == SHMTOPO_COLL_FLAT)
-        return flat_reduce(c, kind, sig, send, recv, count, dtype, op, root);
-    return rsag_reduce(c, kind, sig, send, recv, count, dtype, op, root);
+        return flat_reduce(c, kind, sig, src, recv, count, dtype, op, root);
+    return rsag_reduce(c, kind, sig, src, recv, count, dtype, op, root);
+}
+
+int shmtopo_win_reduce(shmtopo_win_t *win, size_t offset, void *recv, size_t count, int dtype,
+                       int op, int root, int alg)
+{
+    if (!win)
+        return shmtopo_fail(EBADF, -1, "window is NULL or freed");
+    source_t src = {NULL, win, offset};
+    return reduce_common(win->comm, root < 0 ? ALLREDUCE : REDUCE, &src, recv, count, dtype, op,
+                         root, alg);
 }
 
 int shmtopo_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype,
                    int op, int root, int alg)
 {
-    return reduce_common(comm, REDUCE, send, recv, count, dtype, op, root, alg);
+    source_t src = {send, NULL, 0};
+    return reduce_common(comm, REDUCE, &src, recv, count, dtype, op, root, alg);
 }
 
 int shmtopo_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype,
                       int op, int alg)
 {
-    return reduce_common(comm, ALLREDUCE, send, recv, count, dtype, op, -1, alg);
+    source_t src = {send, NULL, 0};
+    return reduce_common(comm, ALLREDUCE, &src, recv, count, dtype, op, -1, alg);
 }
 
 /* ---- data movement ------------------------------------------------------------- */
@@ -401,6 +463,31 @@ int shmtopo_bcast(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int 
             memcpy(data + off, buffer(c, root, which), m);
     }
     return 0;
+}
+
+int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count, int dtype, int root)
+{
+    shmtopo_coll_t *c = NULL;
+    if (!win)
+        return shmtopo_fail(EBADF, -1, "window is NULL or freed");
+    if (begin(win->comm, &c) < 0)
+        return -1;
+    const size_t n = count * shmtopo_dtype_size(dtype);
+    source_t src = {NULL, win, offset};
+    if (check_root(c, root) < 0 || check_dtype(dtype) < 0 || check_window(c, win->comm, &src, n) < 0)
+        return poison(c, BCAST);
+    if (count && !buf) {
+        shmtopo_fail(EINVAL, -1, "bcast: NULL buffer");
+        return poison(c, BCAST);
+    }
+    const uint64_t sig = mix(signature(BCAST, dtype, 0, root, count), offset + 1);
+    if (step(c, BCAST, sig, NULL, 0) < 0)
+        return -1;
+    const char *from = win->base[root] + offset;
+    if (n && (char *)buf != from)
+        memmove(buf, from, n);
+    /* the root keeps its data unchanged until every copy is done */
+    return step(c, BCAST, sig, NULL, 0);
 }
 
 int shmtopo_allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype)

@@ -181,6 +181,16 @@ int shmtopo_reduce_scatter(shmtopo_comm_t *comm, const void *send, void *recv, s
 /* send, recv: size * count elements; block p of recv is block `rank` of p's send. */
 int shmtopo_alltoall(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
                      int dtype);
+/* Zero-copy variants: every rank's input lies at byte `offset` of its own
+ * part of `win` (a window of the comm), where peers read it directly.
+ * win_reduce with root < 0 is an allreduce. win_bcast copies the root's
+ * part straight into `buf` (which may be this rank's part itself). All ranks
+ * must take the window path together, at the same offset (else EINVAL on all). */
+int shmtopo_win_reduce(shmtopo_win_t *win, size_t offset, void *recv, size_t count, int dtype,
+                       int op, int root, int alg);
+int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count, int dtype,
+                      int root);
+
 /* Persistent collectives (as MPI_Allreduce_init): check and record the
  * arguments once (local, no communication); each request_start then runs
  * the collective on them (collective, complete on return); request_wait

@@ -36,6 +36,22 @@ _allreduce = lib.shmtopo_allreduce
 _NOT_FAST = (KeyError, AttributeError, TypeError, ValueError, BufferError)
 
 
+WINDOW_MIN = 64 * 1024  # smaller arrays: the copy path is as fast, and finding the window costs
+
+
+def _in_window(comm: "Comm", a: np.ndarray):
+    """(window, offset) when a (C-contiguous, large) lies in this rank's part
+    of one of the comm's windows: the zero-copy path. The size rule is the same
+    on every rank, so ranks agree on whether to look."""
+    if a.nbytes < WINDOW_MIN or not comm._windows or not a.flags.c_contiguous:
+        return None
+    for win in comm._windows:
+        offset = win._offset_of(a)
+        if offset is not None:
+            return win, offset
+    return None
+
+
 class _Invalid(Exception):
     """A local argument error; every rank must still fail with it."""
 
@@ -82,16 +98,28 @@ def node_barrier(comm: "Comm") -> None:
     _run(comm, lib.shmtopo_barrier)
 
 
-def node_bcast(comm: "Comm", a: np.ndarray, root: int) -> None:
-    """In place: a becomes the node root's a."""
+def node_bcast(comm: "Comm", a: np.ndarray, root: int, source: np.ndarray | None = None) -> None:
+    """In place: a becomes the node root's a (read straight from the root's
+    window part when `source`, the array given by the caller, lies in one)."""
     code = DTYPES.get(a.dtype, -1)
+    found = _in_window(comm, a if source is None else source)
+    if found:
+        win, offset = found
+        if lib.shmtopo_win_bcast(win._h, offset, _from_buffer(a), a.size, code, root) < 0:
+            raise last_error()
+        return
     _run(comm, lib.shmtopo_bcast, _from_buffer(a) if a.size else NULL, a.size, code, root)
 
 
 def node_reduce(comm: "Comm", a: np.ndarray, out: np.ndarray | None, op: int, root: int, alg: int) -> None:
     code = DTYPES.get(a.dtype, -1)
     recv = _from_buffer(out) if out is not None and out.size else NULL
-    if root < 0:
+    found = _in_window(comm, a)
+    if found:
+        win, offset = found
+        if lib.shmtopo_win_reduce(win._h, offset, recv, a.size, code, op, root, alg) < 0:
+            raise last_error()
+    elif root < 0:
         _run(comm, lib.shmtopo_allreduce, _from_buffer(a) if a.size else NULL, recv, a.size, code, op, alg)
     else:
         _run(comm, lib.shmtopo_reduce, _from_buffer(a) if a.size else NULL, recv, a.size, code, op, root, alg)
@@ -115,7 +143,7 @@ def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
 
     op: sum, prod, min, max (band, bor, bxor for integers). algorithm: None
     (by size), "flat" or "rsag". Returns out (a new array when None)."""
-    if comm._leaders is None and algorithm is None:
+    if comm._leaders is None and algorithm is None and getattr(array, "nbytes", 0) < WINDOW_MIN:
         # Fast path for the common case (one node, numpy in and out): small
         # messages cost about as much in Python as in shared memory.
         try:
@@ -182,11 +210,16 @@ def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.nda
         result = _result(out, a.shape, a.dtype, "bcast")
     except _Invalid as exc:
         _fail_everywhere(comm, lib.shmtopo_bcast, exc, NULL, 0, -1, 0)
-    if result is not a and comm.world_rank == int(root):
-        result[...] = a
     if comm._leaders is None:
+        if _in_window(comm, a):
+            node_bcast(comm, result, int(root), source=a)
+            return result
+        if result is not a and comm.world_rank == int(root):
+            result[...] = a
         node_bcast(comm, result, int(root))
         return result
+    if result is not a and comm.world_rank == int(root):
+        result[...] = a
     from .multinode import hierarchical_bcast
     return hierarchical_bcast(comm, result, int(root))
 

@@ -76,6 +76,8 @@ class Window:
             start = int(ffi.cast("uintptr_t", addr[0]))
             self._mappings.append((start, np.frombuffer(ffi.buffer(owner, length[0]), np.uint8)))
         self._parts = [self._part(r) for r in range(self.size)]
+        mine = self._parts[self.rank]
+        self._my_range = (mine.__array_interface__["data"][0], mine.nbytes)
         self.local = self._view(self.rank, dtype, shape)
         return self
 
@@ -97,6 +99,14 @@ class Window:
             raise ShmtopoValueError(
                 f"rank {rank}'s part ({part.size} bytes) is not a whole number of {dtype}")
         return part.view(dtype)
+
+    def _offset_of(self, a: np.ndarray) -> int | None:
+        """Byte offset of array a inside this rank's part, or None."""
+        start, size = self._my_range
+        ptr = a.__array_interface__["data"][0]
+        if start <= ptr and ptr + a.nbytes <= start + size and self._h != ffi.NULL:
+            return ptr - start
+        return None
 
     # -- access -----------------------------------------------------------
     def query(self, rank: int, dtype: Any = None) -> np.ndarray:

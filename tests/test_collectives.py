@@ -222,3 +222,36 @@ def test_simulated_nodes_match_mpi4py(node_size):
         with comm.allocate(8) as win:  # windows stay node-local
             win.fence()
             assert comm.size == min(node_size, world.size - (world.rank // node_size) * node_size)
+
+
+@pytest.mark.parametrize("algorithm", ["flat", "rsag", None])
+def test_window_path_zero_copy(comm, algorithm):
+    """Arrays inside a window of the comm are read in place by the peers."""
+    count = 3 * CHUNK // 8 + 5
+    inputs = everyone(comm, count, np.float64)
+    with comm.allocate(shape=(count + 16,), dtype=np.float64) as win:
+        view = win.local[16:]  # at an offset inside the part
+        view[:] = inputs[comm.rank]
+        got = comm.allreduce(view, algorithm=algorithm)
+        np.testing.assert_array_equal(got, reference("sum", inputs))
+        for root in range(comm.size):
+            r = comm.reduce(view, "max", root=root, algorithm=algorithm)
+            if comm.rank == root:
+                np.testing.assert_array_equal(r, reference("max", inputs))
+        for root in range(comm.size):
+            b = comm.bcast(view, root=root)
+            np.testing.assert_array_equal(b, inputs[root])
+        comm.bcast(view, root=0, out=view)  # in place: every part becomes rank 0's
+        np.testing.assert_array_equal(view, inputs[0])
+        np.testing.assert_array_equal(win.local[:16], 0)
+
+
+def test_window_and_copy_paths_must_not_mix(comm):
+    if comm.size == 1:
+        pytest.skip("one rank cannot disagree")
+    count = CHUNK // 8
+    with comm.allocate(shape=(count,), dtype=np.float64) as win:
+        a = win.local if comm.rank == 0 else np.zeros(count)
+        with pytest.raises(shmtopo.ShmtopoValueError, match="other arguments"):
+            comm.allreduce(a)
+        np.testing.assert_array_equal(comm.allreduce(win.local), np.zeros(count))
