@@ -52,9 +52,12 @@ def info(args: argparse.Namespace) -> None:
 
 
 def bench(args: argparse.Namespace) -> None:
-    from shmtopo.bench import run_fence_bench
+    from shmtopo.bench import run_collective_bench, run_fence_bench
 
-    run_fence_bench(seconds=args.seconds)
+    if args.collectives:
+        run_collective_bench(seconds=args.seconds, max_bytes=args.max_bytes, plot=args.plot)
+    else:
+        run_fence_bench(seconds=args.seconds)
 
 
 def topo(args: argparse.Namespace) -> None:
@@ -82,6 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("info", help="versions, backends, defaults, CPUs").set_defaults(fn=info)
     p = sub.add_parser("bench", help="fence latency against mpi4py (run under mpiexec)")
     p.add_argument("--seconds", type=float, default=0.3, help="time per measurement (default 0.3)")
+    p.add_argument("--collectives", action="store_true",
+                   help="allreduce, bcast, reduce, allgather from 8 B up, instead of fences")
+    p.add_argument("--max-bytes", type=int, default=16 << 20, help="largest message (default 16 MiB)")
+    p.add_argument("--plot", metavar="PNG", help="with --collectives: write a latency plot (needs matplotlib)")
     p.set_defaults(fn=bench)
     sub.add_parser("topo", help="share the hwloc topology (run under mpiexec)").set_defaults(fn=topo)
     args = parser.parse_args(argv)

@@ -103,3 +103,81 @@ def _print_table(rows, comm) -> None:
         print(f"{name:46} {t:9.3f}  {ratio:>6}  {baseline}")
     print("ratio < 1: shmtopo is faster. Python rows include the Python call, as mpi4py's do.",
           flush=True)
+
+
+COLLECTIVE_SIZES = [8 * 4**k for k in range(12)]  # 8 B ... 32 MiB in steps of 4, cut at 16 MiB
+
+
+def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
+                         plot: str | None = None) -> list[tuple]:
+    """shmtopo's window collectives against mpi4py's in one run (float64
+    data, preallocated outputs on both sides). Prints a table on rank 0 and,
+    with `plot`, writes a PNG of latency against size."""
+    from mpi4py import MPI
+
+    import shmtopo
+
+    world = MPI.COMM_WORLD
+    comm = shmtopo.Comm.from_mpi(world)
+    mpi = comm.mpi
+    rows = []
+    sizes = [n for n in COLLECTIVE_SIZES if n <= max_bytes]
+    for nbytes in sizes:
+        count = max(1, nbytes // 8)
+        a = np.full(count, comm.rank + 1.0)
+        out = np.empty_like(a)
+        gathered = np.empty((comm.size, count))
+        cases = {
+            "allreduce": (lambda: mpi.Allreduce(a, out), lambda: comm.allreduce(a, out=out)),
+            "bcast": (lambda: mpi.Bcast(out, root=0), lambda: comm.bcast(out, root=0, out=out)),
+            "reduce": (lambda: mpi.Reduce(a, out, root=0),
+                       lambda: comm.reduce(a, root=0, out=out if comm.rank == 0 else None)),
+            "allgather": (lambda: mpi.Allgather(a, gathered), lambda: comm.allgather(a, out=gathered)),
+        }
+        for name, (mpi_fn, shm_fn) in cases.items():
+            t_mpi = _time_per_op(mpi, _loop(mpi_fn), seconds) * 1e6
+            t_shm = _time_per_op(mpi, _loop(shm_fn), seconds) * 1e6
+            rows.append((name, nbytes, t_mpi, t_shm))
+        with comm.allreduce_init(a, out) as req:
+            rows.append(("allreduce persistent", nbytes, rows[-4][2],
+                         _time_per_op(mpi, _loop(req.start), seconds) * 1e6))
+    if comm.rank == 0:
+        lib = MPI.Get_library_version().strip().splitlines()[0]
+        print(f"\nshmtopo {shmtopo.__version__} collectives: {comm.size} ranks on {comm.ncpus} CPUs"
+              f"{' (oversubscribed)' if comm.oversubscribed else ''}; {lib}")
+        print(f"{'operation':22} {'bytes':>9} {'mpi4py us':>11} {'shmtopo us':>11} {'ratio':>7} {'GB/s (shm)':>10}")
+        for name, nbytes, t_mpi, t_shm in rows:
+            print(f"{name:22} {nbytes:9d} {t_mpi:11.2f} {t_shm:11.2f} {t_shm / t_mpi:7.2f} "
+                  f"{nbytes / t_shm / 1e3:10.2f}")
+        print("ratio = shmtopo time / mpi4py time (< 1: shmtopo faster); persistent = allreduce_init + start()",
+              flush=True)
+        if plot:
+            _plot(rows, plot, f"{comm.size} ranks, {lib.split(',')[0]}")
+    comm.free()
+    return rows
+
+
+def _plot(rows, path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["allreduce", "bcast", "reduce", "allgather"]
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4), sharey=False)
+    for ax, name in zip(axes, names):
+        data = [(n, tm, ts) for op, n, tm, ts in rows if op == name]
+        sizes = [d[0] for d in data]
+        ax.loglog(sizes, [d[1] for d in data], "o-", label="mpi4py")
+        ax.loglog(sizes, [d[2] for d in data], "s-", label="shmtopo")
+        if name == "allreduce":
+            pers = [ts for op, n, tm, ts in rows if op == "allreduce persistent"]
+            ax.loglog(sizes, pers, "^--", label="shmtopo persistent")
+        ax.set_title(name)
+        ax.set_xlabel("bytes")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("latency (us)")
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)

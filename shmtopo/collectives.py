@@ -10,6 +10,7 @@ the same order with matching arguments, or every rank raises.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,6 +34,10 @@ ALGORITHMS = {None: lib.SHMTOPO_COLL_AUTO, "auto": lib.SHMTOPO_COLL_AUTO,
 NULL = ffi.NULL
 _from_buffer = ffi.from_buffer
 _allreduce = lib.shmtopo_allreduce
+_reduce = lib.shmtopo_reduce
+_bcast = lib.shmtopo_bcast
+_barrier = lib.shmtopo_barrier
+_allgather = lib.shmtopo_allgather
 _NOT_FAST = (KeyError, AttributeError, TypeError, ValueError, BufferError)
 
 
@@ -72,9 +77,12 @@ def _code(table: dict, key: Any, what: str) -> int:
 def _result(out: Any, shape: tuple, dtype: np.dtype, what: str) -> np.ndarray:
     if out is None:
         return np.empty(shape, dtype)
+    if type(out) is np.ndarray and out.dtype == dtype and out.shape == shape and out.flags.c_contiguous \
+            and out.flags.writeable:
+        return out  # the common case, checked cheaply
     if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
         raise _Invalid(f"{what}: out must be a writable C-contiguous numpy array")
-    if out.dtype != dtype or out.size != int(np.prod(shape, dtype=np.int64)):
+    if out.dtype != dtype or out.size != math.prod(shape):
         raise _Invalid(f"{what}: out has {out.size} x {out.dtype}, needs {shape} of {dtype}")
     return out
 
@@ -130,7 +138,8 @@ def node_reduce(comm: "Comm", a: np.ndarray, out: np.ndarray | None, op: int, ro
 
 def barrier(comm: "Comm") -> None:
     """Collective: no rank leaves before every rank arrived."""
-    node_barrier(comm)
+    if _barrier(comm._h) < 0:
+        raise last_error()
     if comm._leaders is not None:
         if comm.rank == 0:  # only node leaders are in the leaders' comm
             comm._leaders.Barrier()
@@ -181,6 +190,25 @@ def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
 def reduce(comm: "Comm", array: Any, op: str = "sum", root: int = 0, *, out: Any = None,
            algorithm: str | None = None) -> np.ndarray | None:
     """Collective: the reduction on rank `root` (returned there; None elsewhere)."""
+    if comm._leaders is None and algorithm is None and type(root) is int and \
+            getattr(array, "nbytes", WINDOW_MIN) < WINDOW_MIN:
+        try:  # fast path: small, one node
+            code, opc, send = DTYPES[array.dtype], OPS[op], _from_buffer(array)
+            result = None
+            if root == comm.world_rank:
+                if out is None:
+                    result = np.empty_like(array)
+                elif out.dtype == array.dtype and out.size == array.size:
+                    result = out
+                else:
+                    raise ValueError
+            recv = NULL if result is None else _from_buffer(result, require_writable=True)
+        except _NOT_FAST:
+            pass
+        else:
+            if _reduce(comm._h, send, recv, array.size, code, opc, root, 0) < 0:
+                raise last_error()
+            return result
     a = _contiguous(array)
     try:
         opc = _code(OPS, op, "operation")
@@ -202,6 +230,16 @@ def reduce(comm: "Comm", array: Any, op: str = "sum", root: int = 0, *, out: Any
 def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.ndarray:
     """Collective: every rank gets rank `root`'s array (the other ranks' array
     only gives shape and dtype). Pass out=array to receive in place."""
+    if comm._leaders is None and out is array and type(root) is int and \
+            getattr(array, "nbytes", WINDOW_MIN) < WINDOW_MIN:
+        try:  # fast path: in place, small, one node
+            code, buf = DTYPES[array.dtype], _from_buffer(array, require_writable=True)
+        except _NOT_FAST:
+            pass
+        else:
+            if _bcast(comm._h, buf, array.size, code, root) < 0:
+                raise last_error()
+            return array
     a = _contiguous(array)
     try:
         _code(DTYPES, a.dtype, "dtype")
@@ -226,6 +264,18 @@ def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.nda
 
 def allgather(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
     """Collective: shape (nranks, *array.shape), row r from rank r."""
+    if comm._leaders is None and out is not None and getattr(array, "nbytes", WINDOW_MIN) < WINDOW_MIN:
+        try:  # fast path: small, one node, into out
+            code, send = DTYPES[array.dtype], _from_buffer(array)
+            if out.dtype != array.dtype or out.size != array.size * comm.world_size:
+                raise ValueError
+            recv = _from_buffer(out, require_writable=True)
+        except _NOT_FAST:
+            pass
+        else:
+            if _allgather(comm._h, send, recv, array.size, code) < 0:
+                raise last_error()
+            return out
     a = _contiguous(array)
     nranks = comm.world_size
     try:
@@ -278,7 +328,7 @@ def alltoall(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
         result = _result(out, a.shape, a.dtype, "alltoall")
     except _Invalid as exc:
         _fail_everywhere(comm, lib.shmtopo_alltoall, exc, NULL, NULL, 0, -1)
-    count = int(np.prod(block, dtype=np.int64))
+    count = math.prod(block)
     if comm._leaders is None:
         _run(comm, lib.shmtopo_alltoall, _from_buffer(a) if a.size else NULL,
              _from_buffer(result) if result.size else NULL, count, DTYPES[a.dtype])
