@@ -152,7 +152,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
         print("ratio = shmtopo time / mpi4py time (< 1: shmtopo faster); persistent = allreduce_init + start()",
               flush=True)
         if plot:
-            _plot(rows, plot, f"{comm.size} ranks, {lib.split(',')[0]}")
+            _plot(rows, plot, f"{comm.size} ranks, " + " ".join(lib.split(",")[0].split()))
     comm.free()
     return rows
 
