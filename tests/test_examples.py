@@ -30,3 +30,17 @@ def test_cli_bench_runs():
     proc = run_mpiexec(2, [sys.executable, "-m", "shmtopo", "bench", "--seconds", "0.02"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "shmtopo fence rd" in proc.stdout and "mpi4py Win.Fence()" in proc.stdout
+
+
+def test_cli_topo():
+    proc = run_mpiexec(3, [sys.executable, "-m", "shmtopo", "topo"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(" shmem ") == 3, proc.stdout
+    assert "core" in proc.stdout and "pu" in proc.stdout
+
+
+def test_cli_bench_collectives_runs():
+    proc = run_mpiexec(2, [sys.executable, "-m", "shmtopo", "bench", "--collectives", "--seconds", "0.005",
+                           "--max-bytes", "2048"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "allreduce persistent" in proc.stdout and "allgather" in proc.stdout
