@@ -20,12 +20,20 @@ static int compat_error(const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static int compat_error(const char *fn, const char *fmt, ...)
 {
+    /* One write per message, so lines from ranks sharing stderr stay whole. */
+    char line[1024];
+    int len = snprintf(line, sizeof(line), "%s: ", fn);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", fn);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    if (len >= 0 && len < (int)sizeof(line) - 1)
+        len += vsnprintf(line + len, sizeof(line) - 1 - (size_t)len, fmt, ap);
     va_end(ap);
+    if (len < 0)
+        return -1;
+    if (len > (int)sizeof(line) - 2)
+        len = (int)sizeof(line) - 2;
+    line[len++] = '\n';
+    fwrite(line, 1, (size_t)len, stderr);
     return -1;
 }
 
@@ -88,6 +96,59 @@ static int compat_win_alloc(const char *fn, const char *api, shmtopo_comm_t *com
 static int compat_count(size_t nbytes)
 {
     return nbytes > INT_MAX ? -1 : (int)nbytes;
+}
+
+/* Persistent collectives. The prefixes' enums have the same values, so the
+ * KUPL ones stand for both. */
+static const int compat_dtypes[] = {
+    [KUPL_SHM_DATATYPE_CHAR] = SHMTOPO_INT8,
+    [KUPL_SHM_DATATYPE_INT] = sizeof(int) == 8 ? SHMTOPO_INT64 : SHMTOPO_INT32,
+    [KUPL_SHM_DATATYPE_LONG] = sizeof(long) == 8 ? SHMTOPO_INT64 : SHMTOPO_INT32,
+    [KUPL_SHM_DATATYPE_FLOAT] = SHMTOPO_FLOAT32,
+    [KUPL_SHM_DATATYPE_DOUBLE] = SHMTOPO_FLOAT64,
+};
+
+static const int compat_ops[] = {
+    [KUPL_SHM_REDUCE_OP_MAX] = SHMTOPO_OP_MAX,   [KUPL_SHM_REDUCE_OP_MIN] = SHMTOPO_OP_MIN,
+    [KUPL_SHM_REDUCE_OP_SUM] = SHMTOPO_OP_SUM,   [KUPL_SHM_REDUCE_OP_PROD] = SHMTOPO_OP_PROD,
+    [KUPL_SHM_REDUCE_OP_BAND] = SHMTOPO_OP_BAND, [KUPL_SHM_REDUCE_OP_BOR] = SHMTOPO_OP_BOR,
+    [KUPL_SHM_REDUCE_OP_BXOR] = SHMTOPO_OP_BXOR,
+};
+
+#define COMPAT_NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* The shmtopo element type of a <PREFIX>_SHM_DATATYPE_*, or -1 (reported). */
+static int compat_dtype(const char *fn, const char *what, int datatype)
+{
+    if (datatype < 0 || datatype >= COMPAT_NELEMS(compat_dtypes))
+        return compat_error(fn, "%s %d is not a datatype (CHAR, INT, LONG, FLOAT or DOUBLE)",
+                            what, datatype);
+    return compat_dtypes[datatype];
+}
+
+/* The shmtopo operation of a <PREFIX>_SHM_REDUCE_OP_*, or -1 (reported). */
+static int compat_op(const char *fn, int op)
+{
+    if (op < 0 || op >= COMPAT_NELEMS(compat_ops))
+        return compat_error(fn, "op %d is not a reduce op (MAX, MIN, SUM, PROD, BAND, BOR or BXOR)",
+                            op);
+    return compat_ops[op];
+}
+
+/* Checks every *_init makes before the core sees its arguments: 0, or -1
+ * (reported). `buffers`: whether the buffers it needs are non-NULL. */
+static int compat_init_check(const char *fn, const void *comm, const void *request, int count,
+                             int buffers)
+{
+    if (!comm)
+        return compat_error(fn, "comm is NULL");
+    if (!request)
+        return compat_error(fn, "request must not be NULL");
+    if (count < 0)
+        return compat_error(fn, "count %d is negative", count);
+    if (count > 0 && !buffers)
+        return compat_error(fn, "buffers must not be NULL (count %d)", count);
+    return 0;
 }
 
 #define SHMTOPO_COMPAT_NAME(x) kupl_##x

@@ -135,4 +135,99 @@ int N(shm_peer_fence)(N(shm_win_h) win, int remote_rank)
     return SHMTOPO_COMPAT_CONST(OK);
 }
 
+/* Persistent collectives: a handle around the core's request. */
+struct N(shm_request) {
+    shmtopo_request_t *impl;
+};
+
+/* Finish an *_init: rc is the core's, impl its request. */
+static int N(compat_request)(const char *fn, int rc, shmtopo_request_t *impl,
+                             N(shm_request_h) *request)
+{
+    if (rc < 0)
+        return compat_fail(fn);
+    N(shm_request_h) r = malloc(sizeof(*r));
+    if (!r) {
+        shmtopo_request_free(impl);
+        return compat_error(fn, "out of memory");
+    }
+    r->impl = impl;
+    *request = r;
+    return SHMTOPO_COMPAT_CONST(OK);
+}
+
+int N(shm_allreduce_init)(const void *sendbuf, void *recvbuf, int count,
+                          N(shm_datatype_t) datatype, N(shm_reduce_op_t) op, N(shm_comm_h) comm,
+                          N(shm_request_h) *request)
+{
+    if (compat_init_check(__func__, comm, request, count, sendbuf && recvbuf) < 0)
+        return SHMTOPO_COMPAT_CONST(ERROR);
+    int dtype = compat_dtype(__func__, "datatype", (int)datatype);
+    int sop = dtype < 0 ? -1 : compat_op(__func__, (int)op);
+    if (sop < 0)
+        return SHMTOPO_COMPAT_CONST(ERROR);
+    shmtopo_request_t *impl = NULL;
+    int rc = shmtopo_allreduce_init(comm->impl, sendbuf, recvbuf, (size_t)count, dtype, sop,
+                                    SHMTOPO_COLL_AUTO, &impl);
+    return N(compat_request)(__func__, rc, impl, request);
+}
+
+int N(shm_bcast_init)(void *buffer, int count, N(shm_datatype_t) datatype, int root,
+                      N(shm_comm_h) comm, N(shm_request_h) *request)
+{
+    if (compat_init_check(__func__, comm, request, count, buffer != NULL) < 0)
+        return SHMTOPO_COMPAT_CONST(ERROR);
+    int dtype = compat_dtype(__func__, "datatype", (int)datatype);
+    if (dtype < 0)
+        return SHMTOPO_COMPAT_CONST(ERROR);
+    shmtopo_request_t *impl = NULL;
+    int rc = shmtopo_bcast_init(comm->impl, buffer, (size_t)count, dtype, root, &impl);
+    return N(compat_request)(__func__, rc, impl, request);
+}
+
+int N(shm_alltoall_init)(const void *sendbuf, int sendcount, N(shm_datatype_t) sendtype,
+                         void *recvbuf, int recvcount, N(shm_datatype_t) recvtype,
+                         N(shm_comm_h) comm, N(shm_request_h) *request)
+{
+    if (compat_init_check(__func__, comm, request, sendcount, sendbuf && recvbuf) < 0)
+        return SHMTOPO_COMPAT_CONST(ERROR);
+    int dtype = compat_dtype(__func__, "sendtype", (int)sendtype);
+    if (dtype < 0 || compat_dtype(__func__, "recvtype", (int)recvtype) < 0)
+        return SHMTOPO_COMPAT_CONST(ERROR);
+    if (recvcount != sendcount || recvtype != sendtype)
+        return compat_error(__func__, "recvcount and recvtype (%d, %d) must equal sendcount and "
+                            "sendtype (%d, %d)", recvcount, (int)recvtype, sendcount,
+                            (int)sendtype);
+    shmtopo_request_t *impl = NULL;
+    int rc = shmtopo_alltoall_init(comm->impl, sendbuf, recvbuf, (size_t)sendcount, dtype, &impl);
+    return N(compat_request)(__func__, rc, impl, request);
+}
+
+int N(shm_request_start)(N(shm_request_h) request)
+{
+    if (!request)
+        return compat_error(__func__, "request is NULL");
+    if (shmtopo_request_start(request->impl) < 0)
+        return compat_fail(__func__);
+    return SHMTOPO_COMPAT_CONST(OK);
+}
+
+int N(shm_request_wait)(N(shm_request_h) request)
+{
+    if (!request)
+        return compat_error(__func__, "request is NULL");
+    if (shmtopo_request_wait(request->impl) < 0)
+        return compat_fail(__func__);
+    return SHMTOPO_COMPAT_CONST(OK);
+}
+
+int N(shm_request_free)(N(shm_request_h) request)
+{
+    if (!request)
+        return compat_error(__func__, "request is NULL");
+    int rc = shmtopo_request_free(request->impl);
+    free(request);
+    return rc < 0 ? compat_fail(__func__) : SHMTOPO_COMPAT_CONST(OK);
+}
+
 #undef N

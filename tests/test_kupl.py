@@ -12,7 +12,7 @@ from conftest import CLEAN_ENV, mpiexec_command, run_mpiexec
 
 pytestmark = pytest.mark.serial
 SOURCES = Path(__file__).resolve().parent / "c"
-PROGRAMS = ["kupl_window", "kupl_fence", "kupl_peer_fence", "kpccl_window"]
+PROGRAMS = ["kupl_window", "kupl_fence", "kupl_peer_fence", "kpccl_window", "kupl_persistent"]
 
 
 def mpicc() -> str:
@@ -116,3 +116,17 @@ def test_kpccl_prefix(programs, n):
 def test_kpccl_shm_type(programs):
     proc = run(programs, "kpccl_window", 2, "no-such-backend")
     assert "KPCCL_SHM_TYPE=no-such-backend is not supported" in proc.stderr
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_persistent_collectives(programs, n):
+    proc = run(programs, "kupl_persistent", n)
+    assert f"kupl persistent ok: allreduce, bcast, alltoall on {n} ranks" in proc.stdout
+    # The deliberate bad calls are refused, each naming the function and why.
+    err = proc.stderr
+    assert err.count(f"kupl_shm_bcast_init: root {n} out of range") == n, err
+    assert err.count("kupl_shm_alltoall_init: recvcount and recvtype") == n, err
+    assert err.count("kupl_shm_allreduce_init: buffers must not be NULL") == n, err
+    assert err.count("kupl_shm_allreduce_init: datatype 42 is not a datatype") == n, err
+    assert err.count("kupl_shm_request_start: request is NULL") == n, err
+    assert err.count("kupl_shm_allreduce_init:") == 3 * n, err  # the BXOR of doubles too

@@ -39,6 +39,19 @@ typedef enum {
     SHMTOPO_COMPAT_CONST(SHM_DATATYPE_DOUBLE) = 4
 } SHMTOPO_COMPAT_NAME(shm_datatype_t);
 
+/* Reduction operation of allreduce_init. MAX, MIN and SUM are the original's
+ * (which implements SUM only); PROD and the bitwise ones (integer types only)
+ * are shmtopo's additions. */
+typedef enum {
+    SHMTOPO_COMPAT_CONST(SHM_REDUCE_OP_MAX) = 0,
+    SHMTOPO_COMPAT_CONST(SHM_REDUCE_OP_MIN) = 1,
+    SHMTOPO_COMPAT_CONST(SHM_REDUCE_OP_SUM) = 2,
+    SHMTOPO_COMPAT_CONST(SHM_REDUCE_OP_PROD) = 3,
+    SHMTOPO_COMPAT_CONST(SHM_REDUCE_OP_BAND) = 4,
+    SHMTOPO_COMPAT_CONST(SHM_REDUCE_OP_BOR) = 5,
+    SHMTOPO_COMPAT_CONST(SHM_REDUCE_OP_BXOR) = 6
+} SHMTOPO_COMPAT_NAME(shm_reduce_op_t);
+
 /* Out-of-band transport supplied by the program (MPI in practice).
  * oob_allgather: every rank contributes `size` elements of `datatype` from
  * sendbuf; recvbuf receives them from all ranks in rank order.
@@ -71,6 +84,9 @@ typedef struct SHMTOPO_COMPAT_NAME(shm_win) {
     struct shmtopo_win *impl;
 } *SHMTOPO_COMPAT_NAME(shm_win_h);
 
+/* A persistent collective made by one of the *_init calls; opaque. */
+typedef struct SHMTOPO_COMPAT_NAME(shm_request) *SHMTOPO_COMPAT_NAME(shm_request_h);
+
 /* Collective: create a comm of `size` ranks on this node, reached through
  * oob_cbs with `group` as their group argument. `pid` is accepted for
  * compatibility and not used: the library exchanges getpid() itself. */
@@ -97,6 +113,38 @@ int SHMTOPO_COMPAT_NAME(shm_win_free)(SHMTOPO_COMPAT_NAME(shm_win_h) win);
 int SHMTOPO_COMPAT_NAME(shm_fence)(SHMTOPO_COMPAT_NAME(shm_win_h) win);
 /* Pairwise fence: this rank and remote_rank both call it naming each other. */
 int SHMTOPO_COMPAT_NAME(shm_peer_fence)(SHMTOPO_COMPAT_NAME(shm_win_h) win, int remote_rank);
+
+/* Persistent collectives. An *_init call checks and records its arguments
+ * (local: no communication, and no need for the buffers to lie in a window);
+ * every request_start then runs the collective on the buffers' current
+ * contents (collective: all ranks start their matching requests in the same
+ * order) and is complete on return; request_wait returns at once;
+ * request_free releases the request (local; free requests before their comm).
+ * Counts are in elements and may be 0; buffers may be NULL only then.
+ * Ranks must agree on count, datatype, op and root, else start fails on all. */
+/* recvbuf[i] = op over all ranks of sendbuf[i], on every rank
+ * (sendbuf == recvbuf: in place). */
+int SHMTOPO_COMPAT_NAME(shm_allreduce_init)(const void *sendbuf, void *recvbuf, int count,
+                                            SHMTOPO_COMPAT_NAME(shm_datatype_t) datatype,
+                                            SHMTOPO_COMPAT_NAME(shm_reduce_op_t) op,
+                                            SHMTOPO_COMPAT_NAME(shm_comm_h) comm,
+                                            SHMTOPO_COMPAT_NAME(shm_request_h) *request);
+/* root's buffer is copied into every other rank's buffer. */
+int SHMTOPO_COMPAT_NAME(shm_bcast_init)(void *buffer, int count,
+                                        SHMTOPO_COMPAT_NAME(shm_datatype_t) datatype, int root,
+                                        SHMTOPO_COMPAT_NAME(shm_comm_h) comm,
+                                        SHMTOPO_COMPAT_NAME(shm_request_h) *request);
+/* sendbuf and recvbuf hold size * count elements; block p of recvbuf is block
+ * `rank` of p's sendbuf. sendcount must equal recvcount and sendtype recvtype. */
+int SHMTOPO_COMPAT_NAME(shm_alltoall_init)(const void *sendbuf, int sendcount,
+                                           SHMTOPO_COMPAT_NAME(shm_datatype_t) sendtype,
+                                           void *recvbuf, int recvcount,
+                                           SHMTOPO_COMPAT_NAME(shm_datatype_t) recvtype,
+                                           SHMTOPO_COMPAT_NAME(shm_comm_h) comm,
+                                           SHMTOPO_COMPAT_NAME(shm_request_h) *request);
+int SHMTOPO_COMPAT_NAME(shm_request_start)(SHMTOPO_COMPAT_NAME(shm_request_h) request);
+int SHMTOPO_COMPAT_NAME(shm_request_wait)(SHMTOPO_COMPAT_NAME(shm_request_h) request);
+int SHMTOPO_COMPAT_NAME(shm_request_free)(SHMTOPO_COMPAT_NAME(shm_request_h) request);
 
 #ifdef __cplusplus
 }
