@@ -57,6 +57,16 @@ def _in_window(comm: "Comm", a: np.ndarray):
     return None
 
 
+def _fast_out(array: np.ndarray, out: Any) -> np.ndarray:
+    """out, or a new array like `array`; ValueError (leave the fast path,
+    whose general twin explains) when out does not fit."""
+    if out is None:
+        return np.empty_like(array)
+    if out.dtype == array.dtype and out.size == array.size:
+        return out
+    raise ValueError
+
+
 class _Invalid(Exception):
     """A local argument error; every rank must still fail with it."""
 
@@ -158,12 +168,7 @@ def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
         try:
             code, opc = DTYPES[array.dtype], OPS[op]
             send = _from_buffer(array)  # raises unless C-contiguous
-            if out is None:
-                result = np.empty_like(array)
-            elif out.dtype == array.dtype and out.size == array.size:
-                result = out
-            else:
-                raise ValueError
+            result = _fast_out(array, out)
             recv = _from_buffer(result, require_writable=True)
         except _NOT_FAST:
             pass  # the general path below explains what is wrong
@@ -194,14 +199,7 @@ def reduce(comm: "Comm", array: Any, op: str = "sum", root: int = 0, *, out: Any
             getattr(array, "nbytes", WINDOW_MIN) < WINDOW_MIN:
         try:  # fast path: small, one node
             code, opc, send = DTYPES[array.dtype], OPS[op], _from_buffer(array)
-            result = None
-            if root == comm.world_rank:
-                if out is None:
-                    result = np.empty_like(array)
-                elif out.dtype == array.dtype and out.size == array.size:
-                    result = out
-                else:
-                    raise ValueError
+            result = _fast_out(array, out) if root == comm.world_rank else None
             recv = NULL if result is None else _from_buffer(result, require_writable=True)
         except _NOT_FAST:
             pass

@@ -2,18 +2,18 @@
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, Callable
 
 import numpy as np
 
 from . import _oob, collectives, request
+from ._lifetime import Collective
 from ._native import ffi, lib
 from .errors import CallbackError, FreedError, ShmtopoError, ShmtopoValueError, check, last_error
 from .window import Window, _backend_number, _fence_number
 
 
-class Comm:
+class Comm(Collective):
     """A node-local shared-memory communicator.
 
     Build one with :meth:`from_mpi` or :meth:`from_callbacks`. Creating and
@@ -254,20 +254,6 @@ class Comm:
             win.abandon()
         handle, self._h = self._h, ffi.NULL
         check(lib.shmtopo_comm_abandon(handle))
-
-    def __enter__(self) -> "Comm":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.free()
-        else:
-            self.abandon()
-
-    def __del__(self):
-        if getattr(self, "_h", ffi.NULL) != ffi.NULL:
-            warnings.warn("shmtopo.Comm was never freed (free() is collective; call it on every rank)",
-                          ResourceWarning, stacklevel=2)
 
     def __repr__(self) -> str:
         if self.freed:

@@ -2,11 +2,11 @@
 fences over all ranks and peer fences between two."""
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._lifetime import Collective
 from ._native import ffi, lib
 from .errors import FreedError, ShmtopoValueError, check, last_error
 
@@ -40,7 +40,7 @@ def _unmapper(length: int):
     return lambda ptr: lib.shmtopo_unmap(ptr, length)
 
 
-class Window:
+class Window(Collective):
     """A collective shared-memory window. Made by :meth:`Comm.allocate`.
 
     ``local`` and ``query(r)`` are numpy views straight into shared memory.
@@ -200,22 +200,6 @@ class Window:
         handle, self._h = self._h, ffi.NULL
         self.comm._forget(self)
         check(lib.shmtopo_win_abandon(handle))
-
-    def __enter__(self) -> "Window":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        # Freeing is collective: after an error on this rank the others may
-        # never get there, so leave without waiting.
-        if exc_type is None:
-            self.free()
-        else:
-            self.abandon()
-
-    def __del__(self):
-        if getattr(self, "_h", ffi.NULL) != ffi.NULL:
-            warnings.warn("shmtopo.Window was never freed (free() is collective; call it on every rank)",
-                          ResourceWarning, stacklevel=2)
 
     def __repr__(self) -> str:
         state = "freed" if self.freed else f"rank {self.rank} of {self.size}"
