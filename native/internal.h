@@ -107,6 +107,7 @@ struct shmtopo_win {
     int rank, size;
     int backend, fence_alg;
     int contiguous;
+    int symmetric;           /* every segment at the same address in every rank */
     int disowned;            /* mappings belong to the caller now */
     int broken;              /* a wait failed: epochs no longer agree, only free works */
     double timeout;          /* seconds, 0 = forever */
@@ -179,3 +180,9 @@ typedef struct shmtopo_coll shmtopo_coll_t;
  * destroy, abandon when leaving after an error). */
 int shmtopo_coll_free(shmtopo_coll_t *coll);
 void shmtopo_coll_abandon(shmtopo_coll_t *coll);
+
+/* ---- symmetric.c ------------------------------------------------------------- */
+
+/* Collective: move every segment of the window to one address range that is
+ * the same in all ranks (segments in order, back to back). */
+int shmtopo_win_make_symmetric(shmtopo_win_t *win);

@@ -94,6 +94,9 @@ typedef struct shmtopo_win_attr {
     int fence_alg;      /* enum shmtopo_fence_alg */
     int contiguous;     /* nonzero: all ranks' parts back to back in one segment */
     double timeout;     /* seconds a wait may last; <= 0: SHMTOPO_TIMEOUT or forever */
+    int symmetric;      /* nonzero: every part at the same virtual address in every
+                           rank (pointers into the window are valid everywhere);
+                           EBUSY/ENOMEM when no common address range holds */
     const char *invalid; /* non-NULL: the caller found a bad argument on this
                             rank; the call fails on every rank with EINVAL and
                             this message instead of leaving the others waiting */

@@ -14,7 +14,7 @@
 typedef struct alloc_record {
     shmtopo_status_t status;
     uint64_t size;
-    int32_t backend, fence_alg, contiguous, pad;
+    int32_t backend, fence_alg, contiguous, symmetric;
     shmtopo_seg_key_t key;
 } alloc_record_t;
 
@@ -59,6 +59,7 @@ static int resolve_attr(const shmtopo_win_attr_t *attr, shmtopo_win_t *win)
     win->backend = a.backend;
     win->fence_alg = shmtopo_fence_resolve(a.fence_alg, win->size);
     win->contiguous = a.contiguous != 0;
+    win->symmetric = a.symmetric != 0;
     win->timeout = a.timeout;
     return 0;
 }
@@ -76,6 +77,8 @@ static int check_agreement(const shmtopo_win_t *win, const alloc_record_t *recs)
                                 shmtopo_fence_alg_name(recs[r].fence_alg));
         if (recs[r].contiguous != win->contiguous)
             return shmtopo_fail(EINVAL, r, "ranks disagree on the contiguous option (rank %d)", r);
+        if (recs[r].symmetric != win->symmetric)
+            return shmtopo_fail(EINVAL, r, "ranks disagree on the symmetric option (rank %d)", r);
     }
     return 0;
 }
@@ -135,6 +138,8 @@ static int alloc_separate(shmtopo_win_t *win, size_t size, uint64_t id, alloc_re
         return -1;
     /* Everyone has mapped everything: nothing needs the name any more. */
     shmtopo_seg_unpublish(own);
+    if (win->symmetric && shmtopo_win_make_symmetric(win) < 0)
+        return -1;
     for (int r = 0; r < win->size; r++) {
         win->ctrl[r] = win->segs[r].addr;
         win->base[r] = (char *)win->segs[r].addr + ctrl_len;
@@ -175,6 +180,8 @@ static int alloc_contiguous(shmtopo_win_t *win, alloc_record_t *mine, alloc_reco
     if (shmtopo_comm_agree(win->comm, err, mine, recs, sizeof(*mine)) < 0)
         return -1;
     shmtopo_seg_unpublish(seg);
+    if (win->symmetric && shmtopo_win_make_symmetric(win) < 0)
+        return -1;
     char *data = (char *)seg->addr + ctrl_len;
     for (int r = 0; r < win->size; r++) {
         win->ctrl[r] = (shmtopo_ctrl_t *)((char *)seg->addr + stride * (size_t)r);
@@ -210,6 +217,7 @@ int shmtopo_win_alloc(shmtopo_comm_t *comm, size_t size, const shmtopo_win_attr_
     mine.backend = win->backend;
     mine.fence_alg = win->fence_alg;
     mine.contiguous = win->contiguous;
+    mine.symmetric = win->symmetric;
     /* A bad argument on one rank must fail all of them, not leave the others
      * waiting in the next step. */
     if (err) {

@@ -155,6 +155,7 @@ class Comm(Collective):
         dtype: Any = None,
         shape: Any = None,
         contiguous: bool = False,
+        symmetric: bool = False,
         backend: str | None = None,
         fence: str | None = None,
         timeout: float | None = None,
@@ -165,6 +166,9 @@ class Comm(Collective):
 
         contiguous: all ranks' parts back to back in one segment
             (``win.all`` is then one array over all of them).
+        symmetric: map the window at the same virtual address in every rank
+            (chosen from all ranks' free ranges), so pointers stored in it
+            are valid in every process.
         backend: "posix" (default), "memfd", "sysv" or "xpmem";
             default from SHMTOPO_SHM_TYPE.
         fence: "auto", "linear", "rd" or "dissemination";
@@ -178,6 +182,7 @@ class Comm(Collective):
             attr.backend = _backend_number(backend)
             attr.fence_alg = _fence_number(fence)
             attr.contiguous = bool(contiguous)
+            attr.symmetric = bool(symmetric)
             if timeout is not None:
                 if not timeout >= 0:
                     raise ShmtopoValueError(f"timeout must be >= 0 seconds, not {timeout!r}")

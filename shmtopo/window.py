@@ -65,6 +65,7 @@ class Window(Collective):
         self.rank = comm.rank
         self.size = comm.size
         self.contiguous = bool(attr.contiguous)
+        self.symmetric = bool(attr.symmetric)
         # From here on this process owns the mappings through numpy: each is
         # unmapped by the garbage collector once the window and all views are gone.
         check(lib.shmtopo_win_disown_mappings(self._h))

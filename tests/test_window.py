@@ -118,3 +118,22 @@ def test_comm_free_frees_open_windows(comm):
     comm.free()
     assert win.freed and comm.freed
     comm.free()  # twice is fine
+
+
+@pytest.mark.parametrize("contiguous", [False, True])
+@pytest.mark.parametrize("backend", USABLE_BACKENDS)
+def test_symmetric_window_same_address_everywhere(comm, backend, contiguous):
+    with comm.allocate(shape=(512,), dtype=np.uint64, symmetric=True, contiguous=contiguous,
+                       backend=backend) as win:
+        addrs = [win.query(r).__array_interface__["data"][0] for r in range(comm.size)]
+        every = comm.mpi.allgather(addrs)
+        assert all(a == addrs for a in every)  # each part at one address in all ranks
+        # a pointer stored by one rank is valid in every rank
+        win.local[0] = addrs[comm.rank] + 8
+        win.local[1] = 1000 + comm.rank
+        win.fence()
+        import ctypes
+
+        for r in range(comm.size):
+            ptr = int(win.query(r)[0])
+            assert ctypes.c_uint64.from_address(ptr).value == 1000 + r

@@ -1,0 +1,152 @@
+/* Symmetric windows: every rank maps every segment at the same virtual
+ * address, so pointers stored inside the window are valid everywhere. The
+ * address comes from the intersection of all ranks' free ranges; each rank
+ * reserves it (MAP_FIXED_NOREPLACE never takes a range already in use), all
+ * agree, and only then move their mappings there. A race with another
+ * mapping makes every rank retry at the next candidate. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "internal.h"
+#include "maps.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+#define MAX_RANGES 512        /* per rank; fewer known free ranges only shrink the choice */
+#define ATTEMPTS 4
+#define ALIGN (2u << 20)
+
+typedef struct ranges_record {
+    shmtopo_status_t status;
+    uint64_t count;
+    shmtopo_range_t ranges[MAX_RANGES];
+} ranges_record_t;
+
+/* The common free ranges of all ranks, the same list on every rank. */
+static int common_ranges(shmtopo_win_t *win, shmtopo_range_t **outp, size_t *np)
+{
+    ranges_record_t *mine = calloc(1, sizeof(*mine));
+    ranges_record_t *all = calloc((size_t)win->size, sizeof(*all));
+    shmtopo_range_t *acc = NULL, *tmp = NULL;
+    int err = 0, rc = -1;
+    size_t n = 0, count = 0;
+    if (!mine || !all) {
+        shmtopo_fail(ENOMEM, -1, "out of memory");
+        goto out;
+    }
+    if (shmtopo_maps_self_free(mine->ranges, MAX_RANGES, &count) < 0 && errno != ENOBUFS)
+        err = errno;
+    mine->count = count < MAX_RANGES ? count : MAX_RANGES;
+    if (shmtopo_comm_agree(win->comm, err, mine, all, sizeof(*mine)) < 0)
+        goto out;
+    acc = malloc(MAX_RANGES * sizeof(*acc));
+    tmp = malloc(MAX_RANGES * sizeof(*tmp));
+    if (!acc || !tmp) {
+        shmtopo_fail(ENOMEM, -1, "out of memory");
+        goto out;
+    }
+    memcpy(acc, all[0].ranges, all[0].count * sizeof(*acc));
+    n = all[0].count;
+    for (int r = 1; r < win->size; r++) {
+        size_t m = 0;
+        if (shmtopo_ranges_intersect(acc, n, all[r].ranges, all[r].count, tmp, MAX_RANGES, &m) < 0 &&
+            errno != ENOBUFS)
+            goto out;
+        n = m < MAX_RANGES ? m : MAX_RANGES;
+        shmtopo_range_t *swap = acc;
+        acc = tmp;
+        tmp = swap;
+    }
+    *outp = acc;
+    *np = n;
+    acc = NULL;
+    rc = 0;
+out:
+    free(acc);
+    free(tmp);
+    free(mine);
+    free(all);
+    return rc;
+}
+
+/* Reserve [addr, addr + length) without touching anything already mapped. */
+static int reserve(uintptr_t addr, size_t length)
+{
+    void *p = mmap((void *)addr, length, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED)
+        return shmtopo_fail(errno, -1, "address range %#lx+%zu is taken: %s", (unsigned long)addr,
+                            length, strerror(errno));
+    if ((uintptr_t)p != addr) { /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
+        munmap(p, length);
+        return shmtopo_fail(EEXIST, -1, "address range %#lx+%zu is taken", (unsigned long)addr, length);
+    }
+    return 0;
+}
+
+int shmtopo_win_make_symmetric(shmtopo_win_t *win)
+{
+    size_t total = 0;
+    for (int i = 0; i < win->nsegs; i++)
+        total += win->segs[i].length;
+    shmtopo_range_t *ranges = NULL;
+    size_t n = 0;
+    shmtopo_status_t st, *sts = calloc((size_t)win->size, sizeof(*sts));
+    if (!sts)
+        return shmtopo_fail(ENOMEM, -1, "out of memory");
+    int rc = -1;
+    for (unsigned attempt = 0; attempt < ATTEMPTS; attempt++) {
+        free(ranges);
+        ranges = NULL;
+        if (common_ranges(win, &ranges, &n) < 0)
+            goto out;
+        uintptr_t base = 0;
+        if (shmtopo_ranges_choose(ranges, n, total, ALIGN, attempt, &base) < 0) {
+            shmtopo_fail(ENOMEM, -1, "no address range of %zu bytes is free in every rank", total);
+            goto out; /* every rank computed the same list: all fail here alike */
+        }
+        int err = reserve(base, total) < 0 ? errno : 0;
+        if (shmtopo_comm_agree(win->comm, err, &st, sts, sizeof(st)) < 0) {
+            if (!err)
+                munmap((void *)base, total);
+            if (errno == ECOMM)
+                goto out;
+            continue; /* someone lost the race: everyone tries the next address */
+        }
+        /* Move each mapping into its place over our own reservation. */
+        uintptr_t at = base;
+        err = 0;
+        for (int i = 0; i < win->nsegs && !err; i++) {
+            shmtopo_seg_t *seg = &win->segs[i];
+            void *moved = mremap(seg->addr, seg->length, seg->length, MREMAP_MAYMOVE | MREMAP_FIXED,
+                                 (void *)at);
+            if (moved == MAP_FAILED) {
+                err = errno;
+                shmtopo_fail_errno("mremap into the symmetric range");
+                break;
+            }
+            seg->addr = moved;
+            at += seg->length;
+        }
+        rc = shmtopo_comm_agree(win->comm, err, &st, sts, sizeof(st));
+        if (rc < 0) {
+            /* drop the whole range, moved segments included */
+            int keep = errno;
+            munmap((void *)base, total);
+            for (int i = 0; i < win->nsegs; i++)
+                if ((uintptr_t)win->segs[i].addr >= base && (uintptr_t)win->segs[i].addr < base + total)
+                    win->segs[i].addr = NULL;
+            errno = keep;
+        }
+        goto out;
+    }
+    shmtopo_fail(EBUSY, -1, "no common free address held still in %d attempts", ATTEMPTS);
+out:
+    free(ranges);
+    free(sts);
+    return rc;
+}
