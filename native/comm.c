@@ -137,6 +137,7 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_co
     if (!comm->pids || !comm->starttimes)
         goto out_nomem;
 
+    shmtopo_sweep_stale_segments();
     comm_record_t mine;
     fill_record(&mine, size, rank);
     if (shmtopo_comm_allgather(comm, &mine, recs, sizeof(mine)) < 0)

@@ -4,8 +4,10 @@
  * sysv:  marked for removal right after creation (Linux lets peers attach a
  *        removed segment while it is attached), so it can never leak.
  * xpmem: needs the XPMEM kernel module; detected, not built here. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +221,33 @@ void shmtopo_seg_destroy(shmtopo_seg_t *seg, int unmap)
             munmap(seg->addr, seg->length);
     }
     seg->addr = NULL;
+}
+
+/* Remove the posix names whose creator process is gone: a creator killed
+ * between shm_open and the unlink that follows everyone's mapping leaves its
+ * name behind, and only the pid in the name tells whose it was. Unlinking a
+ * name never touches memory that live processes still map. */
+int shmtopo_sweep_stale_segments(void)
+{
+    DIR *dir = opendir("/dev/shm");
+    if (!dir)
+        return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        int pid;
+        char rest[2];
+        if (sscanf(e->d_name, "shmtopo.%d.%1s", &pid, rest) != 2 || pid <= 0)
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char name[300];
+        snprintf(name, sizeof(name), "/%s", e->d_name);
+        if (shm_unlink(name) == 0)
+            removed++;
+    }
+    closedir(dir);
+    return removed;
 }
 
 int shmtopo_unmap(void *addr, size_t length)

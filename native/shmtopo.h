@@ -227,6 +227,10 @@ int shmtopo_backend_probe(int backend);
  * unknown one). */
 int shmtopo_default_backend(int *backendp);
 int shmtopo_default_fence_alg(int *algp);
+/* Unlink the /dev/shm names of posix segments whose creator process no
+ * longer exists (left by a kill during allocation); returns how many. Run
+ * by comm_create and when a wait finds a dead peer. */
+int shmtopo_sweep_stale_segments(void);
 /* CPUs in this process's affinity mask. */
 int shmtopo_affinity_ncpus(void);
 

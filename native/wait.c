@@ -84,7 +84,7 @@ int shmtopo_wait_slow(const shmtopo_win_t *win, _Atomic uint64_t *seq,
                                 gone, comm->rank, what);
         if (now >= next_check) {
             int dead = shmtopo_comm_find_dead(comm);
-            if (dead >= 0)
+            if (dead >= 0 && shmtopo_sweep_stale_segments() >= 0)
                 return shmtopo_fail(EOWNERDEAD, dead,
                                     "rank %d (pid %d) exited while rank %d waited in %s",
                                     dead, (int)comm->pids[dead], comm->rank, what);

@@ -1,6 +1,7 @@
 """Comm: the processes of one node that share memory with each other."""
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Callable
 
@@ -275,6 +276,9 @@ class Comm(Collective):
         return split_comm(self, by)
 
 
+MAX_BYTES = 2**62  # per rank; the native core refuses more
+
+
 def _null_comm():
     from mpi4py import MPI
 
@@ -293,7 +297,9 @@ def _layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype, tuple, int]:
                 f"nbytes={nbytes} is not a multiple of {dt}'s itemsize {dt.itemsize}")
         return dt, (nbytes // dt.itemsize,), nbytes
     shape = tuple(_as_size(s, "shape") for s in np.atleast_1d(np.asarray(shape, dtype=object)))
-    size = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    size = math.prod(shape) * dt.itemsize  # Python ints: no silent wrap-around
+    if size > MAX_BYTES:
+        raise ShmtopoValueError(f"shape {shape} of {dt} is too large ({size} bytes)")
     if nbytes is not None and _as_size(nbytes, "nbytes") != size:
         raise ShmtopoValueError(f"nbytes={nbytes} does not match shape {shape} of {dt}")
     return dt, shape, size
@@ -306,4 +312,6 @@ def _as_size(value: Any, what: str) -> int:
         raise ShmtopoValueError(f"{what} must be an integer, not {value!r}") from None
     if n != value or n < 0:
         raise ShmtopoValueError(f"{what} must be a non-negative integer, not {value!r}")
+    if n > MAX_BYTES:
+        raise ShmtopoValueError(f"{what}={n} is too large (at most {MAX_BYTES})")
     return n

@@ -84,3 +84,10 @@ def test_freed_comm_raises(comm):
 def test_window_constructor_is_not_public():
     with pytest.raises(TypeError):
         shmtopo.Window()
+
+
+@pytest.mark.parametrize("kwargs", [{"nbytes": 2**64}, {"shape": (2**62 + 1, 4)}, {"shape": (2**32, 2**32)}])
+def test_sizes_too_large_fail_cleanly(comm, kwargs):
+    with pytest.raises(shmtopo.ShmtopoValueError, match="too large"):
+        comm.allocate(**kwargs)
+    assert comm._windows == []

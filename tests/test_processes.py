@@ -155,3 +155,39 @@ def test_sigkill_under_mpiexec_leaves_nothing():
     proc = run_mpiexec(3, [sys.executable, script], timeout=120)
     assert ranks.shm_files() - before == set(), proc.stdout + proc.stderr
     assert "windows ready" in proc.stdout, proc.stdout + proc.stderr
+
+
+def oversized_on_one_rank(comm):
+    try:
+        comm.allocate(2**64 if comm.rank == 1 else 8)
+    except ValueError as exc:
+        return type(exc).__name__
+    return "allocated"
+
+
+def test_unconvertible_size_on_one_rank_fails_every_rank():
+    out = ranks.run(3, oversized_on_one_rank, timeout=30)
+    assert out == {r: ("ok", "ShmtopoValueError") for r in range(3)}
+
+
+def create_and_vanish(comm):
+    """Leave a posix name behind, as a rank killed inside allocation would."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    name = f"/shmtopo.{os.getpid()}.99.abc".encode()
+    fd = libc.shm_open(name, os.O_CREAT | os.O_RDWR, 0o600)
+    assert fd >= 0
+    os._exit(0)
+
+
+def test_stale_names_of_dead_creators_are_swept():
+    ranks.run(1, create_and_vanish)
+    stale = [f for f in ranks.shm_files() if f.endswith(".99.abc")]
+    assert stale, "the helper process should have left a name"
+    import shmtopo
+
+    with shmtopo.Comm.from_callbacks(1, 0, allgather=lambda s, r: r.__setitem__(slice(None), s),
+                                     barrier=lambda: None):
+        pass  # creating a comm sweeps names of creators that are gone
+    assert not [f for f in ranks.shm_files() if f.endswith(".99.abc")]
