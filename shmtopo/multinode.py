@@ -32,16 +32,15 @@ def leaders_allreduce(comm: "Comm", result: np.ndarray, op: str) -> None:
 
 def hierarchical_reduce(comm: "Comm", a: np.ndarray, result: np.ndarray, op: str, opc: int,
                         root: int, alg: int) -> np.ndarray | None:
-    from mpi4py import MPI
-
     root_node, root_local = comm._node_of[root], comm._local_of[root]
     node_reduce(comm, a, result, opc, 0, alg)
     if comm.rank == 0 and result.size:
         leaders = comm._leaders
-        if leaders.Get_rank() == root_node:
-            leaders.Reduce(MPI.IN_PLACE, result, op=_mpi_op(op), root=root_node)
-        else:
-            leaders.Reduce(result, None, op=_mpi_op(op), root=root_node)
+        # No MPI_IN_PLACE: MPICH 4.0.2's Reduce crashes with it at a root
+        # other than 0 (and wants a receive buffer on every rank).
+        mine = result.copy()
+        leaders.Reduce(mine, result if leaders.Get_rank() == root_node else np.empty_like(mine),
+                       op=_mpi_op(op), root=root_node)
     if comm._node_index == root_node and root_local != 0:
         node_bcast(comm, result, 0)
     return result if comm.world_rank == root else None
