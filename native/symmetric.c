@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "maps.h"
@@ -122,9 +124,11 @@ int shmtopo_win_make_symmetric(shmtopo_win_t *win)
         err = 0;
         for (int i = 0; i < win->nsegs && !err; i++) {
             shmtopo_seg_t *seg = &win->segs[i];
-            void *moved = mremap(seg->addr, seg->length, seg->length, MREMAP_MAYMOVE | MREMAP_FIXED,
-                                 (void *)at);
-            if (moved == MAP_FAILED) {
+            /* The system call itself: MPI stacks (UCX's memory hooks under
+             * MPICH) interpose mremap and lose its fifth argument. */
+            void *moved = (void *)syscall(SYS_mremap, seg->addr, seg->length, seg->length,
+                                          MREMAP_MAYMOVE | MREMAP_FIXED, (void *)at);
+            if (moved != (void *)at) {
                 err = errno;
                 shmtopo_fail_errno("mremap into the symmetric range");
                 break;
