@@ -93,15 +93,16 @@ static int fence_dissemination(shmtopo_win_t *win, uint64_t epoch)
     return 0;
 }
 
-int shmtopo_fence_resolve(int alg, int size)
+int shmtopo_fence_resolve(int alg, int size, int oversubscribed)
 {
     if (alg != SHMTOPO_FENCE_AUTO)
         return alg;
-    /* Measured on 2 cores (see README): with few ranks one hop to rank 0 and
-     * back beats log2 P exchanges; beyond that the tree wins. */
-    if (size <= 2)
+    /* Measured on 2 cores (see README): recursive doubling is best up to 4
+     * ranks; beyond, when ranks share CPUs, every round waits for a peer to
+     * be scheduled, so the two hops of linear win; else the rounds do. */
+    if (size <= 4)
         return SHMTOPO_FENCE_RD;
-    return SHMTOPO_FENCE_DISSEMINATION;
+    return oversubscribed ? SHMTOPO_FENCE_LINEAR : SHMTOPO_FENCE_DISSEMINATION;
 }
 
 int shmtopo_fence_run(shmtopo_win_t *win)

@@ -162,7 +162,7 @@ static inline int shmtopo_wait(const shmtopo_win_t *win, _Atomic uint64_t *seq,
 
 /* ---- fence.c ------------------------------------------------------------------ */
 
-int shmtopo_fence_resolve(int alg, int size);
+int shmtopo_fence_resolve(int alg, int size, int oversubscribed);
 int shmtopo_fence_run(shmtopo_win_t *win);
 int shmtopo_peer_fence_run(shmtopo_win_t *win, int peer);
 

@@ -7,6 +7,7 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,12 +61,28 @@ static int find_abandoned(const shmtopo_win_t *win, int peer, int all)
     return -1;
 }
 
+/* Budgets in ns: spinning, then yielding, before sleeping. SHMTOPO_SPIN_NS
+ * and SHMTOPO_YIELD_NS override them (both cases) for tuning. */
+static uint64_t budget(const char *name, uint64_t fallback)
+{
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 10) : fallback;
+}
+
 int shmtopo_wait_slow(const shmtopo_win_t *win, _Atomic uint64_t *seq,
                       _Atomic uint32_t *waiters, uint64_t target, int peer, const char *what)
 {
+    static uint64_t spin_env = UINT64_MAX, yield_env = UINT64_MAX;
+    if (spin_env == UINT64_MAX) {
+        spin_env = budget("SHMTOPO_SPIN_NS", 0);
+        yield_env = budget("SHMTOPO_YIELD_NS", 0);
+    }
     const shmtopo_comm_t *comm = win->comm;
-    const uint64_t spin_ns = comm->oversubscribed ? 2000 : 200000;
-    const uint64_t yield_ns = comm->oversubscribed ? 50000 : 2000000;
+    /* Oversubscribed, the awaited rank may need our CPU: yield at once (the
+     * inline spin of shmtopo_wait came first), measured best at 3-8 ranks on
+     * 2 cores; otherwise spin long, as a rank on its own core answers fast. */
+    const uint64_t spin_ns = spin_env ? spin_env : comm->oversubscribed ? 0 : 200000;
+    const uint64_t yield_ns = yield_env ? yield_env : comm->oversubscribed ? 200000 : 2000000;
     const uint64_t start = now_ns();
     uint64_t next_check = start + LIVENESS_PERIOD_NS;
 

@@ -57,7 +57,7 @@ static int resolve_attr(const shmtopo_win_attr_t *attr, shmtopo_win_t *win)
             return shmtopo_fail(EINVAL, -1, "SHMTOPO_TIMEOUT=%s is not a number of seconds >= 0", t);
     }
     win->backend = a.backend;
-    win->fence_alg = shmtopo_fence_resolve(a.fence_alg, win->size);
+    win->fence_alg = shmtopo_fence_resolve(a.fence_alg, win->size, win->comm->oversubscribed);
     win->contiguous = a.contiguous != 0;
     win->symmetric = a.symmetric != 0;
     win->timeout = a.timeout;

@@ -26,8 +26,9 @@ def test_cli_info():
         assert word in proc.stdout, proc.stdout
 
 
-def test_cli_bench_runs():
-    proc = run_mpiexec(2, [sys.executable, "-m", "shmtopo", "bench", "--seconds", "0.02"], timeout=300)
+@pytest.mark.parametrize("n", [2, 3])
+def test_cli_bench_runs(n):
+    proc = run_mpiexec(n, [sys.executable, "-m", "shmtopo", "bench", "--seconds", "0.02"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "shmtopo fence rd" in proc.stdout and "mpi4py Win.Fence()" in proc.stdout
 
