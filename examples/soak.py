@@ -24,7 +24,6 @@ import shmtopo
 
 def fences(comm, count, rng, delay_prob):
     """Returns (epochs, lost, duplicated)."""
-    size, rank = comm.size, comm.rank
     lost = duplicated = 0
     with comm.allocate(shape=(2,), dtype=np.int64, contiguous=True) as win:
         banks = (win.all[:, 0], win.all[:, 1])  # bank b, slot r: rank r's part

@@ -43,7 +43,7 @@ def info(args: argparse.Namespace) -> None:
 
         comm = shmtopo.Comm.from_mpi(MPI.COMM_WORLD)
     except ImportError:
-        print(f"oversubscribed  unknown (no mpi4py)")
+        print("node        oversubscription unknown (no mpi4py)")
         return
     with comm:
         if comm.rank == 0:

@@ -331,6 +331,5 @@ def alltoall(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
         _run(comm, lib.shmtopo_alltoall, _from_buffer(a) if a.size else NULL,
              _from_buffer(result) if result.size else NULL, count, DTYPES[a.dtype])
         return result
-    from mpi4py import MPI
     comm._world.Alltoall(a, result)  # across nodes there is no shared memory to use
     return result

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _maps, _oob
 from ._native import ffi, lib
-from .errors import _BY_ERRNO, FreedError, ShmtopoError, ShmtopoOSError, ShmtopoValueError, check
+from .errors import _BY_ERRNO, FreedError, ShmtopoOSError, ShmtopoValueError, check
 
 if TYPE_CHECKING:
     from .comm import Comm

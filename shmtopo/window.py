@@ -127,7 +127,7 @@ class Window(Collective):
         self._check_open()
         if not self.contiguous:
             raise ShmtopoValueError("win.all needs a window allocated with contiguous=True")
-        first, last = self._parts[0], self._parts[-1]
+        first = self._parts[0]
         mapping = next(m for b, m in self._mappings)
         offset = first.__array_interface__["data"][0] - mapping.__array_interface__["data"][0]
         total = sum(p.size for p in self._parts)

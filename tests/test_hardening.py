@@ -3,7 +3,6 @@ arguments, threads, and a short soak under mpiexec. All serial: each test
 starts its own processes (or a private mount namespace, or mpiexec)."""
 from __future__ import annotations
 
-import errno
 import multiprocessing as mp
 import os
 import queue

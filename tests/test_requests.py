@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import shmtopo
-from test_collectives import everyone, reference
+from test_collectives import everyone
 
 
 def test_allreduce_init_runs_repeatedly(comm):

@@ -2,8 +2,6 @@
 import numpy as np
 import pytest
 
-import shmtopo
-
 USABLE_BACKENDS = ["posix", "memfd", "sysv"]
 
 
