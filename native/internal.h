@@ -96,7 +96,8 @@ void shmtopo_seg_destroy(shmtopo_seg_t *seg, int unmap);
  * waiter counts, and only on the slow (sleeping) path. */
 typedef struct shmtopo_ctrl {
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t fence_seq;  /* stages reached, only grows */
-    _Atomic uint32_t abandoned;                         /* owner left after an error */
+    _Atomic uint32_t abandoned;                         /* owner left after an error: 1 + the
+                                                           rank whose failure caused it */
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t fence_waiters;
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t peer_waiters;
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t peer_seq[]; /* [p]: peer fences done with p */

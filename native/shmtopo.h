@@ -142,6 +142,9 @@ int shmtopo_win_free(shmtopo_win_t *win);
 /* Local: leave the window after an error on this rank, without waiting for
  * anyone. Peers waiting on it fail with ECONNABORTED instead of hanging. */
 int shmtopo_win_abandon(shmtopo_win_t *win);
+/* The same, leaving because of rank `origin` (which died or abandoned
+ * first): peers' errors then name that rank, the root cause. */
+int shmtopo_win_abandon_because(shmtopo_win_t *win, int origin);
 
 /* ---- collectives -------------------------------------------------------- */
 

@@ -50,15 +50,14 @@ static void sleep_on(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t 
     atomic_fetch_sub_explicit(waiters, 1, memory_order_seq_cst);
 }
 
-/* First peer (the awaited one first) that abandoned the window, or -1. */
+/* The rank behind the first abandonment found (the awaited peer first), or
+ * -1. A rank that left because of another names that one. */
 static int find_abandoned(const shmtopo_win_t *win, int peer, int all)
 {
-    if (atomic_load_explicit(&win->ctrl[peer]->abandoned, memory_order_relaxed))
-        return peer;
-    for (int r = 0; all && r < win->size; r++)
-        if (atomic_load_explicit(&win->ctrl[r]->abandoned, memory_order_relaxed))
-            return r;
-    return -1;
+    uint32_t origin = atomic_load_explicit(&win->ctrl[peer]->abandoned, memory_order_relaxed);
+    for (int r = 0; !origin && all && r < win->size; r++)
+        origin = atomic_load_explicit(&win->ctrl[r]->abandoned, memory_order_relaxed);
+    return (int)origin - 1;
 }
 
 /* Budgets in ns: spinning, then yielding, before sleeping. SHMTOPO_SPIN_NS
@@ -97,7 +96,7 @@ int shmtopo_wait_slow(const shmtopo_win_t *win, _Atomic uint64_t *seq,
         int gone = find_abandoned(win, peer, now >= next_check);
         if (gone >= 0)
             return shmtopo_fail(ECONNABORTED, gone,
-                                "rank %d abandoned the window after an error while rank %d waited in %s",
+                                "rank %d left the window after an error while rank %d waited in %s",
                                 gone, comm->rank, what);
         if (now >= next_check) {
             int dead = shmtopo_comm_find_dead(comm);

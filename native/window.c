@@ -359,10 +359,18 @@ int shmtopo_win_disown_mappings(shmtopo_win_t *win)
 
 int shmtopo_win_abandon(shmtopo_win_t *win)
 {
+    return shmtopo_win_abandon_because(win, -1);
+}
+
+int shmtopo_win_abandon_because(shmtopo_win_t *win, int origin)
+{
     if (!win)
         return shmtopo_fail(EBADF, -1, "window is NULL or freed");
+    if (origin < 0 || origin >= win->size)
+        origin = win->rank;
     shmtopo_ctrl_t *me = win->ctrl[win->rank];
-    atomic_store_explicit(&me->abandoned, 1, memory_order_seq_cst);
+    /* rank + 1, so that 0 still means "here" */
+    atomic_store_explicit(&me->abandoned, (uint32_t)origin + 1, memory_order_seq_cst);
     /* Peers asleep on our words wake up and see the flag at once. */
     shmtopo_wake(&me->fence_seq);
     for (int p = 0; p < win->size; p++)

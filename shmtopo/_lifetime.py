@@ -25,7 +25,8 @@ class Collective:
         if exc_type is None:
             self.free()
         else:
-            self.abandon()
+            # a peer's death or error that caused ours stays the one named
+            self.abandon(_origin=getattr(exc, "rank", None))
 
     def __del__(self):
         if self._h != ffi.NULL:

@@ -251,13 +251,13 @@ class Comm(Collective):
                         mpi_comm.Free()
                 self._mpi = self._leaders = self._world = None
 
-    def abandon(self) -> None:
+    def abandon(self, _origin: int | None = None) -> None:
         """Local: after an error on this rank, abandon the open windows and
         drop the comm without the collective barrier. No-op once freed."""
         if self._h == ffi.NULL:
             return
         for win in list(self._windows):
-            win.abandon()
+            win.abandon(_origin)
         handle, self._h = self._h, ffi.NULL
         check(lib.shmtopo_comm_abandon(handle))
 

@@ -192,7 +192,7 @@ class Window(Collective):
         self.comm._forget(self)
         check(lib.shmtopo_win_free(handle))
 
-    def abandon(self) -> None:
+    def abandon(self, _origin: int | None = None) -> None:
         """Local: leave the window after an error on this rank, without
         waiting for the others; their waits on it then raise PeerAbortedError
         instead of hanging. No-op on a freed window."""
@@ -200,7 +200,8 @@ class Window(Collective):
             return
         handle, self._h = self._h, ffi.NULL
         self.comm._forget(self)
-        check(lib.shmtopo_win_abandon(handle))
+        origin = _origin if isinstance(_origin, int) else -1
+        check(lib.shmtopo_win_abandon_because(handle, origin))
 
     def __repr__(self) -> str:
         state = "freed" if self.freed else f"rank {self.rank} of {self.size}"

@@ -219,6 +219,7 @@ def _work_after_allocation(comm, ready, backend, seed, seconds):
     rng = random.Random(seed)
     wins = [comm.allocate(4096, backend=backend),
             comm.allocate(shape=(comm.size,), dtype=np.int64, backend=backend, contiguous=True)]
+    comm.barrier()  # the first collective sets up its scratch window out of band
     ready.release()
     deadline = time.monotonic() + seconds
     ops = 0
