@@ -22,8 +22,6 @@ static inline size_t shmtopo_round_up(size_t n, size_t to)
     return (n + to - 1) / to * to;
 }
 
-#endif
-
 /* ---- comm.c ------------------------------------------------------------ */
 
 struct shmtopo_comm {
@@ -182,8 +180,16 @@ typedef struct shmtopo_coll shmtopo_coll_t;
 int shmtopo_coll_free(shmtopo_coll_t *coll);
 void shmtopo_coll_abandon(shmtopo_coll_t *coll);
 
+/* ---- topo_shmem.c ----------------------------------------------------------- */
+
+/* Load a topology from XML with hwloc topology flags (IS_THISSYSTEM lets
+ * binding queries work on a copy of this machine's topology). */
+int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags, void **topop);
+
 /* ---- symmetric.c ------------------------------------------------------------- */
 
 /* Collective: move every segment of the window to one address range that is
  * the same in all ranks (segments in order, back to back). */
 int shmtopo_win_make_symmetric(shmtopo_win_t *win);
+
+#endif /* SHMTOPO_INTERNAL_H */

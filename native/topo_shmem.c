@@ -74,6 +74,11 @@ out_with_topo:
 
 int shmtopo_topo_load_xml(const char *xml, size_t len, void **topop)
 {
+    return shmtopo_topo_load_xml_flags(xml, len, 0, topop);
+}
+
+int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags, void **topop)
+{
     hwloc_topology_t topo;
     char *copy = NULL;
     const char *buf = xml;
@@ -103,7 +108,8 @@ int shmtopo_topo_load_xml(const char *xml, size_t len, void **topop)
     }
     /* hwloc does not always set errno when it rejects XML. */
     errno = 0;
-    if (hwloc_topology_set_xmlbuffer(topo, buf, (int)buflen) < 0) {
+    if (hwloc_topology_set_flags(topo, flags) < 0 ||
+        hwloc_topology_set_xmlbuffer(topo, buf, (int)buflen) < 0) {
         shmtopo_fail(errno ? errno : EINVAL, -1,
                      "hwloc_topology_set_xmlbuffer: cannot use the XML buffer");
         goto out_with_topo;

@@ -83,47 +83,7 @@ const char *shmtopo_topo_type_name(int type)
 
 int shmtopo_topo_load_xml_here(const char *xml, size_t len, void **topop)
 {
-    hwloc_topology_t topo;
-    char *copy;
-    int err;
-
-    if (!topop || !xml || len == 0 || len >= INT_MAX)
-        return shmtopo_fail(EINVAL, -1, "topology XML: empty, NULL or too large buffer");
-    /* hwloc reads a C string whose size counts the NUL; it must stay until
-     * the load. */
-    copy = strndup(xml, len);
-    if (!copy)
-        return shmtopo_fail(ENOMEM, -1, "topology XML: no memory to copy %zu bytes", len);
-    if (hwloc_topology_init(&topo) < 0) {
-        shmtopo_fail_errno("hwloc_topology_init");
-        goto out_with_copy;
-    }
-    /* hwloc does not always set errno when it rejects XML. */
-    errno = 0;
-    if (hwloc_topology_set_flags(topo, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM) < 0
-        || hwloc_topology_set_xmlbuffer(topo, copy, (int)strlen(copy) + 1) < 0) {
-        shmtopo_fail(errno ? errno : EINVAL, -1,
-                     "hwloc_topology_set_xmlbuffer: cannot use the XML buffer");
-        goto out_with_topo;
-    }
-    errno = 0;
-    if (hwloc_topology_load(topo) < 0) {
-        shmtopo_fail(errno ? errno : EINVAL, -1, "hwloc_topology_load: invalid topology XML");
-        goto out_with_topo;
-    }
-    free(copy);
-    *topop = topo;
-    return 0;
-
-out_with_topo:
-    err = errno;
-    hwloc_topology_destroy(topo);
-    errno = err;
-out_with_copy:
-    err = errno;
-    free(copy);
-    errno = err;
-    return -1;
+    return shmtopo_topo_load_xml_flags(xml, len, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM, topop);
 }
 
 int shmtopo_topo_depth(void *topo)
