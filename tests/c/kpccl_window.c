@@ -9,30 +9,7 @@
 
 #include "kpccl.h"
 #include "kupl.h"
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "rank %d: check failed at line %d: %s\n", world_rank,     \
-                    __LINE__, #cond);                                                 \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                             \
-        }                                                                             \
-    } while (0)
-
-static int world_rank;
-
-static int oob_allgather(const void *sendbuf, void *recvbuf, int size, void *group,
-                         kpccl_shm_datatype_t datatype)
-{
-    if (datatype != KPCCL_SHM_DATATYPE_CHAR)
-        return KPCCL_ERROR;
-    return MPI_Allgather(sendbuf, size, MPI_CHAR, recvbuf, size, MPI_CHAR, *(MPI_Comm *)group);
-}
-
-static int oob_barrier(void *group)
-{
-    return MPI_Barrier(*(MPI_Comm *)group);
-}
+#include "mpi_oob.h"
 
 int main(int argc, char **argv)
 {
@@ -46,7 +23,7 @@ int main(int argc, char **argv)
 
     kpccl_shm_oob_cb_t cbs;
     kpccl_shm_oob_cb_h cbs_h = &cbs;
-    cbs_h->oob_allgather = oob_allgather;
+    cbs_h->oob_allgather = kpccl_oob_allgather;
     cbs_h->oob_barrier = oob_barrier;
     kpccl_shm_comm_h kcomm;
     CHECK(kpccl_shm_comm_create(world_size, world_rank, getpid(), cbs_h, (void *)&comm, &kcomm) ==

@@ -9,34 +9,9 @@
 #include <unistd.h>
 
 #include "kupl.h"
+#include "mpi_oob.h"
 
 #define ROUNDS 60
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "rank %d: check failed at line %d: %s\n", world_rank,     \
-                    __LINE__, #cond);                                                 \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                             \
-        }                                                                             \
-    } while (0)
-
-static int world_rank;
-
-static int oob_allgather_callback(const void *sendbuf, void *recvbuf, int size, void *group,
-                                  kupl_shm_datatype_t datatype)
-{
-    if (datatype != KUPL_SHM_DATATYPE_CHAR) {
-        fprintf(stderr, "unexpected datatype %d\n", (int)datatype);
-        return KUPL_ERROR;
-    }
-    return MPI_Allgather(sendbuf, size, MPI_CHAR, recvbuf, size, MPI_CHAR, *(MPI_Comm *)group);
-}
-
-static int oob_barrier_callback(void *group)
-{
-    return MPI_Barrier(*(MPI_Comm *)group);
-}
 
 int main(int argc, char **argv)
 {
@@ -48,7 +23,7 @@ int main(int argc, char **argv)
     if (argc > 1)
         setenv("KUPL_SHM_FENCE_ALGORITHM", argv[1], 1);
 
-    kupl_shm_oob_cb_t oob_cbs = {oob_allgather_callback, oob_barrier_callback};
+    kupl_shm_oob_cb_t oob_cbs = {oob_allgather, oob_barrier};
     kupl_shm_comm_h kupl_comm;
     CHECK(kupl_shm_comm_create(world_size, world_rank, getpid(), &oob_cbs, (void *)&comm,
                                &kupl_comm) == KUPL_OK);

@@ -8,32 +8,9 @@
 #include <unistd.h>
 
 #include "kupl.h"
+#include "mpi_oob.h"
 
 #define ROUNDS 20
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "rank %d: check failed at line %d: %s\n", world_rank,     \
-                    __LINE__, #cond);                                                 \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                             \
-        }                                                                             \
-    } while (0)
-
-static int world_rank;
-
-static int oob_allgather_callback(const void *sendbuf, void *recvbuf, int size, void *group,
-                                  kupl_shm_datatype_t datatype)
-{
-    if (datatype != KUPL_SHM_DATATYPE_CHAR)
-        return KUPL_ERROR;
-    return MPI_Allgather(sendbuf, size, MPI_CHAR, recvbuf, size, MPI_CHAR, *(MPI_Comm *)group);
-}
-
-static int oob_barrier_callback(void *group)
-{
-    return MPI_Barrier(*(MPI_Comm *)group);
-}
 
 int main(int argc, char **argv)
 {
@@ -43,7 +20,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(comm, &world_rank);
     MPI_Comm_size(comm, &world_size);
 
-    kupl_shm_oob_cb_t oob_cbs = {oob_allgather_callback, oob_barrier_callback};
+    kupl_shm_oob_cb_t oob_cbs = {oob_allgather, oob_barrier};
     kupl_shm_comm_h kupl_comm;
     CHECK(kupl_shm_comm_create(world_size, world_rank, getpid(), &oob_cbs, (void *)&comm,
                                &kupl_comm) == KUPL_OK);

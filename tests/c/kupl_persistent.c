@@ -12,40 +12,11 @@
 
 #include "kpccl.h"
 #include "kupl.h"
+#include "mpi_oob.h"
 
 #define STARTS 5
 #define COUNT 1000
 #define BIG 200000 /* doubles: more than one pass through the scratch buffers */
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "rank %d: check failed at line %d: %s\n", world_rank,     \
-                    __LINE__, #cond);                                                 \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                             \
-        }                                                                             \
-    } while (0)
-
-static int world_rank;
-
-static int oob_allgather(const void *sendbuf, void *recvbuf, int size, void *group,
-                         kupl_shm_datatype_t datatype)
-{
-    if (datatype != KUPL_SHM_DATATYPE_CHAR)
-        return KUPL_ERROR;
-    return MPI_Allgather(sendbuf, size, MPI_CHAR, recvbuf, size, MPI_CHAR, *(MPI_Comm *)group);
-}
-
-static int oob_barrier(void *group)
-{
-    return MPI_Barrier(*(MPI_Comm *)group);
-}
-
-static int kpccl_oob_allgather(const void *sendbuf, void *recvbuf, int size, void *group,
-                               kpccl_shm_datatype_t datatype)
-{
-    return oob_allgather(sendbuf, recvbuf, size, group, (kupl_shm_datatype_t)datatype);
-}
 
 /* Rank r's input element i at start s. */
 static int int_input(int s, int r, int i) { return (s + 1) * (r + 1) + i % 7 - 3 * s; }

@@ -7,41 +7,7 @@
 #include <unistd.h>
 
 #include "kupl.h"
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "rank %d: check failed at line %d: %s\n", world_rank,     \
-                    __LINE__, #cond);                                                 \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                             \
-        }                                                                             \
-    } while (0)
-
-static int world_rank;
-
-static int oob_allgather_callback(const void *sendbuf, void *recvbuf, int size, void *group,
-                                  kupl_shm_datatype_t datatype)
-{
-    MPI_Comm comm = *(MPI_Comm *)group;
-    switch (datatype) {
-    case KUPL_SHM_DATATYPE_CHAR:
-        return MPI_Allgather(sendbuf, size, MPI_CHAR, recvbuf, size, MPI_CHAR, comm);
-    case KUPL_SHM_DATATYPE_INT:
-        return MPI_Allgather(sendbuf, size, MPI_INT, recvbuf, size, MPI_INT, comm);
-    case KUPL_SHM_DATATYPE_LONG:
-        return MPI_Allgather(sendbuf, size, MPI_LONG, recvbuf, size, MPI_LONG, comm);
-    case KUPL_SHM_DATATYPE_FLOAT:
-        return MPI_Allgather(sendbuf, size, MPI_FLOAT, recvbuf, size, MPI_FLOAT, comm);
-    case KUPL_SHM_DATATYPE_DOUBLE:
-        return MPI_Allgather(sendbuf, size, MPI_DOUBLE, recvbuf, size, MPI_DOUBLE, comm);
-    }
-    return KUPL_ERROR;
-}
-
-static int oob_barrier_callback(void *group)
-{
-    return MPI_Barrier(*(MPI_Comm *)group);
-}
+#include "mpi_oob.h"
 
 int main(int argc, char **argv)
 {
@@ -55,8 +21,8 @@ int main(int argc, char **argv)
 
     kupl_shm_oob_cb_t oob_cbs;
     kupl_shm_oob_cb_h oob_cbs_h = &oob_cbs;
-    oob_cbs_h->oob_allgather = oob_allgather_callback;
-    oob_cbs_h->oob_barrier = oob_barrier_callback;
+    oob_cbs_h->oob_allgather = oob_allgather;
+    oob_cbs_h->oob_barrier = oob_barrier;
     kupl_shm_comm_h kupl_comm;
     CHECK(kupl_shm_comm_create(world_size, world_rank, getpid(), oob_cbs_h, (void *)&comm,
                                &kupl_comm) == KUPL_OK);
