@@ -6,7 +6,7 @@
 # `python -m shmtopo --cflags --libs`).
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
@@ -42,5 +42,10 @@ class build_ext_with_c_library(build_ext):
         return super().get_outputs() + [str(self.c_library_path())]
 
 
-setup(cffi_modules=["build_ffi.py:ffibuilder"],
+# The small-collective entry point: numpy arrays through the buffer protocol
+# (native/cpython/fastpath.c); it calls the core inside shmtopo._native.
+fastpath = Extension("shmtopo._fastpath", ["native/cpython/fastpath.c"],
+                     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"])
+
+setup(cffi_modules=["build_ffi.py:ffibuilder"], ext_modules=[fastpath],
       cmdclass={"build_ext": build_ext_with_c_library})

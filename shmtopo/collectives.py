@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _fastpath
 from ._native import ffi, lib
 from .errors import ShmtopoValueError, last_error
 
@@ -33,15 +34,19 @@ ALGORITHMS = {None: lib.SHMTOPO_COLL_AUTO, "auto": lib.SHMTOPO_COLL_AUTO,
               "flat": lib.SHMTOPO_COLL_FLAT, "rsag": lib.SHMTOPO_COLL_RSAG}
 NULL = ffi.NULL
 _from_buffer = ffi.from_buffer
-_allreduce = lib.shmtopo_allreduce
-_reduce = lib.shmtopo_reduce
-_bcast = lib.shmtopo_bcast
 _barrier = lib.shmtopo_barrier
-_allgather = lib.shmtopo_allgather
-_NOT_FAST = (KeyError, AttributeError, TypeError, ValueError, BufferError)
 
 
 WINDOW_MIN = 64 * 1024  # smaller arrays: the copy path is as fast, and finding the window costs
+
+# Arrays below WINDOW_MIN on a single-node comm go through _fastpath, which
+# calls the same native functions without cffi's per-call Python costs.
+_fastpath.bind(*(int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in
+                 ("shmtopo_allreduce", "shmtopo_reduce", "shmtopo_bcast", "shmtopo_allgather")),
+               np.ndarray, np.empty_like, OPS, WINDOW_MIN)
+_fast_allreduce, _fast_reduce = _fastpath.allreduce, _fastpath.reduce
+_fast_bcast, _fast_allgather = _fastpath.bcast, _fastpath.allgather
+_NativeError = _fastpath.NativeError
 
 
 def _in_window(comm: "Comm", a: np.ndarray):
@@ -55,16 +60,6 @@ def _in_window(comm: "Comm", a: np.ndarray):
         if offset is not None:
             return win, offset
     return None
-
-
-def _fast_out(array: np.ndarray, out: Any) -> np.ndarray:
-    """out, or a new array like `array`; ValueError (leave the fast path,
-    whose general twin explains) when out does not fit."""
-    if out is None:
-        return np.empty_like(array)
-    if out.dtype == array.dtype and out.size == array.size:
-        return out
-    raise ValueError
 
 
 class _Invalid(Exception):
@@ -162,19 +157,12 @@ def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
 
     op: sum, prod, min, max (band, bor, bxor for integers). algorithm: None
     (by size), "flat" or "rsag". Returns out (a new array when None)."""
-    if comm._leaders is None and algorithm is None and getattr(array, "nbytes", 0) < WINDOW_MIN:
-        # Fast path for the common case (one node, numpy in and out): small
-        # messages cost about as much in Python as in shared memory.
+    if algorithm is None:
         try:
-            code, opc = DTYPES[array.dtype], OPS[op]
-            send = _from_buffer(array)  # raises unless C-contiguous
-            result = _fast_out(array, out)
-            recv = _from_buffer(result, require_writable=True)
-        except _NOT_FAST:
-            pass  # the general path below explains what is wrong
-        else:
-            if _allreduce(comm._h, send, recv, array.size, code, opc, 0) < 0:
-                raise last_error()
+            result = _fast_allreduce(comm._fast, array, out, op)
+        except _NativeError as failure:
+            raise last_error(*failure.args) from None
+        if result is not None:
             return result
     a = _contiguous(array)
     try:
@@ -195,17 +183,12 @@ def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
 def reduce(comm: "Comm", array: Any, op: str = "sum", root: int = 0, *, out: Any = None,
            algorithm: str | None = None) -> np.ndarray | None:
     """Collective: the reduction on rank `root` (returned there; None elsewhere)."""
-    if comm._leaders is None and algorithm is None and type(root) is int and \
-            getattr(array, "nbytes", WINDOW_MIN) < WINDOW_MIN:
-        try:  # fast path: small, one node
-            code, opc, send = DTYPES[array.dtype], OPS[op], _from_buffer(array)
-            result = _fast_out(array, out) if root == comm.world_rank else None
-            recv = NULL if result is None else _from_buffer(result, require_writable=True)
-        except _NOT_FAST:
-            pass
-        else:
-            if _reduce(comm._h, send, recv, array.size, code, opc, root, 0) < 0:
-                raise last_error()
+    if algorithm is None and type(root) is int:
+        try:
+            result = _fast_reduce(comm._fast, array, out, op, root, root == comm.world_rank)
+        except _NativeError as failure:
+            raise last_error(*failure.args) from None
+        if result is not NotImplemented:
             return result
     a = _contiguous(array)
     try:
@@ -228,16 +211,13 @@ def reduce(comm: "Comm", array: Any, op: str = "sum", root: int = 0, *, out: Any
 def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.ndarray:
     """Collective: every rank gets rank `root`'s array (the other ranks' array
     only gives shape and dtype). Pass out=array to receive in place."""
-    if comm._leaders is None and out is array and type(root) is int and \
-            getattr(array, "nbytes", WINDOW_MIN) < WINDOW_MIN:
-        try:  # fast path: in place, small, one node
-            code, buf = DTYPES[array.dtype], _from_buffer(array, require_writable=True)
-        except _NOT_FAST:
-            pass
-        else:
-            if _bcast(comm._h, buf, array.size, code, root) < 0:
-                raise last_error()
-            return array
+    if out is array and type(root) is int:  # in place
+        try:
+            result = _fast_bcast(comm._fast, array, root)
+        except _NativeError as failure:
+            raise last_error(*failure.args) from None
+        if result is not None:
+            return result
     a = _contiguous(array)
     try:
         _code(DTYPES, a.dtype, "dtype")
@@ -262,18 +242,13 @@ def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.nda
 
 def allgather(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
     """Collective: shape (nranks, *array.shape), row r from rank r."""
-    if comm._leaders is None and out is not None and getattr(array, "nbytes", WINDOW_MIN) < WINDOW_MIN:
-        try:  # fast path: small, one node, into out
-            code, send = DTYPES[array.dtype], _from_buffer(array)
-            if out.dtype != array.dtype or out.size != array.size * comm.world_size:
-                raise ValueError
-            recv = _from_buffer(out, require_writable=True)
-        except _NOT_FAST:
-            pass
-        else:
-            if _allgather(comm._h, send, recv, array.size, code) < 0:
-                raise last_error()
-            return out
+    if out is not None:
+        try:
+            result = _fast_allgather(comm._fast, array, out, comm.world_size)
+        except _NativeError as failure:
+            raise last_error(*failure.args) from None
+        if result is not None:
+            return result
     a = _contiguous(array)
     nranks = comm.world_size
     try:

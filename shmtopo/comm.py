@@ -34,6 +34,9 @@ class Comm(Collective):
         handle = ffi.new("shmtopo_comm_t **")
         self._call(lib.shmtopo_comm_create, size, rank, transport.oob, handle)
         self._h = handle[0]
+        # The handle as a number for the small-collective entry point (0 when
+        # that path must not be taken: freed, or collectives span nodes).
+        self._fast = int(ffi.cast("uintptr_t", self._h))
 
     # -- construction -----------------------------------------------------
     @classmethod
@@ -72,6 +75,7 @@ class Comm(Collective):
         self.nnodes = parent.allreduce(1 if self.rank == 0 else 0)
         if self.nnodes == 1:
             return
+        self._fast = 0
         self._world = parent.Dup()  # our own context: never matches user messages
         self._leaders = self._world.Split(0 if self.rank == 0 else MPI.UNDEFINED, key=self.world_rank)
         node_index = self._mpi.bcast(self._leaders.Get_rank() if self.rank == 0 else None, root=0)
@@ -242,7 +246,7 @@ class Comm(Collective):
             for win in list(self._windows):
                 win.free()
         finally:
-            handle, self._h = self._h, ffi.NULL
+            handle, self._h, self._fast = self._h, ffi.NULL, 0
             try:
                 self._call(lib.shmtopo_comm_destroy, handle)
             finally:
@@ -258,7 +262,7 @@ class Comm(Collective):
             return
         for win in list(self._windows):
             win.abandon(_origin)
-        handle, self._h = self._h, ffi.NULL
+        handle, self._h, self._fast = self._h, ffi.NULL, 0
         check(lib.shmtopo_comm_abandon(handle))
 
     def __repr__(self) -> str:

@@ -81,9 +81,11 @@ _BY_ERRNO = {
 }
 
 
-def last_error() -> ShmtopoError:
-    """The exception for the native call that just failed in this thread."""
-    err = ffi.errno
+def last_error(err: int | None = None) -> ShmtopoError:
+    """The exception for the native call that just failed in this thread
+    (err: its errno, when the call did not go through cffi)."""
+    if err is None:
+        err = ffi.errno
     message = ffi.string(lib.shmtopo_last_error()).decode(errors="replace")
     rank = lib.shmtopo_last_error_rank()
     cls = _BY_ERRNO.get(err, ShmtopoOSError)

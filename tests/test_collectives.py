@@ -149,6 +149,52 @@ def test_many_small_chunks(monkeypatch):
             np.testing.assert_array_equal(comm.allgather(inputs[comm.world_rank]), np.array(inputs))
 
 
+class _Sub(np.ndarray):
+    pass
+
+
+def test_fast_entry_takes_only_the_plain_case(comm):
+    """shmtopo._fastpath runs a small collective on plain ndarrays and hands
+    everything else back (None, no collective made) to the general path."""
+    from shmtopo import _fastpath
+    from shmtopo.collectives import WINDOW_MIN
+
+    h, n = comm._fast, comm.world_size
+    x = data(comm.world_rank, 24, np.float64)
+    want = reference("sum", everyone(comm, 24, np.float64))
+    np.testing.assert_array_equal(_fastpath.allreduce(h, x, None, "sum"), want)
+    grid = np.empty((4, 6))
+    assert _fastpath.allreduce(h, x.reshape(4, 6), grid, "sum") is grid
+    np.testing.assert_array_equal(grid.ravel(), want)
+    ints = data(comm.world_rank, 9, np.int64)
+    np.testing.assert_array_equal(_fastpath.allreduce(h, ints, None, "bxor"),
+                                  reference("bxor", everyone(comm, 9, np.int64)))
+    readonly = np.empty(24)
+    readonly.flags.writeable = False
+    for args in [(0, x, None, "sum"),                        # freed or multi-node comm
+                 (h, list(x), None, "sum"),                  # not an array
+                 (h, x[::2], None, "sum"),                   # not contiguous
+                 (h, x.astype(">f8"), None, "sum"),           # foreign byte order
+                 (h, x.view(_Sub), None, "sum"),             # subclass
+                 (h, x > 0, None, "sum"),                    # bool
+                 (h, x, None, "mean"),                       # unknown op
+                 (h, x, [0.0] * 24, "sum"),                  # out not an array
+                 (h, x, readonly, "sum"),                    # read-only out
+                 (h, x, np.empty(24, np.float32), "sum"),    # out of another type
+                 (h, x, np.empty(25), "sum"),                # out of another size
+                 (h, np.ones(WINDOW_MIN // 8), None, "sum")]:  # large: maybe a window
+        assert _fastpath.allreduce(*args) is None, args
+    assert _fastpath.bcast(h, readonly, 0) is None
+    assert _fastpath.reduce(h, x[::2], None, "sum", 0, comm.world_rank == 0) is NotImplemented
+    assert _fastpath.allgather(h, x, np.empty((n, 23)), n) is None
+    # the same calls through the public API: the general path does them or explains
+    np.testing.assert_array_equal(comm.allreduce(x[::2]), want[::2])
+    np.testing.assert_array_equal(comm.allreduce(x.view(_Sub)), want)
+    with pytest.raises(ValueError, match="out must be a writable"):
+        comm.allreduce(x, out=readonly)
+    comm.barrier()
+
+
 def test_mismatched_arguments_fail_everywhere(comm):
     if comm.world_size == 1:
         pytest.skip("one rank cannot disagree")

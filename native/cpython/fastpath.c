@@ -1,0 +1,317 @@
+/* shmtopo._fastpath: the Python entry of small window collectives.
+ *
+ * A small allreduce costs about 0.4 us in shared memory, and going through
+ * cffi (two ffi.from_buffer calls, dtype and op lookups) added 1-2 us of
+ * Python on top. This module takes numpy arrays straight through the buffer
+ * protocol and calls the native core, whose functions it gets as addresses
+ * from shmtopo._native (bind), so the process holds one copy of the core
+ * and its error state.
+ *
+ * Every function returns None, having done nothing, when the arguments are
+ * not the plain case (exact ndarrays, C-contiguous, native byte order, a
+ * supported type, below the size limit, a matching out); the caller then
+ * takes the general Python path, which also explains what is wrong. A
+ * failure of the collective itself raises NativeError(errno); shmtopo turns
+ * that into its own exception with shmtopo_last_error(). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct shmtopo_comm shmtopo_comm_t;
+typedef int (*allreduce_fn)(shmtopo_comm_t *, const void *, void *, size_t, int, int, int);
+typedef int (*reduce_fn)(shmtopo_comm_t *, const void *, void *, size_t, int, int, int, int);
+typedef int (*bcast_fn)(shmtopo_comm_t *, void *, size_t, int, int);
+typedef int (*allgather_fn)(shmtopo_comm_t *, const void *, void *, size_t, int);
+
+static struct {
+    allreduce_fn allreduce;
+    reduce_fn reduce;
+    bcast_fn bcast;
+    allgather_fn allgather;
+    PyObject *ndarray;      /* numpy.ndarray */
+    PyObject *empty_like;   /* numpy.empty_like */
+    PyObject *ops;          /* {"sum": code, ...} */
+    Py_ssize_t max_bytes;   /* larger arrays take the general path (window detection) */
+} bound;
+
+static PyObject *NativeError;
+
+static PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
+{
+    Py_INCREF(o);
+    return o;
+}
+
+/* shmtopo_dtype codes by buffer format character, for native-order formats
+ * ('l' and 'q' are both int64 on LP64 Linux). -1: not supported. */
+static int dtype_code(const char *format, Py_ssize_t itemsize)
+{
+    if (!format)
+        return 4; /* PyBUF_FORMAT not given means unsigned bytes */
+    if (*format == '=' || *format == '@')
+        format++;
+    if (!format[0] || format[1])
+        return -1;
+    switch (format[0]) {
+    case 'b': return 0;
+    case 'h': return 1;
+    case 'i': return 2;
+    case 'l': case 'q': return itemsize == 8 ? 3 : -1;
+    case 'B': return 4;
+    case 'H': return 5;
+    case 'I': return 6;
+    case 'L': case 'Q': return itemsize == 8 ? 7 : -1;
+    case 'f': return 8;
+    case 'd': return 9;
+    default: return -1;
+    }
+}
+
+/* A view of an exact, C-contiguous ndarray of a supported type below the
+ * size limit; 0 with no error set (and no view held) otherwise. */
+static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
+{
+    if (Py_TYPE(obj) != (PyTypeObject *)bound.ndarray)
+        return 0;
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear(); /* not contiguous, read-only: the general path says so */
+        return 0;
+    }
+    *code = dtype_code(view->format, view->itemsize);
+    if (*code < 0 || view->len >= bound.max_bytes) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+static shmtopo_comm_t *comm_of(PyObject *handle)
+{
+    uintptr_t h = (uintptr_t)PyLong_AsUnsignedLongLong(handle);
+    if (h == (uintptr_t)-1 && PyErr_Occurred())
+        PyErr_Clear(), h = 0;
+    return (shmtopo_comm_t *)h;
+}
+
+/* out, or a new array like `like`; NULL with no error when out does not
+ * fit (same type and byte length, writable). */
+static PyObject *result_of(PyObject *out, PyObject *like, const Py_buffer *in, int code,
+                           Py_buffer *view)
+{
+    int out_code;
+    if (out == Py_None) {
+        PyObject *made = PyObject_CallOneArg(bound.empty_like, like);
+        if (!made)
+            return NULL;
+        if (!view_of(made, view, 1, &out_code)) {
+            Py_DECREF(made);
+            return NULL;
+        }
+        return made;
+    }
+    if (!view_of(out, view, 1, &out_code))
+        return NULL;
+    if (out_code != code || view->len != in->len) {
+        PyBuffer_Release(view);
+        return NULL;
+    }
+    Py_INCREF(out);
+    return out;
+}
+
+static int op_code(PyObject *op)
+{
+    PyObject *code = PyDict_GetItemWithError(bound.ops, op);
+    return code ? (int)PyLong_AsLong(code) : (PyErr_Clear(), -1);
+}
+
+static PyObject *not_handled(void)
+{
+    if (PyErr_Occurred())
+        return NULL; /* a real error (out of memory in empty_like) */
+    Py_RETURN_NONE;
+}
+
+/* NativeError(errno): the core's message and rank are in its thread-local
+ * error state; errno is taken here because cffi's saved one never saw it. */
+static PyObject *failed(PyObject *result, int err)
+{
+    Py_XDECREF(result);
+    PyObject *code = PyLong_FromLong(err);
+    if (code) {
+        PyErr_SetObject(NativeError, code);
+        Py_DECREF(code);
+    }
+    return NULL;
+}
+
+/* allreduce(handle, array, out, op) -> result | None */
+static PyObject *fast_allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "allreduce takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, op = op_code(args[3]);
+    Py_buffer in, out;
+    if (!comm || op < 0 || !view_of(args[1], &in, 0, &code))
+        return not_handled();
+    PyObject *result = result_of(args[2], args[1], &in, code, &out);
+    if (!result) {
+        PyBuffer_Release(&in);
+        return not_handled();
+    }
+    int rc, err;
+    Py_BEGIN_ALLOW_THREADS
+    rc = bound.allreduce(comm, in.buf, out.buf, (size_t)(in.len / in.itemsize), code, op, 0);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return rc < 0 ? failed(result, err) : result;
+}
+
+/* reduce(handle, array, out, op, root, is_root) -> result (None off the root) | NotImplemented */
+static PyObject *fast_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6)
+        return PyErr_Format(PyExc_TypeError, "reduce takes 6 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, op = op_code(args[3]);
+    int root = (int)PyLong_AsLong(args[4]), is_root = PyObject_IsTrue(args[5]);
+    Py_buffer in, out = {0};
+    if (PyErr_Occurred())
+        PyErr_Clear(), comm = NULL;
+    if (!comm || op < 0 || !view_of(args[1], &in, 0, &code))
+        return PyErr_Occurred() ? NULL : new_ref(Py_NotImplemented);
+    PyObject *result = Py_None;
+    if (is_root && !(result = result_of(args[2], args[1], &in, code, &out))) {
+        PyBuffer_Release(&in);
+        return PyErr_Occurred() ? NULL : new_ref(Py_NotImplemented);
+    }
+    if (!is_root)
+        Py_INCREF(result);
+    int rc, err;
+    Py_BEGIN_ALLOW_THREADS
+    rc = bound.reduce(comm, in.buf, out.buf, (size_t)(in.len / in.itemsize), code, op, root, 0);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&in);
+    if (is_root)
+        PyBuffer_Release(&out);
+    return rc < 0 ? failed(result, err) : result;
+}
+
+/* bcast(handle, array, root) -> array (received in place) | None */
+static PyObject *fast_bcast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "bcast takes 3 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, root = (int)PyLong_AsLong(args[2]);
+    Py_buffer buf;
+    if (PyErr_Occurred())
+        PyErr_Clear(), comm = NULL;
+    if (!comm || !view_of(args[1], &buf, 1, &code))
+        return not_handled();
+    int rc, err;
+    Py_BEGIN_ALLOW_THREADS
+    rc = bound.bcast(comm, buf.buf, (size_t)(buf.len / buf.itemsize), code, root);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return rc < 0 ? failed(NULL, err) : new_ref(args[1]);
+}
+
+/* allgather(handle, array, out, nranks) -> out | None */
+static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "allgather takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    Py_ssize_t nranks = PyLong_AsSsize_t(args[3]);
+    int code, out_code;
+    Py_buffer in, out;
+    if (PyErr_Occurred())
+        PyErr_Clear(), comm = NULL;
+    if (!comm || !view_of(args[1], &in, 0, &code))
+        return not_handled();
+    if (!view_of(args[2], &out, 1, &out_code)) {
+        PyBuffer_Release(&in);
+        return not_handled();
+    }
+    if (out_code != code || out.len != in.len * nranks) {
+        PyBuffer_Release(&in);
+        PyBuffer_Release(&out);
+        return not_handled();
+    }
+    int rc, err;
+    Py_BEGIN_ALLOW_THREADS
+    rc = bound.allgather(comm, in.buf, out.buf, (size_t)(in.len / in.itemsize), code);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
+}
+
+static void *address(PyObject *value)
+{
+    return (void *)(uintptr_t)PyLong_AsUnsignedLongLong(value);
+}
+
+/* bind(allreduce, reduce, bcast, allgather, ndarray, empty_like, ops, max_bytes):
+ * the native functions as addresses, numpy's type and constructor, the
+ * op-name table and the size limit. */
+static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8)
+        return PyErr_Format(PyExc_TypeError, "bind takes 8 arguments"), NULL;
+    bound.allreduce = (allreduce_fn)address(args[0]);
+    bound.reduce = (reduce_fn)address(args[1]);
+    bound.bcast = (bcast_fn)address(args[2]);
+    bound.allgather = (allgather_fn)address(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!PyType_Check(args[4]) || !PyDict_Check(args[6]))
+        return PyErr_Format(PyExc_TypeError, "bind: expected a type and a dict"), NULL;
+    Py_XSETREF(bound.ndarray, new_ref(args[4]));
+    Py_XSETREF(bound.empty_like, new_ref(args[5]));
+    Py_XSETREF(bound.ops, new_ref(args[6]));
+    bound.max_bytes = PyLong_AsSsize_t(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Bind the native core (shmtopo internal)."},
+    {"allreduce", (PyCFunction)(void (*)(void))fast_allreduce, METH_FASTCALL, "allreduce(handle, array, out, op)"},
+    {"reduce", (PyCFunction)(void (*)(void))fast_reduce, METH_FASTCALL, "reduce(handle, array, out, op, root, is_root)"},
+    {"bcast", (PyCFunction)(void (*)(void))fast_bcast, METH_FASTCALL, "bcast(handle, array, root)"},
+    {"allgather", (PyCFunction)(void (*)(void))fast_allgather, METH_FASTCALL, "allgather(handle, array, out, nranks)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "shmtopo._fastpath",
+    "Small window collectives on numpy arrays without cffi's per-call costs (internal).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__fastpath(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    NativeError = PyErr_NewException("shmtopo._fastpath.NativeError", NULL, NULL);
+    Py_XINCREF(NativeError);
+    if (!NativeError || PyModule_AddObject(m, "NativeError", NativeError) < 0) {
+        Py_XDECREF(NativeError);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
