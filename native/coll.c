@@ -233,18 +233,36 @@ static size_t min_size(size_t a, size_t b)
 /* ---- reductions ------------------------------------------------------------ */
 
 /* dst = in[0] op in[1] op ... in rank order, the same on every rank so that
- * floating-point results agree bit for bit. */
+ * floating-point results agree bit for bit. dst may be in[0] or in[1] (the
+ * pair kernel allows that); when it is a later input, which the first
+ * writes would clobber, the result goes through the private slice. */
 static void reduce_ranks(const shmtopo_coll_t *c, char *dst, const char *(*src)(const shmtopo_coll_t *, int, const void *),
                          const void *arg, size_t count, int dtype, int op)
 {
-    memcpy(dst, src(c, 0, arg), count * shmtopo_dtype_size(dtype));
-    for (int p = 1; p < c->size; p++)
-        shmtopo_reduce_into(dst, src(c, p, arg), count, dtype, op);
+    const size_t esz = shmtopo_dtype_size(dtype);
+    if (c->size == 1) {
+        memmove(dst, src(c, 0, arg), count * esz);
+        return;
+    }
+    int later = 0;
+    for (int p = 2; p < c->size; p++)
+        later |= src(c, p, arg) == dst;
+    const size_t per = later ? c->buffer / esz : count;
+    for (size_t off = 0; off < count; off += per) {
+        const size_t m = min_size(per, count - off);
+        char *out = later ? c->tmp : dst + off * esz;
+        shmtopo_reduce_pair(out, src(c, 0, arg) + off * esz, src(c, 1, arg) + off * esz, m, dtype, op);
+        for (int p = 2; p < c->size; p++)
+            shmtopo_reduce_into(out, src(c, p, arg) + off * esz, m, dtype, op);
+        if (later)
+            memcpy(dst + off * esz, out, m * esz);
+    }
 }
 
 typedef struct chunk_at {
     int which;
-    size_t offset;  /* bytes into each rank's buffer */
+    size_t offset;     /* bytes into each rank's buffer */
+    const char *own;   /* this rank's input for the same elements, read there instead, or NULL */
 } chunk_at_t;
 
 /* Where each rank's input lies: copied into its scratch buffers chunk by
@@ -272,7 +290,7 @@ static const char *from_line(const shmtopo_coll_t *c, int rank, const void *arg)
 static const char *from_buffer(const shmtopo_coll_t *c, int rank, const void *arg)
 {
     const chunk_at_t *at = arg;
-    return buffer(c, rank, at->which) + at->offset;
+    return rank == c->rank && at->own ? at->own : buffer(c, rank, at->which) + at->offset;
 }
 
 /* Every rank publishes, one step, and the readers reduce all inputs. */
@@ -300,7 +318,7 @@ static int flat_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const source_t
     const size_t per = c->buffer / esz;
     for (size_t off = 0; off < count; off += per) {
         const size_t m = min_size(per, count - off);
-        chunk_at_t at = {next_buffer(c), 0};
+        chunk_at_t at = {next_buffer(c), 0, NULL};
         memcpy(buffer(c, c->rank, at.which), src->send + off * esz, m * esz);
         if (step(c, kind, sig, NULL, 0) < 0)
             return -1;
@@ -312,7 +330,8 @@ static int flat_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const source_t
 
 /* Per chunk: each rank reduces its own slice of everybody's chunk (in
  * parallel, so the memory traffic is shared), publishes it, then the readers
- * copy the others' slices: the memory-bandwidth-bound shape. */
+ * copy the others' slices: the memory-bandwidth-bound shape. Only the slices
+ * peers reduce are copied in: a rank reads its own slice from its input. */
 static int rsag_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const source_t *src, char *recv,
                        size_t count, int dtype, int op, int root)
 {
@@ -322,18 +341,20 @@ static int rsag_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const source_t
         const size_t m = min_size(per, count - off);
         const int which = next_buffer(c);
         char *mine = buffer(c, c->rank, which);
-        if (!src->win)
-            memcpy(mine, src->send + off * esz, m * esz);
-        if (step(c, kind, sig, NULL, 0) < 0)
-            return -1;
         const size_t lo = m * (size_t)c->rank / (size_t)c->size;
         const size_t hi = m * (size_t)(c->rank + 1) / (size_t)c->size;
+        if (!src->win) {
+            memcpy(mine, src->send + off * esz, lo * esz);
+            memcpy(mine + hi * esz, src->send + (off + hi) * esz, (m - hi) * esz);
+        }
+        if (step(c, kind, sig, NULL, 0) < 0)
+            return -1;
         char *dst = reads ? recv + (off + lo) * esz : c->tmp;
         if (src->win) {
             source_t at = {NULL, src->win, src->offset + (off + lo) * esz};
             reduce_ranks(c, dst, from_window, &at, hi - lo, dtype, op);
         } else {
-            chunk_at_t at = {which, lo * esz};
+            chunk_at_t at = {which, lo * esz, src->send + (off + lo) * esz};
             reduce_ranks(c, dst, from_buffer, &at, hi - lo, dtype, op);
         }
         memcpy(mine + lo * esz, dst, (hi - lo) * esz);
@@ -352,19 +373,52 @@ static int rsag_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const source_t
 }
 
 /* A window path needs the window of this comm and the data inside every
- * rank's part; false arguments on one rank fail the call on all. */
+ * rank's part; false arguments on one rank fail the call on all. The result
+ * may replace this rank's own input (in place) but must not overlap any
+ * other input, which peers read while it is written. */
 static int check_window(const shmtopo_coll_t *c, const shmtopo_comm_t *comm, const source_t *src,
-                        size_t nbytes)
+                        const char *recv, size_t nbytes)
 {
     if (!src->win)
         return 0;
     if (src->win->comm != comm)
         return shmtopo_fail(EINVAL, -1, "the window belongs to another comm");
-    for (int p = 0; p < c->size; p++)
+    for (int p = 0; p < c->size; p++) {
         if (src->offset + nbytes > src->win->sizes[p])
             return shmtopo_fail(EINVAL, p, "bytes [%zu, %zu) lie outside rank %d's part of the window (%zu bytes)",
                                 src->offset, src->offset + nbytes, p, src->win->sizes[p]);
+        const char *input = src->win->base[p] + src->offset;
+        if (recv && nbytes && recv < input + nbytes && input < recv + nbytes &&
+            !(p == c->rank && recv == input))
+            return shmtopo_fail(EINVAL, p, "the result buffer overlaps rank %d's input in the window "
+                                "(only exactly in place, on this rank's own input, is allowed)", p);
+    }
     return 0;
+}
+
+/* Allreduce in place in a window: each rank reduces its slice of all inputs
+ * into its own input there, then copies the other slices from their owners.
+ * No scratch copies; peers only ever read slices nobody is writing. */
+static int inplace_allreduce(shmtopo_coll_t *c, uint64_t sig, const source_t *src, char *recv,
+                             size_t count, int dtype, int op)
+{
+    const size_t esz = shmtopo_dtype_size(dtype);
+    if (step(c, ALLREDUCE, sig, NULL, 0) < 0)
+        return -1;
+    const size_t lo = count * (size_t)c->rank / (size_t)c->size;
+    const size_t hi = count * (size_t)(c->rank + 1) / (size_t)c->size;
+    source_t slice = {NULL, src->win, src->offset + lo * esz};
+    reduce_ranks(c, recv + lo * esz, from_window, &slice, hi - lo, dtype, op);
+    if (step(c, ALLREDUCE, sig, NULL, 0) < 0)
+        return -1;
+    for (int p = 0; p < c->size; p++) {
+        const size_t plo = count * (size_t)p / (size_t)c->size;
+        const size_t phi = count * (size_t)(p + 1) / (size_t)c->size;
+        if (p != c->rank)
+            memcpy(recv + plo * esz, src->win->base[p] + src->offset + plo * esz, (phi - plo) * esz);
+    }
+    /* my slice stays as it is until every peer has copied it */
+    return step(c, ALLREDUCE, sig, NULL, 0);
 }
 
 static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, void *recv,
@@ -375,16 +429,19 @@ static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, vo
         return -1;
     const int reads = root < 0 || root == c->rank;
     if ((root >= 0 && check_root(c, root) < 0) || shmtopo_reduce_check(dtype, op) < 0 ||
-        check_window(c, comm, src, count * shmtopo_dtype_size(dtype)) < 0)
+        check_window(c, comm, src, reads ? recv : NULL, count * shmtopo_dtype_size(dtype)) < 0)
         return poison(c, kind);
     if ((count && !src->win && !src->send) || (count && reads && !recv) ||
         (alg != SHMTOPO_COLL_AUTO && alg != SHMTOPO_COLL_FLAT && alg != SHMTOPO_COLL_RSAG)) {
         shmtopo_fail(EINVAL, -1, "%s: NULL buffer or unknown algorithm %d", kind_names[kind], alg);
         return poison(c, kind);
     }
-    /* the signature also tells the copy path from the window path */
-    const uint64_t sig = mix(signature(kind, dtype, op, root, count),
-                             src->win ? src->offset + 1 : 0);
+    /* the signature also tells the copy path from the window path, and an
+     * allreduce in place in the window from one that is not */
+    const int in_place = src->win && root < 0 && count &&
+                         (const char *)recv == src->win->base[c->rank] + src->offset;
+    const uint64_t sig = mix(mix(signature(kind, dtype, op, root, count),
+                                 src->win ? src->offset + 1 : 0), (uint64_t)in_place);
     const size_t n = count * shmtopo_dtype_size(dtype);
     if (alg == SHMTOPO_COLL_AUTO)
         alg = c->default_alg;
@@ -392,6 +449,8 @@ static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, vo
         alg = n <= FLAT_MAX || c->size == 1 ? SHMTOPO_COLL_FLAT : SHMTOPO_COLL_RSAG;
     if (count == 0) /* still a step: arguments are checked and everyone meets */
         return step(c, kind, sig, NULL, 0);
+    if (in_place) /* flat would overwrite inputs peers still read */
+        return inplace_allreduce(c, sig, src, recv, count, dtype, op);
     if (alg == SHMTOPO_COLL_FLAT)
         return flat_reduce(c, kind, sig, src, recv, count, dtype, op, root);
     return rsag_reduce(c, kind, sig, src, recv, count, dtype, op, root);
@@ -474,18 +533,32 @@ int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count
         return -1;
     const size_t n = count * shmtopo_dtype_size(dtype);
     source_t src = {NULL, win, offset};
-    if (check_root(c, root) < 0 || check_dtype(dtype) < 0 || check_window(c, win->comm, &src, n) < 0)
+    if (check_root(c, root) < 0 || check_dtype(dtype) < 0 || check_window(c, win->comm, &src, NULL, n) < 0)
         return poison(c, BCAST);
     if (count && !buf) {
         shmtopo_fail(EINVAL, -1, "bcast: NULL buffer");
         return poison(c, BCAST);
     }
-    const uint64_t sig = mix(signature(BCAST, dtype, 0, root, count), offset + 1);
+    /* In place (every rank's buffer is its own part of the window, at the
+     * same offset): all ranks share the copying, each filling its segment of
+     * every destination, instead of each reader copying everything itself. */
+    const int in_place = n && (char *)buf == win->base[c->rank] + offset;
+    const uint64_t sig = mix(mix(signature(BCAST, dtype, 0, root, count), offset + 1), (uint64_t)in_place);
     if (step(c, BCAST, sig, NULL, 0) < 0)
         return -1;
     const char *from = win->base[root] + offset;
-    if (n && (char *)buf != from)
+    if (in_place) {
+        /* segment bounds on cache lines, so no two ranks write one line */
+        const size_t lo = n * (size_t)c->rank / (size_t)c->size / SHMTOPO_LINE * SHMTOPO_LINE;
+        const size_t hi = c->rank + 1 == c->size ? n
+                          : n * (size_t)(c->rank + 1) / (size_t)c->size / SHMTOPO_LINE * SHMTOPO_LINE;
+        for (int i = 1; i < c->size && hi > lo; i++) {
+            const int p = (root + i) % c->size;
+            memcpy(win->base[p] + offset + lo, from + lo, hi - lo);
+        }
+    } else if (n && (char *)buf != from) {
         memmove(buf, from, n);
+    }
     /* the root keeps its data unchanged until every copy is done */
     return step(c, BCAST, sig, NULL, 0);
 }
@@ -547,7 +620,7 @@ static int blocks_common(shmtopo_comm_t *comm, int kind, const void *send, void 
     const size_t per = c->buffer / (esz * P);
     for (size_t off = 0; off < count; off += per) {
         const size_t m = min_size(per, count - off);
-        chunk_at_t at = {next_buffer(c), (size_t)c->rank * m * esz};
+        chunk_at_t at = {next_buffer(c), (size_t)c->rank * m * esz, NULL};
         char *mine = buffer(c, c->rank, at.which);
         for (size_t b = 0; b < P; b++)
             memcpy(mine + b * m * esz, in + (b * count + off) * esz, m * esz);

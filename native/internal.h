@@ -171,6 +171,8 @@ int shmtopo_peer_fence_run(shmtopo_win_t *win, int peer);
 int shmtopo_reduce_check(int dtype, int op);
 /* dst op= src, no checks (call shmtopo_reduce_check first). */
 void shmtopo_reduce_into(void *dst, const void *src, size_t count, int dtype, int op);
+/* dst = a op b, no checks; dst may be a or b but must not overlap them otherwise. */
+void shmtopo_reduce_pair(void *dst, const void *a, const void *b, size_t count, int dtype, int op);
 
 /* ---- coll.c ---------------------------------------------------------------- */
 

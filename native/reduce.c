@@ -1,5 +1,6 @@
-/* Reduction kernels: dst[i] = dst[i] op src[i] for every element type and
- * operation. Plain loops over restrict pointers, which the compiler
+/* Reduction kernels: dst[i] = dst[i] op src[i], and the fused
+ * dst[i] = a[i] op b[i] (one pass instead of a copy and a pass), for every
+ * element type and operation. Plain loops over restrict pointers, which the compiler
  * vectorises; the collectives are memory-bound, so nothing fancier pays. */
 #include <errno.h>
 #include <stdint.h>
@@ -24,6 +25,13 @@
         const T *restrict src = src_;                                                 \
         for (size_t i = 0; i < n; i++)                                                \
             dst[i] = (T)OP(dst[i], src[i]);                                           \
+    }                                                                                 \
+    static void NAME##_pair(void *dst_, const void *a_, const void *b_, size_t n)    \
+    {   /* no restrict: dst may be a or b (gcc checks and still vectorises) */       \
+        T *dst = dst_;                                                                \
+        const T *a = a_, *b = b_;                                                     \
+        for (size_t i = 0; i < n; i++)                                                \
+            dst[i] = (T)OP(a[i], b[i]);                                               \
     }
 
 #define ORDER_KERNELS(T, P)                                                          \
@@ -53,18 +61,23 @@ ARITH_KERNELS(float, f32)
 ARITH_KERNELS(double, f64)
 
 typedef void (*kernel_fn)(void *restrict, const void *restrict, size_t);
+typedef void (*pair_fn)(void *, const void *, const void *, size_t);
 
-#define ROW_INT(S, U) {U##_sum, U##_prod, S##_min, S##_max, U##_band, U##_bor, U##_bxor}
-#define ROW_UINT(U) {U##_sum, U##_prod, U##_min, U##_max, U##_band, U##_bor, U##_bxor}
-#define ROW_FLOAT(F) {F##_sum, F##_prod, F##_min, F##_max, NULL, NULL, NULL}
+/* Rows of a table by element type, columns by operation; X: the name suffix. */
+#define ROW_INT(S, U, X) {U##_sum##X, U##_prod##X, S##_min##X, S##_max##X, U##_band##X, U##_bor##X, U##_bxor##X}
+#define ROW_UINT(U, X) ROW_INT(U, U, X)
+#define ROW_FLOAT(F, X) {F##_sum##X, F##_prod##X, F##_min##X, F##_max##X, NULL, NULL, NULL}
+#define TABLE(X)                                                                     \
+    {                                                                                 \
+        [SHMTOPO_INT8] = ROW_INT(i8, u8, X),    [SHMTOPO_INT16] = ROW_INT(i16, u16, X), \
+        [SHMTOPO_INT32] = ROW_INT(i32, u32, X), [SHMTOPO_INT64] = ROW_INT(i64, u64, X), \
+        [SHMTOPO_UINT8] = ROW_UINT(u8, X),      [SHMTOPO_UINT16] = ROW_UINT(u16, X),    \
+        [SHMTOPO_UINT32] = ROW_UINT(u32, X),    [SHMTOPO_UINT64] = ROW_UINT(u64, X),    \
+        [SHMTOPO_FLOAT32] = ROW_FLOAT(f32, X),  [SHMTOPO_FLOAT64] = ROW_FLOAT(f64, X),  \
+    }
 
-static const kernel_fn kernels[10][7] = {
-    [SHMTOPO_INT8] = ROW_INT(i8, u8),      [SHMTOPO_INT16] = ROW_INT(i16, u16),
-    [SHMTOPO_INT32] = ROW_INT(i32, u32),   [SHMTOPO_INT64] = ROW_INT(i64, u64),
-    [SHMTOPO_UINT8] = ROW_UINT(u8),        [SHMTOPO_UINT16] = ROW_UINT(u16),
-    [SHMTOPO_UINT32] = ROW_UINT(u32),      [SHMTOPO_UINT64] = ROW_UINT(u64),
-    [SHMTOPO_FLOAT32] = ROW_FLOAT(f32),    [SHMTOPO_FLOAT64] = ROW_FLOAT(f64),
-};
+static const kernel_fn kernels[10][7] = TABLE();
+static const pair_fn pairs[10][7] = TABLE(_pair);
 
 static const size_t sizes[10] = {1, 2, 4, 8, 1, 2, 4, 8, 4, 8};
 
@@ -87,6 +100,11 @@ int shmtopo_reduce_check(int dtype, int op)
 void shmtopo_reduce_into(void *dst, const void *src, size_t count, int dtype, int op)
 {
     kernels[dtype][op](dst, src, count);
+}
+
+void shmtopo_reduce_pair(void *dst, const void *a, const void *b, size_t count, int dtype, int op)
+{
+    pairs[dtype][op](dst, a, b, count);
 }
 
 int shmtopo_reduce_local(void *dst, const void *src, size_t count, int dtype, int op)

@@ -301,3 +301,46 @@ def test_window_and_copy_paths_must_not_mix(comm):
         with pytest.raises(shmtopo.ShmtopoValueError, match="other arguments"):
             comm.allreduce(a)
         np.testing.assert_array_equal(comm.allreduce(win.local), np.zeros(count))
+
+
+@pytest.mark.parametrize("algorithm", ["flat", "rsag"])
+@pytest.mark.parametrize("dtype,count", [(np.float64, 8193), (np.int32, 3 * CHUNK // 4 + 5)])
+def test_window_in_place(comm, dtype, count, algorithm):
+    """allreduce, reduce and bcast with the result replacing the input in the
+    window: peers read the parts while they are rewritten, so a wrong order
+    of reads and writes shows up as wrong elements (new data every epoch)."""
+    with comm.allocate(shape=(count,), dtype=dtype) as win:
+        view = win.local
+        for epoch in range(3):
+            inputs = everyone(comm, count, dtype, salt=epoch)
+            view[:] = inputs[comm.rank]
+            assert comm.allreduce(view, out=view, algorithm=algorithm) is view
+            np.testing.assert_array_equal(view, reference("sum", inputs), err_msg=f"epoch {epoch}")
+            for root in range(comm.size):
+                view[:] = inputs[comm.rank]
+                comm.barrier()  # no rank may still read a part being refilled
+                out = view if comm.rank == root else None
+                got = comm.reduce(view, "max", root=root, out=out, algorithm=algorithm)
+                want = reference("max", inputs) if comm.rank == root else inputs[comm.rank]
+                np.testing.assert_array_equal(view, want, err_msg=f"reduce root {root}")
+                assert got is out
+            for root in range(comm.size):
+                view[:] = inputs[comm.rank]
+                comm.barrier()
+                assert comm.bcast(view, root=root, out=view) is view  # the ranks share the copying
+                np.testing.assert_array_equal(view, inputs[root], err_msg=f"bcast root {root}")
+
+
+def test_window_result_must_not_overlap_a_peers_input(comm):
+    if comm.size == 1:
+        pytest.skip("needs a peer")
+    count = CHUNK // 8
+    with comm.allocate(shape=(count,), dtype=np.float64) as win:
+        win.local[:] = comm.rank
+        comm.barrier()
+        peer = (comm.rank + 1) % comm.size
+        out = win.query(peer)[:count] if comm.rank == 0 else None  # rank 0 errs; all fail
+        with pytest.raises(shmtopo.ShmtopoValueError):
+            comm.allreduce(win.local, out=out)
+        np.testing.assert_array_equal(win.query(peer)[:count], peer)  # nothing written
+        np.testing.assert_array_equal(comm.allreduce(win.local)[:3], sum(range(comm.size)))
