@@ -110,6 +110,8 @@ def _print_table(rows, comm) -> None:
 
 
 COLLECTIVE_SIZES = [8 * 4**k for k in range(12)]  # 8 B ... 32 MiB in steps of 4, cut at 16 MiB
+_ROW_ORDER = ["allreduce", "allreduce persistent", "allreduce in window", "bcast", "bcast in window",
+              "reduce", "allgather"]
 
 
 def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
@@ -126,35 +128,48 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
     mpi = comm.mpi
     rows = []
     sizes = [n for n in COLLECTIVE_SIZES if n <= max_bytes]
+    is_root = comm.rank == 0
+    # The in-window rows: every rank's array is its part of a window of the
+    # comm, and the result replaces it (mpi4py: MPI.IN_PLACE on a private array).
+    win = comm.allocate(shape=(max(sizes) // 8,), dtype=np.float64)
     for nbytes in sizes:
         count = max(1, nbytes // 8)
         a = np.full(count, comm.rank + 1.0)
         out = np.empty_like(a)
         gathered = np.empty((comm.size, count))
+        private, shared = np.zeros(count), win.local[:count]
+        shared[:] = 0.0  # sums in place stay 0: no overflow over many repetitions
         cases = {
             "allreduce": (lambda: mpi.Allreduce(a, out), lambda: comm.allreduce(a, out=out)),
             "bcast": (lambda: mpi.Bcast(out, root=0), lambda: comm.bcast(out, root=0, out=out)),
             "reduce": (lambda: mpi.Reduce(a, out, root=0),
-                       lambda: comm.reduce(a, root=0, out=out if comm.rank == 0 else None)),
+                       lambda: comm.reduce(a, root=0, out=out if is_root else None)),
             "allgather": (lambda: mpi.Allgather(a, gathered), lambda: comm.allgather(a, out=gathered)),
+            "allreduce in window": (lambda: mpi.Allreduce(MPI.IN_PLACE, private),
+                                    lambda: comm.allreduce(shared, out=shared)),
+            "bcast in window": (lambda: mpi.Bcast(private, root=0),
+                                lambda: comm.bcast(shared, root=0, out=shared)),
         }
         for name, (mpi_fn, shm_fn) in cases.items():
             t_mpi = _time_per_op(mpi, _loop(mpi_fn), seconds) * 1e6
             t_shm = _time_per_op(mpi, _loop(shm_fn), seconds) * 1e6
             rows.append((name, nbytes, t_mpi, t_shm))
         with comm.allreduce_init(a, out) as req:
-            rows.append(("allreduce persistent", nbytes, rows[-4][2],
+            t_mpi = next(t for op, n, t, _ in rows if op == "allreduce" and n == nbytes)
+            rows.append(("allreduce persistent", nbytes, t_mpi,
                          _time_per_op(mpi, _loop(req.start), seconds) * 1e6))
+    win.free()
     if comm.rank == 0:
         lib = MPI.Get_library_version().strip().splitlines()[0]
         print(f"\nshmtopo {shmtopo.__version__} collectives: {comm.size} ranks on {comm.ncpus} CPUs"
               f"{' (oversubscribed)' if comm.oversubscribed else ''}; {lib}")
         print(f"{'operation':22} {'bytes':>9} {'mpi4py us':>11} {'shmtopo us':>11} {'ratio':>7} {'GB/s (shm)':>10}")
-        for name, nbytes, t_mpi, t_shm in rows:
+        for name, nbytes, t_mpi, t_shm in sorted(rows, key=lambda r: (r[1], _ROW_ORDER.index(r[0]))):
             print(f"{name:22} {nbytes:9d} {t_mpi:11.2f} {t_shm:11.2f} {t_shm / t_mpi:7.2f} "
                   f"{nbytes / t_shm / 1e3:10.2f}")
-        print("ratio = shmtopo time / mpi4py time (< 1: shmtopo faster); persistent = allreduce_init + start()",
-              flush=True)
+        print("ratio = shmtopo time / mpi4py time (< 1: shmtopo faster); persistent = allreduce_init + start();\n"
+              "in window = the array is this rank's part of a shmtopo window and receives the result\n"
+              "(zero-copy path), against mpi4py with MPI.IN_PLACE on a private array", flush=True)
         if plot:
             _plot(rows, plot, f"{comm.size} ranks, " + " ".join(lib.split(",")[0].split()))
     comm.free()
@@ -177,11 +192,16 @@ def _plot(rows, path: str, title: str) -> None:
         if name == "allreduce":
             pers = [ts for op, n, tm, ts in rows if op == "allreduce persistent"]
             ax.loglog(sizes, pers, "^--", label="shmtopo persistent")
+        window = [(n, tm, ts) for op, n, tm, ts in rows if op == f"{name} in window"]
+        if window:
+            ax.loglog([w[0] for w in window], [w[1] for w in window], "o:", color="C0", alpha=0.5,
+                      label="mpi4py IN_PLACE")
+            ax.loglog([w[0] for w in window], [w[2] for w in window], "D--", label="shmtopo in window")
+        ax.legend(fontsize=7)
         ax.set_title(name)
         ax.set_xlabel("bytes")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("latency (us)")
-    axes[0].legend()
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

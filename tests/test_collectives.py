@@ -153,6 +153,9 @@ class _Sub(np.ndarray):
     pass
 
 
+TAGGED = np.dtype(np.float64, metadata={"unit": "m"})  # equal to float64, not the same object
+
+
 def test_fast_entry_takes_only_the_plain_case(comm):
     """shmtopo._fastpath runs a small collective on plain ndarrays and hands
     everything else back (None, no collective made) to the general path."""
@@ -177,6 +180,7 @@ def test_fast_entry_takes_only_the_plain_case(comm):
                  (h, x.astype(">f8"), None, "sum"),           # foreign byte order
                  (h, x.view(_Sub), None, "sum"),             # subclass
                  (h, x > 0, None, "sum"),                    # bool
+                 (h, x.astype(TAGGED), None, "sum"),         # not numpy's own float64 dtype
                  (h, x, None, "mean"),                       # unknown op
                  (h, x, [0.0] * 24, "sum"),                  # out not an array
                  (h, x, readonly, "sum"),                    # read-only out
@@ -190,6 +194,7 @@ def test_fast_entry_takes_only_the_plain_case(comm):
     # the same calls through the public API: the general path does them or explains
     np.testing.assert_array_equal(comm.allreduce(x[::2]), want[::2])
     np.testing.assert_array_equal(comm.allreduce(x.view(_Sub)), want)
+    np.testing.assert_array_equal(comm.allreduce(x.astype(TAGGED)), want)
     with pytest.raises(ValueError, match="out must be a writable"):
         comm.allreduce(x, out=readonly)
     comm.barrier()

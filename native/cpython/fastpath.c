@@ -20,6 +20,8 @@
 #include <string.h>
 
 typedef struct shmtopo_comm shmtopo_comm_t;
+#define NDTYPES 10 /* enum shmtopo_dtype */
+static const Py_ssize_t dtype_sizes[NDTYPES] = {1, 2, 4, 8, 1, 2, 4, 8, 4, 8};
 typedef int (*allreduce_fn)(shmtopo_comm_t *, const void *, void *, size_t, int, int, int);
 typedef int (*reduce_fn)(shmtopo_comm_t *, const void *, void *, size_t, int, int, int, int);
 typedef int (*bcast_fn)(shmtopo_comm_t *, void *, size_t, int, int);
@@ -33,6 +35,8 @@ static struct {
     PyObject *ndarray;      /* numpy.ndarray */
     PyObject *empty_like;   /* numpy.empty_like */
     PyObject *ops;          /* {"sum": code, ...} */
+    PyObject *dtypes[NDTYPES]; /* numpy dtype objects, by shmtopo_dtype code */
+    PyObject *dtype_name;   /* "dtype" */
     Py_ssize_t max_bytes;   /* larger arrays take the general path (window detection) */
 } bound;
 
@@ -44,44 +48,36 @@ static PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
     return o;
 }
 
-/* shmtopo_dtype codes by buffer format character, for native-order formats
- * ('l' and 'q' are both int64 on LP64 Linux). -1: not supported. */
-static int dtype_code(const char *format, Py_ssize_t itemsize)
+/* The element type's shmtopo_dtype code: numpy's built-in native-order
+ * dtypes are singletons, so an identity scan of the ten bound at start finds
+ * them (asking the buffer for its format string would make numpy build that
+ * string on every call). -1 for anything else: the general path decides. */
+static int dtype_code(PyObject *array)
 {
-    if (!format)
-        return 4; /* PyBUF_FORMAT not given means unsigned bytes */
-    if (*format == '=' || *format == '@')
-        format++;
-    if (!format[0] || format[1])
+    PyObject *dtype = PyObject_GetAttr(array, bound.dtype_name);
+    if (!dtype) {
+        PyErr_Clear();
         return -1;
-    switch (format[0]) {
-    case 'b': return 0;
-    case 'h': return 1;
-    case 'i': return 2;
-    case 'l': case 'q': return itemsize == 8 ? 3 : -1;
-    case 'B': return 4;
-    case 'H': return 5;
-    case 'I': return 6;
-    case 'L': case 'Q': return itemsize == 8 ? 7 : -1;
-    case 'f': return 8;
-    case 'd': return 9;
-    default: return -1;
     }
+    int code = -1;
+    for (int i = 0; i < NDTYPES && code < 0; i++)
+        if (dtype == bound.dtypes[i])
+            code = i;
+    Py_DECREF(dtype);
+    return code;
 }
 
 /* A view of an exact, C-contiguous ndarray of a supported type below the
  * size limit; 0 with no error set (and no view held) otherwise. */
 static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
 {
-    if (Py_TYPE(obj) != (PyTypeObject *)bound.ndarray)
+    if (Py_TYPE(obj) != (PyTypeObject *)bound.ndarray || (*code = dtype_code(obj)) < 0)
         return 0;
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
         PyErr_Clear(); /* not contiguous, read-only: the general path says so */
         return 0;
     }
-    *code = dtype_code(view->format, view->itemsize);
-    if (*code < 0 || view->len >= bound.max_bytes) {
+    if (view->len >= bound.max_bytes) {
         PyBuffer_Release(view);
         return 0;
     }
@@ -90,10 +86,10 @@ static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
 
 static shmtopo_comm_t *comm_of(PyObject *handle)
 {
-    uintptr_t h = (uintptr_t)PyLong_AsUnsignedLongLong(handle);
-    if (h == (uintptr_t)-1 && PyErr_Occurred())
-        PyErr_Clear(), h = 0;
-    return (shmtopo_comm_t *)h;
+    void *h = PyLong_AsVoidPtr(handle);
+    if (!h && PyErr_Occurred())
+        PyErr_Clear();
+    return h;
 }
 
 /* out, or a new array like `like`; NULL with no error when out does not
@@ -165,7 +161,7 @@ static PyObject *fast_allreduce(PyObject *self, PyObject *const *args, Py_ssize_
     }
     int rc, err;
     Py_BEGIN_ALLOW_THREADS
-    rc = bound.allreduce(comm, in.buf, out.buf, (size_t)(in.len / in.itemsize), code, op, 0);
+    rc = bound.allreduce(comm, in.buf, out.buf, (size_t)(in.len / dtype_sizes[code]), code, op, 0);
     err = errno;
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
@@ -195,7 +191,7 @@ static PyObject *fast_reduce(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_INCREF(result);
     int rc, err;
     Py_BEGIN_ALLOW_THREADS
-    rc = bound.reduce(comm, in.buf, out.buf, (size_t)(in.len / in.itemsize), code, op, root, 0);
+    rc = bound.reduce(comm, in.buf, out.buf, (size_t)(in.len / dtype_sizes[code]), code, op, root, 0);
     err = errno;
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
@@ -218,7 +214,7 @@ static PyObject *fast_bcast(PyObject *self, PyObject *const *args, Py_ssize_t na
         return not_handled();
     int rc, err;
     Py_BEGIN_ALLOW_THREADS
-    rc = bound.bcast(comm, buf.buf, (size_t)(buf.len / buf.itemsize), code, root);
+    rc = bound.bcast(comm, buf.buf, (size_t)(buf.len / dtype_sizes[code]), code, root);
     err = errno;
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
@@ -249,7 +245,7 @@ static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_
     }
     int rc, err;
     Py_BEGIN_ALLOW_THREADS
-    rc = bound.allgather(comm, in.buf, out.buf, (size_t)(in.len / in.itemsize), code);
+    rc = bound.allgather(comm, in.buf, out.buf, (size_t)(in.len / dtype_sizes[code]), code);
     err = errno;
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
@@ -262,13 +258,13 @@ static void *address(PyObject *value)
     return (void *)(uintptr_t)PyLong_AsUnsignedLongLong(value);
 }
 
-/* bind(allreduce, reduce, bcast, allgather, ndarray, empty_like, ops, max_bytes):
+/* bind(allreduce, reduce, bcast, allgather, ndarray, empty_like, ops, max_bytes, dtypes):
  * the native functions as addresses, numpy's type and constructor, the
- * op-name table and the size limit. */
+ * op-name table, the size limit and the dtypes in shmtopo_dtype order. */
 static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8)
-        return PyErr_Format(PyExc_TypeError, "bind takes 8 arguments"), NULL;
+    if (nargs != 9)
+        return PyErr_Format(PyExc_TypeError, "bind takes 9 arguments"), NULL;
     bound.allreduce = (allreduce_fn)address(args[0]);
     bound.reduce = (reduce_fn)address(args[1]);
     bound.bcast = (bcast_fn)address(args[2]);
@@ -282,6 +278,12 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(bound.ops, new_ref(args[6]));
     bound.max_bytes = PyLong_AsSsize_t(args[7]);
     if (PyErr_Occurred())
+        return NULL;
+    if (!PyTuple_Check(args[8]) || PyTuple_GET_SIZE(args[8]) != NDTYPES)
+        return PyErr_Format(PyExc_TypeError, "bind: expected a tuple of %d dtypes", NDTYPES), NULL;
+    for (int i = 0; i < NDTYPES; i++)
+        Py_XSETREF(bound.dtypes[i], new_ref(PyTuple_GET_ITEM(args[8], i)));
+    if (!bound.dtype_name && !(bound.dtype_name = PyUnicode_InternFromString("dtype")))
         return NULL;
     Py_RETURN_NONE;
 }
