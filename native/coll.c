@@ -39,7 +39,7 @@ struct shmtopo_coll {
     size_t buffer;                      /* bytes per buffer */
     size_t header;                      /* header bytes, page-rounded */
     uint64_t step;
-    char *tmp;                          /* private slice for ranks without a result */
+    char *tmp;                          /* private scratch of one buffer's size */
 };
 
 enum kind { BARRIER = 1, BCAST, REDUCE, ALLREDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL };
@@ -349,7 +349,10 @@ static int rsag_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const source_t
         }
         if (step(c, kind, sig, NULL, 0) < 0)
             return -1;
-        char *dst = reads ? recv + (off + lo) * esz : c->tmp;
+        /* a rank without a result reduces straight into its scratch, where
+         * the readers copy it from; a reader publishes a copy unless it is
+         * the only reader (the root of a reduce) */
+        char *dst = reads ? recv + (off + lo) * esz : mine + lo * esz;
         if (src->win) {
             source_t at = {NULL, src->win, src->offset + (off + lo) * esz};
             reduce_ranks(c, dst, from_window, &at, hi - lo, dtype, op);
@@ -357,7 +360,8 @@ static int rsag_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const source_t
             chunk_at_t at = {which, lo * esz, src->send + (off + lo) * esz};
             reduce_ranks(c, dst, from_buffer, &at, hi - lo, dtype, op);
         }
-        memcpy(mine + lo * esz, dst, (hi - lo) * esz);
+        if (reads && root < 0)
+            memcpy(mine + lo * esz, dst, (hi - lo) * esz);
         if (step(c, kind, sig, NULL, 0) < 0)
             return -1;
         if (!reads)
