@@ -381,7 +381,7 @@ static int rsag_reduce(shmtopo_coll_t *c, int kind, uint64_t sig, const source_t
  * may replace this rank's own input (in place) but must not overlap any
  * other input, which peers read while it is written. */
 static int check_window(const shmtopo_coll_t *c, const shmtopo_comm_t *comm, const source_t *src,
-                        const char *recv, size_t nbytes)
+                        const char *recv, size_t nbytes, size_t recv_bytes)
 {
     if (!src->win)
         return 0;
@@ -392,8 +392,8 @@ static int check_window(const shmtopo_coll_t *c, const shmtopo_comm_t *comm, con
             return shmtopo_fail(EINVAL, p, "bytes [%zu, %zu) lie outside rank %d's part of the window (%zu bytes)",
                                 src->offset, src->offset + nbytes, p, src->win->sizes[p]);
         const char *input = src->win->base[p] + src->offset;
-        if (recv && nbytes && recv < input + nbytes && input < recv + nbytes &&
-            !(p == c->rank && recv == input))
+        if (recv && nbytes && recv < input + nbytes && input < recv + recv_bytes &&
+            !(p == c->rank && recv == input && recv_bytes == nbytes))
             return shmtopo_fail(EINVAL, p, "the result buffer overlaps rank %d's input in the window "
                                 "(only exactly in place, on this rank's own input, is allowed)", p);
     }
@@ -433,7 +433,8 @@ static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, vo
         return -1;
     const int reads = root < 0 || root == c->rank;
     if ((root >= 0 && check_root(c, root) < 0) || shmtopo_reduce_check(dtype, op) < 0 ||
-        check_window(c, comm, src, reads ? recv : NULL, count * shmtopo_dtype_size(dtype)) < 0)
+        check_window(c, comm, src, reads ? recv : NULL, count * shmtopo_dtype_size(dtype),
+                     count * shmtopo_dtype_size(dtype)) < 0)
         return poison(c, kind);
     if ((count && !src->win && !src->send) || (count && reads && !recv) ||
         (alg != SHMTOPO_COLL_AUTO && alg != SHMTOPO_COLL_FLAT && alg != SHMTOPO_COLL_RSAG)) {
@@ -537,7 +538,7 @@ int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count
         return -1;
     const size_t n = count * shmtopo_dtype_size(dtype);
     source_t src = {NULL, win, offset};
-    if (check_root(c, root) < 0 || check_dtype(dtype) < 0 || check_window(c, win->comm, &src, NULL, n) < 0)
+    if (check_root(c, root) < 0 || check_dtype(dtype) < 0 || check_window(c, win->comm, &src, NULL, n, 0) < 0)
         return poison(c, BCAST);
     if (count && !buf) {
         shmtopo_fail(EINVAL, -1, "bcast: NULL buffer");
@@ -594,10 +595,41 @@ int shmtopo_allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t
         memcpy(buffer(c, c->rank, which), (const char *)send + off, m);
         if (step(c, ALLGATHER, sig, NULL, 0) < 0)
             return -1;
-        for (int p = 0; p < c->size; p++)
+        /* peers first, each rank starting at a different one so no buffer
+         * has every reader at once; this rank's own block from its input */
+        for (int i = 1; i < c->size; i++) {
+            const int p = (c->rank + i) % c->size;
             memcpy(out + (size_t)p * n + off, buffer(c, p, which), m);
+        }
+        memmove(out + (size_t)c->rank * n + off, (const char *)send + off, m); /* send may be that block */
     }
     return 0;
+}
+
+int shmtopo_win_allgather(shmtopo_win_t *win, size_t offset, void *recv, size_t count, int dtype)
+{
+    shmtopo_coll_t *c = NULL;
+    if (!win)
+        return shmtopo_fail(EBADF, -1, "window is NULL or freed");
+    if (begin(win->comm, &c) < 0)
+        return -1;
+    const size_t n = count * shmtopo_dtype_size(dtype);
+    source_t src = {NULL, win, offset};
+    if (check_dtype(dtype) < 0 || check_window(c, win->comm, &src, recv, n, n * (size_t)c->size) < 0)
+        return poison(c, ALLGATHER);
+    if (count && !recv) {
+        shmtopo_fail(EINVAL, -1, "allgather: NULL buffer");
+        return poison(c, ALLGATHER);
+    }
+    const uint64_t sig = mix(signature(ALLGATHER, dtype, 0, 0, count), offset + 1);
+    if (step(c, ALLGATHER, sig, NULL, 0) < 0)
+        return -1;
+    for (int i = 0; i < c->size && n; i++) {
+        const int p = (c->rank + i) % c->size; /* ranks start on different parts */
+        memcpy((char *)recv + (size_t)p * n, win->base[p] + offset, n);
+    }
+    /* the parts stay unchanged until every rank has copied them */
+    return step(c, ALLGATHER, sig, NULL, 0);
 }
 
 /* reduce_scatter and alltoall: chunk k holds elements [off, off+m) of every

@@ -189,13 +189,18 @@ int shmtopo_alltoall(shmtopo_comm_t *comm, const void *send, void *recv, size_t 
                      int dtype);
 /* Zero-copy variants: every rank's input lies at byte `offset` of its own
  * part of `win` (a window of the comm), where peers read it directly.
- * win_reduce with root < 0 is an allreduce. win_bcast copies the root's
- * part straight into `buf` (which may be this rank's part itself). All ranks
- * must take the window path together, at the same offset (else EINVAL on all). */
+ * win_reduce with root < 0 is an allreduce; its result may be the input
+ * itself (in place, then every rank reduces its slice where it lies).
+ * win_bcast copies the root's part straight into `buf`; when every `buf` is
+ * the rank's own part at that offset, all ranks share the copying.
+ * win_allgather copies every rank's part into `recv` (size * count elements).
+ * All ranks must take the window path together, at the same offset, and a
+ * result must not overlap another rank's input (else EINVAL on all). */
 int shmtopo_win_reduce(shmtopo_win_t *win, size_t offset, void *recv, size_t count, int dtype,
                        int op, int root, int alg);
 int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count, int dtype,
                       int root);
+int shmtopo_win_allgather(shmtopo_win_t *win, size_t offset, void *recv, size_t count, int dtype);
 
 /* Persistent collectives (as MPI_Allreduce_init): check and record the
  * arguments once (local, no communication); each request_start then runs

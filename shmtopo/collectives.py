@@ -258,6 +258,12 @@ def allgather(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
     except _Invalid as exc:
         _fail_everywhere(comm, lib.shmtopo_allgather, exc, NULL, NULL, 0, -1)
     if comm._leaders is None:
+        found = _in_window(comm, a)
+        if found:
+            win, offset = found
+            if lib.shmtopo_win_allgather(win._h, offset, _from_buffer(result), a.size, DTYPES[a.dtype]) < 0:
+                raise last_error()
+            return result
         _run(comm, lib.shmtopo_allgather, _from_buffer(a) if a.size else NULL,
              _from_buffer(result) if result.size else NULL, a.size, DTYPES[a.dtype])
         return result

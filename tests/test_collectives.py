@@ -95,6 +95,11 @@ def test_allgather(comm, count):
     got = comm.allgather(inputs[comm.world_rank])
     assert got.shape == (comm.world_size, count)
     np.testing.assert_array_equal(got, np.array(inputs).reshape(comm.world_size, count))
+    # in place: the input is this rank's row of out
+    out = np.full((comm.world_size, count), -1, np.float32)
+    out[comm.world_rank] = inputs[comm.world_rank]
+    assert comm.allgather(out[comm.world_rank], out=out) is out
+    np.testing.assert_array_equal(out, np.array(inputs).reshape(comm.world_size, count))
 
 
 @pytest.mark.parametrize("block", [0, 1, 5, CHUNK // 8 + 3])
@@ -292,6 +297,7 @@ def test_window_path_zero_copy(comm, algorithm):
         for root in range(comm.size):
             b = comm.bcast(view, root=root)
             np.testing.assert_array_equal(b, inputs[root])
+        np.testing.assert_array_equal(comm.allgather(view), np.array(inputs))
         comm.bcast(view, root=0, out=view)  # in place: every part becomes rank 0's
         np.testing.assert_array_equal(view, inputs[0])
         np.testing.assert_array_equal(win.local[:16], 0)
@@ -305,6 +311,8 @@ def test_window_and_copy_paths_must_not_mix(comm):
         a = win.local if comm.rank == 0 else np.zeros(count)
         with pytest.raises(shmtopo.ShmtopoValueError, match="other arguments"):
             comm.allreduce(a)
+        with pytest.raises(shmtopo.ShmtopoValueError, match="other arguments"):
+            comm.allgather(a)
         np.testing.assert_array_equal(comm.allreduce(win.local), np.zeros(count))
 
 
