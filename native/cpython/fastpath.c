@@ -67,9 +67,9 @@ static int dtype_code(PyObject *array)
     return code;
 }
 
-/* A view of an exact, C-contiguous ndarray of a supported type below the
- * size limit; 0 with no error set (and no view held) otherwise. */
-static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
+/* A view of an exact, C-contiguous ndarray of a supported type, of fewer
+ * than `limit` bytes; 0 with no error set (and no view held) otherwise. */
+static int array_view(PyObject *obj, Py_buffer *view, int writable, int *code, Py_ssize_t limit)
 {
     if (Py_TYPE(obj) != (PyTypeObject *)bound.ndarray || (*code = dtype_code(obj)) < 0)
         return 0;
@@ -77,11 +77,18 @@ static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
         PyErr_Clear(); /* not contiguous, read-only: the general path says so */
         return 0;
     }
-    if (view->len >= bound.max_bytes) {
+    if (view->len >= limit) {
         PyBuffer_Release(view);
         return 0;
     }
     return 1;
+}
+
+/* Inputs and same-sized results: larger arrays may lie in a window, which
+ * the general path looks for. */
+static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
+{
+    return array_view(obj, view, writable, code, bound.max_bytes);
 }
 
 static shmtopo_comm_t *comm_of(PyObject *handle)
@@ -234,7 +241,7 @@ static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_Clear(), comm = NULL;
     if (!comm || !view_of(args[1], &in, 0, &code))
         return not_handled();
-    if (!view_of(args[2], &out, 1, &out_code)) {
+    if (!array_view(args[2], &out, 1, &out_code, PY_SSIZE_T_MAX)) { /* out: nranks blocks */
         PyBuffer_Release(&in);
         return not_handled();
     }
