@@ -111,7 +111,7 @@ def _print_table(rows, comm) -> None:
 
 COLLECTIVE_SIZES = [8 * 4**k for k in range(12)]  # 8 B ... 32 MiB in steps of 4, cut at 16 MiB
 _ROW_ORDER = ["allreduce", "allreduce persistent", "allreduce in window", "bcast", "bcast in window",
-              "reduce", "allgather"]
+              "reduce", "allgather", "allgather in window"]
 
 
 def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
@@ -130,7 +130,8 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
     sizes = [n for n in COLLECTIVE_SIZES if n <= max_bytes]
     is_root = comm.rank == 0
     # The in-window rows: every rank's array is its part of a window of the
-    # comm, and the result replaces it (mpi4py: MPI.IN_PLACE on a private array).
+    # comm; allreduce and bcast put the result there too (against mpi4py with
+    # MPI.IN_PLACE on a private array), allgather into a private array.
     win = comm.allocate(shape=(max(sizes) // 8,), dtype=np.float64)
     for nbytes in sizes:
         count = max(1, nbytes // 8)
@@ -149,6 +150,8 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
                                     lambda: comm.allreduce(shared, out=shared)),
             "bcast in window": (lambda: mpi.Bcast(private, root=0),
                                 lambda: comm.bcast(shared, root=0, out=shared)),
+            "allgather in window": (lambda: mpi.Allgather(a, gathered),
+                                    lambda: comm.allgather(shared, out=gathered)),
         }
         for name, (mpi_fn, shm_fn) in cases.items():
             t_mpi = _time_per_op(mpi, _loop(mpi_fn), seconds) * 1e6
@@ -168,8 +171,8 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
             print(f"{name:22} {nbytes:9d} {t_mpi:11.2f} {t_shm:11.2f} {t_shm / t_mpi:7.2f} "
                   f"{nbytes / t_shm / 1e3:10.2f}")
         print("ratio = shmtopo time / mpi4py time (< 1: shmtopo faster); persistent = allreduce_init + start();\n"
-              "in window = the array is this rank's part of a shmtopo window and receives the result\n"
-              "(zero-copy path), against mpi4py with MPI.IN_PLACE on a private array", flush=True)
+              "in window = the input is this rank's part of a shmtopo window (zero-copy path); allreduce and\n"
+              "bcast there also receive in place, against mpi4py with MPI.IN_PLACE on a private array", flush=True)
         if plot:
             _plot(rows, plot, f"{comm.size} ranks, " + " ".join(lib.split(",")[0].split()))
     comm.free()
@@ -193,9 +196,10 @@ def _plot(rows, path: str, title: str) -> None:
             pers = [ts for op, n, tm, ts in rows if op == "allreduce persistent"]
             ax.loglog(sizes, pers, "^--", label="shmtopo persistent")
         window = [(n, tm, ts) for op, n, tm, ts in rows if op == f"{name} in window"]
-        if window:
+        if window and name != "allgather":  # allgather's baseline is the plain call above
             ax.loglog([w[0] for w in window], [w[1] for w in window], "o:", color="C0", alpha=0.5,
                       label="mpi4py IN_PLACE")
+        if window:
             ax.loglog([w[0] for w in window], [w[2] for w in window], "D--", label="shmtopo in window")
         ax.legend(fontsize=7)
         ax.set_title(name)
