@@ -109,7 +109,8 @@ def _print_table(rows, comm) -> None:
           flush=True)
 
 
-COLLECTIVE_SIZES = [8 * 4**k for k in range(12)]  # 8 B ... 32 MiB in steps of 4, cut at 16 MiB
+# 8 B ... 32 MiB in steps of 4 (cut at max_bytes), plus 1 MiB, a size the targets name
+COLLECTIVE_SIZES = sorted({8 * 4**k for k in range(12)} | {1 << 20})
 _ROW_ORDER = ["allreduce", "allreduce persistent", "allreduce in window", "bcast", "bcast in window",
               "reduce", "allgather", "allgather in window"]
 
@@ -170,6 +171,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
         for name, nbytes, t_mpi, t_shm in sorted(rows, key=lambda r: (r[1], _ROW_ORDER.index(r[0]))):
             print(f"{name:22} {nbytes:9d} {t_mpi:11.2f} {t_shm:11.2f} {t_shm / t_mpi:7.2f} "
                   f"{nbytes / t_shm / 1e3:10.2f}")
+        _print_targets(rows)
         print("ratio = shmtopo time / mpi4py time (< 1: shmtopo faster); persistent = allreduce_init + start();\n"
               "in window = the input is this rank's part of a shmtopo window (zero-copy path); allreduce and\n"
               "bcast there also receive in place, against mpi4py with MPI.IN_PLACE on a private array", flush=True)
@@ -177,6 +179,23 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
             _plot(rows, plot, f"{comm.size} ranks, " + " ".join(lib.split(",")[0].split()))
     comm.free()
     return rows
+
+
+# The design targets on 2 ranks: (operation, bytes, best ratio of times).
+TARGETS = [("allreduce", 8, 0.5), ("allreduce", 1 << 20, 0.3), ("bcast", 8 << 20, 1 / 1.5)]
+
+
+def _print_targets(rows) -> None:
+    """One line per target: the ratio of the plain call and of its variants."""
+    times = {(op, n): (tm, ts) for op, n, tm, ts in rows}
+    for op, nbytes, goal in TARGETS:
+        found = [(variant, times[variant, nbytes]) for variant in _ROW_ORDER
+                 if variant.startswith(op) and (variant, nbytes) in times]
+        if not found:
+            continue
+        shown = ", ".join(f"{variant} {ts / tm:.2f}" + (f" ({tm / ts:.2f}x throughput)" if op == "bcast" else "")
+                          for variant, (tm, ts) in found)
+        print(f"target {op} {nbytes} B: ratio <= {goal:.2f}; measured: {shown}")
 
 
 def _plot(rows, path: str, title: str) -> None:
