@@ -45,3 +45,14 @@ def test_cli_bench_collectives_runs():
                            "--max-bytes", "2048"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "allreduce persistent" in proc.stdout and "allgather" in proc.stdout
+
+
+def test_cross_core_copy_probe(tmp_path):
+    """The C probe behind the README's copy-bandwidth figures builds and runs."""
+    import subprocess
+
+    exe = tmp_path / "cross_core_copy"
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", exe, EXAMPLES / "cross_core_copy.c"], check=True)
+    proc = subprocess.run([exe, "4096", "65536"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("GB/s") == 2, proc.stdout
