@@ -357,3 +357,41 @@ def test_window_result_must_not_overlap_a_peers_input(comm):
             comm.allreduce(win.local, out=out)
         np.testing.assert_array_equal(win.query(peer)[:count], peer)  # nothing written
         np.testing.assert_array_equal(comm.allreduce(win.local)[:3], sum(range(comm.size)))
+
+
+def test_small_collectives_wait_without_the_gil(comm):
+    """While a rank waits in a small collective for a late peer, its other
+    threads keep running: the fast entry releases the GIL like cffi does."""
+    if comm.size == 1:
+        pytest.skip("needs a late peer")
+    import threading
+    import time
+
+    ticks, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks[0] += 1
+
+    x, out, grid = np.ones(8), np.empty(8), np.empty((comm.size, 8))
+    calls = [lambda: comm.allreduce(x, out=out), lambda: comm.reduce(x, root=0, out=out),
+             lambda: comm.bcast(out, root=0, out=out), lambda: comm.allgather(x, out=grid)]
+    counter = threading.Thread(target=count, daemon=True)
+    counter.start()
+    try:
+        start, t0 = ticks[0], time.perf_counter()
+        time.sleep(0.05)  # the counter runs alone: its rate
+        rate = (ticks[0] - start) / (time.perf_counter() - t0)
+        for call in calls:
+            comm.barrier()
+            if comm.rank == comm.size - 1:
+                time.sleep(0.2)  # the others wait inside the call meanwhile
+            before = ticks[0]
+            call()
+            # Holding the GIL, the wait would leave the counter at most one
+            # switch interval (5 ms) of counting; released, about 0.2 s.
+            if comm.rank != comm.size - 1:
+                assert ticks[0] - before > rate * 0.04, "the counting thread stood still during the wait"
+    finally:
+        stop.set()
+        counter.join()
