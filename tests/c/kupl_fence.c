@@ -29,7 +29,14 @@ int main(int argc, char **argv)
                                &kupl_comm) == KUPL_OK);
     kupl_shm_win_h win;
     volatile long *arrived;
-    CHECK(kupl_shm_win_alloc(sizeof(long), kupl_comm, (void **)&arrived, &win) == KUPL_OK);
+    if (kupl_shm_win_alloc(sizeof(long), kupl_comm, (void **)&arrived, &win) != KUPL_OK) {
+        /* Fails on every rank alike (a bad KUPL_SHM_FENCE_ALGORITHM): leave
+         * through MPI_Finalize, since after MPI_Abort MPICH's mpiexec may drop
+         * the ranks' messages. */
+        kupl_shm_comm_destroy(kupl_comm);
+        MPI_Finalize();
+        return 1;
+    }
     volatile long **peers = calloc((size_t)world_size, sizeof(*peers));
     CHECK(peers != NULL);
     for (int r = 0; r < world_size; r++)
