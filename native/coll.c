@@ -553,7 +553,9 @@ int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count
         return -1;
     const char *from = win->base[root] + offset;
     if (in_place) {
-        /* segment bounds on cache lines, so no two ranks write one line */
+        /* segment bounds are whole cache lines from the start of the data:
+         * when the data starts on a line in every part (separate parts start
+         * on pages), no two ranks write the same line */
         const size_t lo = n * (size_t)c->rank / (size_t)c->size / SHMTOPO_LINE * SHMTOPO_LINE;
         const size_t hi = c->rank + 1 == c->size ? n
                           : n * (size_t)(c->rank + 1) / (size_t)c->size / SHMTOPO_LINE * SHMTOPO_LINE;
