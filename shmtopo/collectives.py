@@ -44,10 +44,9 @@ WINDOW_MIN = 64 * 1024  # smaller arrays: the copy path is as fast, and finding 
 _fastpath.bind(*(int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in
                  ("shmtopo_allreduce", "shmtopo_reduce", "shmtopo_bcast", "shmtopo_allgather")),
                np.ndarray, np.empty_like, OPS, WINDOW_MIN,
-               tuple(sorted(DTYPES, key=DTYPES.__getitem__)))
+               tuple(sorted(DTYPES, key=DTYPES.__getitem__)), last_error)
 _fast_allreduce, _fast_reduce = _fastpath.allreduce, _fastpath.reduce
 _fast_bcast, _fast_allgather = _fastpath.bcast, _fastpath.allgather
-_NativeError = _fastpath.NativeError
 
 
 def _in_window(comm: "Comm", a: np.ndarray):
@@ -159,10 +158,7 @@ def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
     op: sum, prod, min, max (band, bor, bxor for integers). algorithm: None
     (by size), "flat" or "rsag". Returns out (a new array when None)."""
     if algorithm is None:
-        try:
-            result = _fast_allreduce(comm._fast, array, out, op)
-        except _NativeError as failure:
-            raise last_error(*failure.args) from None
+        result = _fast_allreduce(comm._fast, array, out, op)
         if result is not None:
             return result
     a = _contiguous(array)
@@ -185,10 +181,7 @@ def reduce(comm: "Comm", array: Any, op: str = "sum", root: int = 0, *, out: Any
            algorithm: str | None = None) -> np.ndarray | None:
     """Collective: the reduction on rank `root` (returned there; None elsewhere)."""
     if algorithm is None and type(root) is int:
-        try:
-            result = _fast_reduce(comm._fast, array, out, op, root, root == comm.world_rank)
-        except _NativeError as failure:
-            raise last_error(*failure.args) from None
+        result = _fast_reduce(comm._fast, array, out, op, root, root == comm.world_rank)
         if result is not NotImplemented:
             return result
     a = _contiguous(array)
@@ -213,10 +206,7 @@ def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.nda
     """Collective: every rank gets rank `root`'s array (the other ranks' array
     only gives shape and dtype). Pass out=array to receive in place."""
     if out is array and type(root) is int:  # in place
-        try:
-            result = _fast_bcast(comm._fast, array, root)
-        except _NativeError as failure:
-            raise last_error(*failure.args) from None
+        result = _fast_bcast(comm._fast, array, root)
         if result is not None:
             return result
     a = _contiguous(array)
@@ -244,10 +234,7 @@ def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.nda
 def allgather(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
     """Collective: shape (nranks, *array.shape), row r from rank r."""
     if out is not None:
-        try:
-            result = _fast_allgather(comm._fast, array, out, comm.world_size)
-        except _NativeError as failure:
-            raise last_error(*failure.args) from None
+        result = _fast_allgather(comm._fast, array, out, comm.world_size)
         if result is not None:
             return result
     a = _contiguous(array)

@@ -11,8 +11,8 @@
  * not the plain case (exact ndarrays, C-contiguous, native byte order, a
  * supported type, below the size limit, a matching out); the caller then
  * takes the general Python path, which also explains what is wrong. A
- * failure of the collective itself raises NativeError(errno); shmtopo turns
- * that into its own exception with shmtopo_last_error(). */
+ * failure of the collective itself raises shmtopo's own exception, made by
+ * the Python function bound for it (shmtopo.errors.last_error). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
@@ -37,10 +37,9 @@ static struct {
     PyObject *ops;          /* {"sum": code, ...} */
     PyObject *dtypes[NDTYPES]; /* numpy dtype objects, by shmtopo_dtype code */
     PyObject *dtype_name;   /* "dtype" */
+    PyObject *last_error;   /* last_error(errno) -> the exception to raise */
     Py_ssize_t max_bytes;   /* larger arrays take the general path (window detection) */
 } bound;
-
-static PyObject *NativeError;
 
 static PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
 {
@@ -138,15 +137,15 @@ static PyObject *not_handled(void)
     Py_RETURN_NONE;
 }
 
-/* NativeError(errno): the core's message and rank are in its thread-local
- * error state; errno is taken here because cffi's saved one never saw it. */
+/* Raise the exception for the core's failure in this thread; errno is taken
+ * by the caller, as cffi's saved copy never saw these calls. */
 static PyObject *failed(PyObject *result, int err)
 {
     Py_XDECREF(result);
-    PyObject *code = PyLong_FromLong(err);
-    if (code) {
-        PyErr_SetObject(NativeError, code);
-        Py_DECREF(code);
+    PyObject *exc = PyObject_CallFunction(bound.last_error, "i", err);
+    if (exc) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
     }
     return NULL;
 }
@@ -265,13 +264,14 @@ static void *address(PyObject *value)
     return (void *)(uintptr_t)PyLong_AsUnsignedLongLong(value);
 }
 
-/* bind(allreduce, reduce, bcast, allgather, ndarray, empty_like, ops, max_bytes, dtypes):
- * the native functions as addresses, numpy's type and constructor, the
- * op-name table, the size limit and the dtypes in shmtopo_dtype order. */
+/* bind(allreduce, reduce, bcast, allgather, ndarray, empty_like, ops, max_bytes, dtypes,
+ *      last_error): the native functions as addresses, numpy's type and
+ * constructor, the op-name table, the size limit, the dtypes in
+ * shmtopo_dtype order and the maker of failures' exceptions. */
 static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9)
-        return PyErr_Format(PyExc_TypeError, "bind takes 9 arguments"), NULL;
+    if (nargs != 10)
+        return PyErr_Format(PyExc_TypeError, "bind takes 10 arguments"), NULL;
     bound.allreduce = (allreduce_fn)address(args[0]);
     bound.reduce = (reduce_fn)address(args[1]);
     bound.bcast = (bcast_fn)address(args[2]);
@@ -292,6 +292,9 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_XSETREF(bound.dtypes[i], new_ref(PyTuple_GET_ITEM(args[8], i)));
     if (!bound.dtype_name && !(bound.dtype_name = PyUnicode_InternFromString("dtype")))
         return NULL;
+    if (!PyCallable_Check(args[9]))
+        return PyErr_Format(PyExc_TypeError, "bind: last_error must be callable"), NULL;
+    Py_XSETREF(bound.last_error, new_ref(args[9]));
     Py_RETURN_NONE;
 }
 
@@ -312,15 +315,5 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastpath(void)
 {
-    PyObject *m = PyModule_Create(&module);
-    if (!m)
-        return NULL;
-    NativeError = PyErr_NewException("shmtopo._fastpath.NativeError", NULL, NULL);
-    Py_XINCREF(NativeError);
-    if (!NativeError || PyModule_AddObject(m, "NativeError", NativeError) < 0) {
-        Py_XDECREF(NativeError);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return PyModule_Create(&module);
 }
