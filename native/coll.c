@@ -201,6 +201,14 @@ static int begin(shmtopo_comm_t *comm, shmtopo_coll_t **cp)
     return 0;
 }
 
+/* begin() for a window's comm: the zero-copy collectives start here. */
+static int begin_window(const shmtopo_win_t *win, shmtopo_coll_t **cp)
+{
+    if (!win)
+        return shmtopo_fail(EBADF, -1, "window is NULL or freed");
+    return begin(win->comm, cp);
+}
+
 /* A bad argument on this rank: take part in one step with a poisoned
  * signature so the peers fail too, then report the local error. */
 static int poison(shmtopo_coll_t *c, int kind)
@@ -532,9 +540,7 @@ int shmtopo_bcast(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int 
 int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count, int dtype, int root)
 {
     shmtopo_coll_t *c = NULL;
-    if (!win)
-        return shmtopo_fail(EBADF, -1, "window is NULL or freed");
-    if (begin(win->comm, &c) < 0)
+    if (begin_window(win, &c) < 0)
         return -1;
     const size_t n = count * shmtopo_dtype_size(dtype);
     source_t src = {NULL, win, offset};
@@ -611,9 +617,7 @@ int shmtopo_allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t
 int shmtopo_win_allgather(shmtopo_win_t *win, size_t offset, void *recv, size_t count, int dtype)
 {
     shmtopo_coll_t *c = NULL;
-    if (!win)
-        return shmtopo_fail(EBADF, -1, "window is NULL or freed");
-    if (begin(win->comm, &c) < 0)
+    if (begin_window(win, &c) < 0)
         return -1;
     const size_t n = count * shmtopo_dtype_size(dtype);
     source_t src = {NULL, win, offset};
