@@ -21,6 +21,7 @@ HEADERS = ["shmtopo.h", "maps.h", "topo_shmem.h", "topology.h"]
 PYTHON_CALLBACKS = """
 extern "Python" int _shmtopo_py_allgather(const void *, void *, size_t, void *);
 extern "Python" int _shmtopo_py_barrier(void *);
+extern "Python" int _shmtopo_py_interrupted(void);
 """
 
 

@@ -1,8 +1,11 @@
-/* Communicators: a group of processes on one node that reach each other
- * through out-of-band callbacks (MPI in practice) for set-up only; all
- * synchronisation afterwards goes through shared memory. */
+/* Communicators: a group of processes on one node. They reach each other
+ * through out-of-band callbacks (MPI in practice) only while the comm is
+ * made: they exchange who they are and how they are configured, and map the
+ * comm's channel (agree.c). From then on every agreement, set-up exchange
+ * and synchronisation goes through shared memory, under the comm's timeout. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,32 +15,63 @@
 #include "internal.h"
 
 #define MASK_WORDS 16 /* affinity masks for CPUs 0..1023 */
+#define MESSAGE 384
 
-typedef struct comm_record {
-    shmtopo_status_t status;
-    int32_t size, rank, pid, pad;
-    uint64_t starttime;
-    uint64_t cpumask[MASK_WORDS];
-    char host[64];
-    char boot_id[40];
-} comm_record_t;
+/* ---- fork children ----------------------------------------------------------- */
 
-int shmtopo_comm_allgather(shmtopo_comm_t *comm, const void *sendbuf, void *recvbuf,
-                           size_t nbytes)
+/* Bumped in every fork child: a comm remembers the value of the process that
+ * made it, so a child (which inherits the mappings, not the rank) is told
+ * apart with a load instead of a getpid() system call per operation. */
+static _Atomic unsigned fork_generation;
+
+static void forked(void)
 {
-    if (!comm)
+    atomic_fetch_add(&fork_generation, 1);
+}
+
+__attribute__((constructor)) static void watch_forks(void)
+{
+    pthread_atfork(NULL, NULL, forked);
+}
+
+int shmtopo_comm_same_process(const shmtopo_comm_t *comm)
+{
+    if (comm->fork_generation == atomic_load_explicit(&fork_generation, memory_order_relaxed))
+        return 0;
+    return shmtopo_fail(ESRCH, -1,
+                        "this process (pid %d) is a fork of rank %d's process (pid %d): a forked "
+                        "child cannot act as the rank",
+                        (int)getpid(), shmtopo_world(comm, comm->rank), (int)comm->pids[comm->rank]);
+}
+
+int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *what)
+{
+    if (!comm || !comm->chan.win)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
-    /* A second, tiny exchange tells every rank whether the first one failed
-     * anywhere, so a failing callback fails the call on all ranks instead of
-     * leaving the others waiting in the next step. */
-    int32_t failed = comm->oob.allgather(sendbuf, recvbuf, nbytes, comm->oob.group) != 0;
-    int32_t *all = calloc((size_t)comm->size, sizeof(*all));
+    if (shmtopo_comm_same_process(comm) < 0)
+        return -1;
+    if (comm->broken)
+        return shmtopo_fail(EPIPE, -1, "%s: the comm is unusable after a failed wait; free it", what);
+    return 0;
+}
+
+/* ---- the out-of-band bootstrap ----------------------------------------------- */
+
+/* One allgather through the callbacks, and a second, tiny one that tells
+ * every rank whether the first failed anywhere: a failing callback then
+ * fails the call on all ranks instead of leaving the others waiting. A
+ * callback may return an errno (ETIMEDOUT when its transport timed out). */
+static int oob_allgather(shmtopo_comm_t *comm, const void *sendbuf, void *recvbuf, size_t nbytes)
+{
+    const int cb = comm->oob.allgather(sendbuf, recvbuf, nbytes, comm->oob.group);
+    int32_t failed = cb != 0, *all = calloc((size_t)comm->size, sizeof(*all));
     if (!all)
         return shmtopo_fail(ENOMEM, -1, "out of memory");
     int rc = 0;
-    if (comm->oob.allgather(&failed, all, sizeof(failed), comm->oob.group) != 0)
-        rc = shmtopo_fail(ECOMM, comm->rank, "out-of-band allgather callback failed on rank %d",
-                          comm->rank);
+    if (comm->oob.allgather(&failed, all, sizeof(failed), comm->oob.group) != 0 || cb != 0)
+        rc = shmtopo_fail(cb == ETIMEDOUT ? ETIMEDOUT : ECOMM, comm->rank,
+                          "out-of-band allgather callback %s on rank %d",
+                          cb == ETIMEDOUT ? "timed out" : "failed", comm->rank);
     for (int r = 0; r < comm->size && rc == 0; r++)
         if (all[r])
             rc = shmtopo_fail(ECOMM, r, "out-of-band allgather callback failed on rank %d", r);
@@ -45,27 +79,60 @@ int shmtopo_comm_allgather(shmtopo_comm_t *comm, const void *sendbuf, void *recv
     return rc;
 }
 
-int shmtopo_comm_agree(shmtopo_comm_t *comm, int err, void *sendbuf, void *recvbuf,
-                       size_t nbytes)
+typedef struct oob_status {
+    int32_t err, origin;
+    char message[MESSAGE];
+} oob_status_t;
+
+/* The channel's set-up exchanges (shmtopo_exchange_fn) before the channel
+ * exists: a status, then the payload, per rank. */
+static int oob_exchange(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine,
+                        void *all, size_t n)
 {
-    shmtopo_status_t *mine = sendbuf;
-    mine->err = err;
-    memset(mine->message, 0, sizeof(mine->message));
-    if (err)
-        snprintf(mine->message, sizeof(mine->message), "%s", shmtopo_last_error());
-    if (shmtopo_comm_allgather(comm, sendbuf, recvbuf, nbytes) < 0)
-        return -1;
-    for (int r = 0; r < comm->size; r++) {
-        const shmtopo_status_t *st = (const void *)((const char *)recvbuf + (size_t)r * nbytes);
-        if (st->err == 0)
-            continue;
-        if (r == comm->rank)
-            return shmtopo_fail(st->err, r, "%.*s", (int)sizeof(st->message), st->message);
-        return shmtopo_fail(st->err, r, "rank %d: %.*s", r, (int)sizeof(st->message),
-                            st->message);
+    (void)sig; /* the records exchanged before this one agreed on everything */
+    const size_t rec = sizeof(oob_status_t) + shmtopo_round_up(n, 8);
+    char *send = calloc(1, rec), *recv = calloc((size_t)comm->size, rec);
+    int rc = -1;
+    if (!send || !recv) {
+        shmtopo_fail(ENOMEM, -1, "out of memory");
+        goto out;
     }
-    return 0;
+    oob_status_t *st = (oob_status_t *)send;
+    st->err = err;
+    st->origin = comm->rank;
+    if (err)
+        snprintf(st->message, sizeof(st->message), "rank %d: %s", comm->rank, shmtopo_last_error());
+    if (n)
+        memcpy(send + sizeof(*st), mine, n);
+    if (oob_allgather(comm, send, recv, rec) < 0)
+        goto out;
+    for (int r = 0; r < comm->size; r++) {
+        const oob_status_t *theirs = (const oob_status_t *)(recv + (size_t)r * rec);
+        if (theirs->err) {
+            shmtopo_fail(theirs->err, theirs->origin, "%.*s", MESSAGE, theirs->message);
+            goto out;
+        }
+    }
+    for (int r = 0; r < comm->size && n; r++)
+        memcpy((char *)all + (size_t)r * n, recv + (size_t)r * rec + sizeof(*st), n);
+    rc = 0;
+out:
+    free(send);
+    free(recv);
+    return rc;
 }
+
+/* ---- creation ------------------------------------------------------------------ */
+
+typedef struct comm_record {
+    oob_status_t status;
+    int32_t size, rank, pid, pad;
+    uint64_t starttime;
+    uint64_t cpumask[MASK_WORDS];
+    char host[64];
+    char boot_id[40];
+    shmtopo_config_t config;
+} comm_record_t;
 
 /* The kernel's boot id tells two hosts with the same name apart. */
 static void read_boot_id(char *buf, size_t len)
@@ -95,12 +162,22 @@ static void fill_record(comm_record_t *rec, int size, int rank)
                 rec->cpumask[cpu / 64] |= 1ull << (cpu % 64);
     gethostname(rec->host, sizeof(rec->host) - 1);
     read_boot_id(rec->boot_id, sizeof(rec->boot_id));
+    if (shmtopo_config_read(&rec->config) < 0) {
+        rec->status.err = errno;
+        rec->status.origin = rank;
+        snprintf(rec->status.message, sizeof(rec->status.message), "rank %d: %s", rank,
+                 shmtopo_last_error());
+    }
 }
 
-/* Every rank must agree on the size, know its own index, and be on this
- * host: a comm spanning nodes cannot share memory. */
+/* The same verdict on every rank, from the same records: a rank's own
+ * failure (its environment), a size or order that does not add up, ranks on
+ * different hosts, settings that must agree but differ. */
 static int check_records(const comm_record_t *recs, int size, int rank)
 {
+    for (int r = 0; r < size; r++)
+        if (recs[r].status.err)
+            return shmtopo_fail(recs[r].status.err, r, "%.*s", MESSAGE, recs[r].status.message);
     for (int r = 0; r < size; r++) {
         if (recs[r].size != size)
             return shmtopo_fail(EINVAL, r, "rank %d was created with size %d, rank %d with %d",
@@ -109,13 +186,27 @@ static int check_records(const comm_record_t *recs, int size, int rank)
             return shmtopo_fail(EINVAL, r,
                                 "rank %d at position %d: ranks must be 0..size-1 in allgather order",
                                 recs[r].rank, r);
-        if (strcmp(recs[r].host, recs[rank].host) != 0 ||
-            strcmp(recs[r].boot_id, recs[rank].boot_id) != 0)
+        if (strcmp(recs[r].host, recs[0].host) != 0 || strcmp(recs[r].boot_id, recs[0].boot_id) != 0)
             return shmtopo_fail(EINVAL, r,
-                                "rank %d runs on host '%s', rank %d on '%s': a comm must stay on one node",
-                                r, recs[r].host, rank, recs[rank].host);
+                                "rank %d runs on host '%s', rank 0 on '%s': a comm must stay on one node",
+                                r, recs[r].host, recs[0].host);
     }
-    return 0;
+    shmtopo_config_t *cfgs = malloc((size_t)size * sizeof(*cfgs));
+    if (!cfgs)
+        return shmtopo_fail(ENOMEM, -1, "out of memory");
+    for (int r = 0; r < size; r++)
+        cfgs[r] = recs[r].config;
+    int rc = shmtopo_config_compare(cfgs, size, NULL);
+    free(cfgs);
+    return rc;
+}
+
+static void comm_delete(shmtopo_comm_t *comm)
+{
+    free(comm->pids);
+    free(comm->starttimes);
+    free(comm->world_ranks);
+    free(comm);
 }
 
 int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_comm_t **commp)
@@ -132,17 +223,18 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_co
     comm->size = size;
     comm->rank = rank;
     comm->oob = *oob;
+    comm->fork_generation = atomic_load(&fork_generation);
+    comm->world_size = size;
+    comm->nnodes = 1;
     comm->pids = calloc((size_t)size, sizeof(*comm->pids));
     comm->starttimes = calloc((size_t)size, sizeof(*comm->starttimes));
     if (!comm->pids || !comm->starttimes)
         goto out_nomem;
 
-    shmtopo_sweep_stale_segments();
     comm_record_t mine;
     fill_record(&mine, size, rank);
-    if (shmtopo_comm_allgather(comm, &mine, recs, sizeof(mine)) < 0)
-        goto out_with_comm;
-    if (check_records(recs, size, rank) < 0)
+    shmtopo_sweep_stale_files(mine.config.topo_dir);
+    if (oob_allgather(comm, &mine, recs, sizeof(mine)) < 0 || check_records(recs, size, rank) < 0)
         goto out_with_comm;
 
     uint64_t mask[MASK_WORDS] = {0};
@@ -157,6 +249,10 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_co
     if (comm->ncpus == 0) /* affinity unknown: count online CPUs */
         comm->ncpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
     comm->oversubscribed = size > comm->ncpus;
+    comm->config = mine.config;
+    comm->timeout = mine.config.timeout;
+    if (shmtopo_chan_create(comm, oob_exchange) < 0)
+        goto out_with_comm;
     free(recs);
     *commp = comm;
     return 0;
@@ -165,23 +261,64 @@ out_nomem:
     shmtopo_fail(ENOMEM, -1, "out of memory creating a comm of %d ranks", size);
 out_with_comm:
     if (comm) {
-        free(comm->pids);
-        free(comm->starttimes);
+        int err = errno;
+        comm_delete(comm);
+        errno = err;
     }
-    free(comm);
     free(recs);
     return -1;
 }
+
+/* ---- the job around the node ---------------------------------------------------- */
+
+int shmtopo_comm_set_span(shmtopo_comm_t *comm, int world_size, const int *world_ranks, int nnodes,
+                          int node_index, const shmtopo_oob_t *leaders)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (world_size < comm->size || !world_ranks || nnodes < 1 || node_index < 0 || node_index >= nnodes)
+        return shmtopo_fail(EINVAL, -1, "set_span: inconsistent job layout");
+    if (nnodes > 1 && (comm->rank == 0) != (leaders && leaders->allgather))
+        return shmtopo_fail(EINVAL, -1, "set_span: the node's rank 0, and only it, gets the leaders' allgather");
+    int *copy = malloc((size_t)comm->size * sizeof(*copy));
+    if (!copy)
+        return shmtopo_fail(ENOMEM, -1, "out of memory");
+    for (int r = 0; r < comm->size; r++) {
+        if (world_ranks[r] < 0 || world_ranks[r] >= world_size) {
+            free(copy);
+            return shmtopo_fail(EINVAL, -1, "set_span: job rank %d out of range", world_ranks[r]);
+        }
+        copy[r] = world_ranks[r];
+    }
+    free(comm->world_ranks);
+    comm->world_ranks = copy;
+    comm->world_size = world_size;
+    comm->nnodes = nnodes;
+    comm->node_index = node_index;
+    comm->has_leaders = leaders && leaders->allgather;
+    if (comm->has_leaders)
+        comm->leaders = *leaders;
+    return 0;
+}
+
+/* ---- lifetime ------------------------------------------------------------------ */
 
 int shmtopo_comm_abandon(shmtopo_comm_t *comm)
 {
     if (!comm)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
-    if (comm->coll)
-        shmtopo_coll_abandon(comm->coll);
-    free(comm->pids);
-    free(comm->starttimes);
-    free(comm);
+    shmtopo_chan_abandon(comm, -1);
+    comm_delete(comm);
+    return 0;
+}
+
+int shmtopo_comm_leave(shmtopo_comm_t *comm)
+{
+    if (!comm || !comm->chan.win)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (!comm->broken)
+        shmtopo_win_leave(comm->chan.win, -1);
+    comm->broken = 1;
     return 0;
 }
 
@@ -189,16 +326,28 @@ int shmtopo_comm_destroy(shmtopo_comm_t *comm)
 {
     if (!comm)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (shmtopo_comm_same_process(comm) < 0)
+        return -1;
     int rc = 0;
-    if (comm->coll) {
-        rc = shmtopo_coll_free(comm->coll);
-        comm->coll = NULL;
+    if (!comm->broken) {
+        /* a mismatch (a rank called something else) leaves the comm as it
+         * was; a failed wait breaks it, and it goes anyway */
+        shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_COMM_FREE);
+        rc = shmtopo_agree(comm, &sig, 0, NULL, NULL, 0);
+        if (rc < 0 && !comm->broken)
+            return -1;
     }
-    if (comm->oob.barrier(comm->oob.group) != 0)
-        rc = shmtopo_fail(ECOMM, -1, "out-of-band barrier callback failed on rank %d", comm->rank);
-    shmtopo_comm_abandon(comm);
+    int err = errno;
+    if (comm->broken)
+        shmtopo_chan_abandon(comm, -1);
+    else
+        shmtopo_chan_free(comm);
+    comm_delete(comm);
+    errno = err;
     return rc;
 }
+
+/* ---- queries ------------------------------------------------------------------ */
 
 int shmtopo_comm_rank(const shmtopo_comm_t *comm)
 {
@@ -227,4 +376,27 @@ int shmtopo_comm_ncpus(const shmtopo_comm_t *comm)
 int shmtopo_comm_oversubscribed(const shmtopo_comm_t *comm)
 {
     return comm ? comm->oversubscribed : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+}
+
+int shmtopo_comm_set_timeout(shmtopo_comm_t *comm, double seconds)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (!(seconds >= 0) || seconds > 1e9)
+        return shmtopo_fail(EINVAL, -1, "timeout must be a finite number of seconds >= 0 (0: forever), not %g",
+                            seconds);
+    comm->timeout = seconds;
+    if (comm->chan.win)
+        comm->chan.win->timeout = seconds;
+    return 0;
+}
+
+double shmtopo_comm_timeout(const shmtopo_comm_t *comm)
+{
+    return comm ? comm->timeout : -1;
+}
+
+int shmtopo_comm_broken(const shmtopo_comm_t *comm)
+{
+    return comm ? comm->broken : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
 }

@@ -1,10 +1,18 @@
-/* Names of backends and fence algorithms, and their defaults from the
- * environment (SHMTOPO_* first, then the KUPL spellings). */
+/* Configuration: every environment variable shmtopo reads, parsed here and
+ * nowhere else, strictly (a value that is not exactly what the variable
+ * accepts is an error naming the variable, the value and what it accepts),
+ * and the names of backends, fence algorithms and topology sources. A comm
+ * reads the environment once, at creation, and its ranks compare the
+ * settings that must agree. */
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -24,92 +32,306 @@ static const char *const fence_alg_names[] = {
     [SHMTOPO_FENCE_DISSEMINATION] = "dissemination",
 };
 
+static const char *const source_names[] = {
+    [SHMTOPO_SOURCE_AUTO] = "auto",
+    [SHMTOPO_SOURCE_SHMEM] = "shmem",
+    [SHMTOPO_SOURCE_XML] = "xml",
+    [SHMTOPO_SOURCE_LOCAL] = "local",
+};
+
+static const char *const coll_alg_names[] = {
+    [SHMTOPO_COLL_AUTO] = "auto",
+    [SHMTOPO_COLL_FLAT] = "flat",
+    [SHMTOPO_COLL_RSAG] = "rsag",
+};
+
+static const char *const var_names[SHMTOPO_NVARS] = {
+    [SHMTOPO_VAR_SHM_TYPE] = "SHMTOPO_SHM_TYPE",
+    [SHMTOPO_VAR_FENCE_ALGORITHM] = "SHMTOPO_FENCE_ALGORITHM",
+    [SHMTOPO_VAR_COLL_ALGORITHM] = "SHMTOPO_COLL_ALGORITHM",
+    [SHMTOPO_VAR_COLL_BUFFER] = "SHMTOPO_COLL_BUFFER",
+    [SHMTOPO_VAR_NODE_SIZE] = "SHMTOPO_NODE_SIZE",
+    [SHMTOPO_VAR_TOPO_SOURCE] = "SHMTOPO_TOPO_SOURCE",
+    [SHMTOPO_VAR_TIMEOUT] = "SHMTOPO_TIMEOUT",
+    [SHMTOPO_VAR_SPIN_NS] = "SHMTOPO_SPIN_NS",
+    [SHMTOPO_VAR_YIELD_NS] = "SHMTOPO_YIELD_NS",
+    [SHMTOPO_VAR_TOPO_DIR] = "SHMTOPO_TOPO_DIR",
+    [SHMTOPO_VAR_TOPO_CONFLICT_RANK] = "SHMTOPO_TOPO_CONFLICT_RANK",
+};
+
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define DEFAULT_COLL_BUFFER (256 * 1024)
+
+static const char *name_of(const char *const *names, int n, int i)
+{
+    return i >= 0 && i < n && names[i] ? names[i] : "unknown";
+}
 
 const char *shmtopo_backend_name(int backend)
 {
-    return backend >= 0 && backend < COUNT(backend_names) ? backend_names[backend] : "unknown";
+    return name_of(backend_names, COUNT(backend_names), backend);
 }
 
 const char *shmtopo_fence_alg_name(int alg)
 {
-    return alg >= 0 && alg < COUNT(fence_alg_names) ? fence_alg_names[alg] : "unknown";
+    return name_of(fence_alg_names, COUNT(fence_alg_names), alg);
+}
+
+const char *shmtopo_topo_source_name(int source)
+{
+    return name_of(source_names, COUNT(source_names), source);
+}
+
+const char *shmtopo_coll_alg_name(int alg)
+{
+    return name_of(coll_alg_names, COUNT(coll_alg_names), alg);
+}
+
+/* Index of `name` in names[first..n), case-insensitive, or -1. */
+static int lookup(const char *const *names, int first, int n, const char *name)
+{
+    for (int i = first; name && i < n; i++)
+        if (names[i] && strcasecmp(name, names[i]) == 0)
+            return i;
+    return -1;
 }
 
 int shmtopo_backend_from_name(const char *name, int *backendp)
 {
-    for (int i = 0; i < COUNT(backend_names); i++)
-        if (name && strcasecmp(name, backend_names[i]) == 0) {
-            *backendp = i;
-            return 0;
-        }
-    return shmtopo_fail(EINVAL, -1,
-                        "unknown shared-memory backend '%s' (expected posix, memfd, sysv or xpmem)",
-                        name ? name : "(null)");
+    int i = lookup(backend_names, SHMTOPO_BACKEND_POSIX, COUNT(backend_names), name);
+    if (i < 0)
+        return shmtopo_fail(EINVAL, -1, "unknown shared-memory backend '%s' (expected posix, memfd, sysv or xpmem)",
+                            name ? name : "(null)");
+    *backendp = i;
+    return 0;
 }
 
 int shmtopo_fence_alg_from_name(const char *name, int *algp)
 {
-    /* KUPL_SHM_FENCE_ALGORITHM numbers: 1 linear, 2 recursive doubling. */
-    if (name && strcmp(name, "1") == 0) {
-        *algp = SHMTOPO_FENCE_LINEAR;
-        return 0;
-    }
-    if (name && strcmp(name, "2") == 0) {
-        *algp = SHMTOPO_FENCE_RD;
-        return 0;
-    }
-    if (name && strcasecmp(name, "recursive_doubling") == 0) {
-        *algp = SHMTOPO_FENCE_RD;
-        return 0;
-    }
-    for (int i = 0; i < COUNT(fence_alg_names); i++)
-        if (name && strcasecmp(name, fence_alg_names[i]) == 0) {
-            *algp = i;
-            return 0;
-        }
-    return shmtopo_fail(EINVAL, -1,
-                        "unknown fence algorithm '%s' (expected auto, linear, rd, dissemination, 1 or 2)",
-                        name ? name : "(null)");
-}
-
-/* An environment variable's value, or NULL when unset or empty. */
-static const char *env_value(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v ? v : NULL;
-}
-
-int shmtopo_default_backend(int *backendp)
-{
-    const char *v = env_value("SHMTOPO_SHM_TYPE");
-    if (!v) {
-        *backendp = SHMTOPO_BACKEND_POSIX;
-        return 0;
-    }
-    if (shmtopo_backend_from_name(v, backendp) < 0)
-        return shmtopo_fail(EINVAL, -1, "SHMTOPO_SHM_TYPE=%s: %s", v, shmtopo_last_error());
-    if (*backendp == SHMTOPO_BACKEND_DEFAULT)
-        *backendp = SHMTOPO_BACKEND_POSIX;
+    int i = lookup(fence_alg_names, SHMTOPO_FENCE_AUTO, COUNT(fence_alg_names), name);
+    /* KUPL's numbers: 1 linear, 2 recursive doubling */
+    if (i < 0 && name && strcmp(name, "1") == 0)
+        i = SHMTOPO_FENCE_LINEAR;
+    if (i < 0 && name && (strcmp(name, "2") == 0 || strcasecmp(name, "recursive_doubling") == 0))
+        i = SHMTOPO_FENCE_RD;
+    if (i < 0)
+        return shmtopo_fail(EINVAL, -1,
+                            "unknown fence algorithm '%s' (expected auto, linear, rd, dissemination, 1 or 2)",
+                            name ? name : "(null)");
+    *algp = i;
     return 0;
 }
 
-int shmtopo_default_fence_alg(int *algp)
+int shmtopo_topo_source_from_name(const char *name, int *sourcep)
 {
-    const char *var = "SHMTOPO_FENCE_ALGORITHM";
-    const char *v = env_value(var);
-    if (!v) {
-        var = "KUPL_SHM_FENCE_ALGORITHM";
-        v = env_value(var);
-    }
-    if (!v) {
-        *algp = SHMTOPO_FENCE_AUTO;
+    int i = lookup(source_names, 0, COUNT(source_names), name);
+    if (i < 0)
+        return shmtopo_fail(EINVAL, -1, "unknown topology source '%s' (expected auto, shmem, xml or local)",
+                            name ? name : "(null)");
+    *sourcep = i;
+    return 0;
+}
+
+int shmtopo_coll_alg_from_name(const char *name, int *algp)
+{
+    int i = lookup(coll_alg_names, 0, COUNT(coll_alg_names), name);
+    if (i < 0)
+        return shmtopo_fail(EINVAL, -1, "unknown collective algorithm '%s' (expected auto, flat or rsag)",
+                            name ? name : "(null)");
+    *algp = i;
+    return 0;
+}
+
+/* ---- parsing one variable ------------------------------------------------ */
+
+/* The failure for `var`: its name and value, then why (what it accepts).
+ * `why` must not point into the last-error buffer this writes. */
+static int bad_value(int var, const char *value, const char *why)
+{
+    return shmtopo_fail(EINVAL, -1, "%s=%s: %s", var_names[var], value, why);
+}
+
+/* A name parser's complaint ("unknown backend 'x' (expected ...)") moved out
+ * of the last-error buffer before bad_value rewrites it. */
+static int bad_name(int var, const char *value)
+{
+    char why[256];
+    snprintf(why, sizeof(why), "%s", shmtopo_last_error());
+    return bad_value(var, value, why);
+}
+
+/* A decimal integer in [lo, hi], the whole string, no sign games. */
+static int parse_int(int var, const char *value, long long lo, long long hi, const char *expected,
+                     long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno || end == value || *end || v < lo || v > hi)
+        return bad_value(var, value, expected);
+    *out = v;
+    return 0;
+}
+
+/* The variable's value, or NULL when unset or empty; remembered (cut to
+ * fit) for messages that compare ranks' settings. */
+static const char *value_of(shmtopo_config_t *cfg, int var)
+{
+    const char *v = getenv(var_names[var]);
+    if (!v || !*v)
+        return NULL;
+    snprintf(cfg->text[var], sizeof(cfg->text[var]), "%s", v);
+    return v;
+}
+
+/* KUPL_SHM_FENCE_ALGORITHM as KUPL reads it: 1 is linear, any other value
+ * recursive doubling; shmtopo's own names are accepted too. */
+static int kupl_fence_alg(const char *value)
+{
+    int alg;
+    if (strcmp(value, "1") == 0)
+        return SHMTOPO_FENCE_LINEAR;
+    if (lookup(fence_alg_names, SHMTOPO_FENCE_AUTO, COUNT(fence_alg_names), value) >= 0 &&
+        shmtopo_fence_alg_from_name(value, &alg) == 0)
+        return alg;
+    return SHMTOPO_FENCE_RD;
+}
+
+static int read_var(shmtopo_config_t *cfg, int var)
+{
+    const char *v = value_of(cfg, var);
+    long long n;
+    int i;
+    double d;
+    char *end;
+    if (!v && var == SHMTOPO_VAR_FENCE_ALGORITHM) {
+        const char *k = getenv("KUPL_SHM_FENCE_ALGORITHM");
+        if (k && *k) {
+            snprintf(cfg->text[var], sizeof(cfg->text[var]), "KUPL:%s", k);
+            cfg->fence_alg = kupl_fence_alg(k);
+        }
         return 0;
     }
-    if (shmtopo_fence_alg_from_name(v, algp) < 0)
-        return shmtopo_fail(EINVAL, -1, "%s=%s: %s", var, v, shmtopo_last_error());
-    if (*algp == SHMTOPO_FENCE_DEFAULT)
-        *algp = SHMTOPO_FENCE_AUTO;
+    if (!v)
+        return 0;
+    switch (var) {
+    case SHMTOPO_VAR_SHM_TYPE:
+        if (shmtopo_backend_from_name(v, &i) < 0)
+            return bad_name(var, v);
+        cfg->backend = i;
+        return 0;
+    case SHMTOPO_VAR_FENCE_ALGORITHM:
+        if (shmtopo_fence_alg_from_name(v, &i) < 0)
+            return bad_name(var, v);
+        cfg->fence_alg = i;
+        return 0;
+    case SHMTOPO_VAR_COLL_ALGORITHM:
+        if (shmtopo_coll_alg_from_name(v, &i) < 0)
+            return bad_name(var, v);
+        cfg->coll_alg = i;
+        return 0;
+    case SHMTOPO_VAR_TOPO_SOURCE:
+        if (shmtopo_topo_source_from_name(v, &i) < 0)
+            return bad_name(var, v);
+        cfg->topo_source = i;
+        return 0;
+    case SHMTOPO_VAR_COLL_BUFFER:
+        if (parse_int(var, v, 4096, 1ll << 30, "expected a number of bytes in [4096, 1073741824]", &n) < 0)
+            return -1;
+        cfg->coll_buffer = shmtopo_round_up((size_t)n, (size_t)sysconf(_SC_PAGESIZE));
+        return 0;
+    case SHMTOPO_VAR_NODE_SIZE:
+        if (parse_int(var, v, 1, INT_MAX, "expected a positive number of ranks per simulated node", &n) < 0)
+            return -1;
+        cfg->node_size = (int32_t)n;
+        return 0;
+    case SHMTOPO_VAR_SPIN_NS:
+    case SHMTOPO_VAR_YIELD_NS:
+        if (parse_int(var, v, 0, 3600ll * 1000000000ll, "expected nanoseconds, an integer in [0, 3.6e12]", &n) < 0)
+            return -1;
+        *(var == SHMTOPO_VAR_SPIN_NS ? &cfg->spin_ns : &cfg->yield_ns) = n;
+        return 0;
+    case SHMTOPO_VAR_TIMEOUT:
+        errno = 0;
+        d = strtod(v, &end);
+        if (errno || end == v || *end || !isfinite(d) || d < 0)
+            return bad_value(var, v, "expected a finite number of seconds >= 0 (0: wait forever)");
+        cfg->timeout = d;
+        return 0;
+    case SHMTOPO_VAR_TOPO_CONFLICT_RANK:
+        if (parse_int(var, v, 0, INT_MAX, "expected a rank number (a test hook)", &n) < 0)
+            return -1;
+        cfg->conflict_rank = (int32_t)n;
+        return 0;
+    case SHMTOPO_VAR_TOPO_DIR:
+        if (strlen(v) >= sizeof(cfg->topo_dir))
+            return bad_value(var, v, "expected a directory path shorter than 256 bytes");
+        snprintf(cfg->topo_dir, sizeof(cfg->topo_dir), "%s", v);
+        return 0;
+    }
+    return 0;
+}
+
+int shmtopo_config_read(shmtopo_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->backend = SHMTOPO_BACKEND_POSIX;
+    cfg->fence_alg = SHMTOPO_FENCE_AUTO;
+    cfg->coll_alg = SHMTOPO_COLL_AUTO;
+    cfg->topo_source = SHMTOPO_SOURCE_AUTO;
+    cfg->conflict_rank = -1;
+    cfg->coll_buffer = DEFAULT_COLL_BUFFER;
+    cfg->spin_ns = cfg->yield_ns = -1;
+    snprintf(cfg->topo_dir, sizeof(cfg->topo_dir), "/dev/shm");
+    /* Every variable is read even after a bad one, so the text of all of
+     * them is there for messages; the first failure is the one reported. */
+    int rc = 0, err = 0;
+    char first[512] = "";
+    for (int var = 0; var < SHMTOPO_NVARS; var++)
+        if (read_var(cfg, var) < 0 && rc == 0) {
+            rc = -1;
+            err = errno;
+            snprintf(first, sizeof(first), "%s", shmtopo_last_error());
+        }
+    return rc < 0 ? shmtopo_fail(err, -1, "%s", first) : 0;
+}
+
+/* The settings ranks must share: a difference would desynchronise their
+ * collectives (algorithm, buffer size) or split them differently. */
+static const int must_agree[] = {
+    SHMTOPO_VAR_SHM_TYPE, SHMTOPO_VAR_FENCE_ALGORITHM, SHMTOPO_VAR_COLL_ALGORITHM,
+    SHMTOPO_VAR_COLL_BUFFER, SHMTOPO_VAR_NODE_SIZE, SHMTOPO_VAR_TOPO_SOURCE,
+};
+
+static int same_setting(const shmtopo_config_t *a, const shmtopo_config_t *b, int var)
+{
+    switch (var) {
+    case SHMTOPO_VAR_SHM_TYPE: return a->backend == b->backend;
+    case SHMTOPO_VAR_FENCE_ALGORITHM: return a->fence_alg == b->fence_alg;
+    case SHMTOPO_VAR_COLL_ALGORITHM: return a->coll_alg == b->coll_alg;
+    case SHMTOPO_VAR_COLL_BUFFER: return a->coll_buffer == b->coll_buffer;
+    case SHMTOPO_VAR_NODE_SIZE: return a->node_size == b->node_size;
+    case SHMTOPO_VAR_TOPO_SOURCE: return a->topo_source == b->topo_source;
+    }
+    return 1;
+}
+
+int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks)
+{
+    for (int k = 0; k < COUNT(must_agree); k++) {
+        const int var = must_agree[k];
+        for (int i = 1; i < n; i++) {
+            if (same_setting(&cfgs[0], &cfgs[i], var))
+                continue;
+            const char *a = cfgs[0].text[var][0] ? cfgs[0].text[var] : "unset";
+            const char *b = cfgs[i].text[var][0] ? cfgs[i].text[var] : "unset";
+            const int ra = ranks ? ranks[0] : 0, rb = ranks ? ranks[i] : i;
+            return shmtopo_fail(EINVAL, rb,
+                                "%s differs between ranks: rank %d has %s, rank %d has %s "
+                                "(every rank must set it alike)",
+                                var_names[var], ra, a, rb, b);
+        }
+    }
     return 0;
 }
 
@@ -119,4 +341,27 @@ int shmtopo_affinity_ncpus(void)
     if (sched_getaffinity(0, sizeof(set), &set) < 0)
         return shmtopo_fail_errno("sched_getaffinity");
     return CPU_COUNT(&set);
+}
+
+int shmtopo_config_compat(const char *api, int *backendp, int *fence_algp, char *warning, size_t len)
+{
+    char var[48];
+    warning[0] = '\0';
+    *backendp = SHMTOPO_BACKEND_DEFAULT;
+    *fence_algp = SHMTOPO_FENCE_DEFAULT;
+    snprintf(var, sizeof(var), "%s_SHM_TYPE", api);
+    const char *v = getenv(var);
+    if (v && *v) {
+        int backend;
+        if (shmtopo_backend_from_name(v, &backend) < 0)
+            snprintf(warning, len, "%s=%s is not supported (posix, xpmem, memfd or sysv); using posix", var, v);
+        else if (shmtopo_backend_probe(backend) < 0)
+            snprintf(warning, len, "%s=%s is unavailable here (%s); using posix", var, v, shmtopo_last_error());
+        *backendp = warning[0] ? SHMTOPO_BACKEND_POSIX : backend;
+    }
+    snprintf(var, sizeof(var), "%s_SHM_FENCE_ALGORITHM", api);
+    v = getenv(var);
+    if (v && *v)
+        *fence_algp = kupl_fence_alg(v);
+    return 0;
 }

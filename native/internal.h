@@ -22,41 +22,6 @@ static inline size_t shmtopo_round_up(size_t n, size_t to)
     return (n + to - 1) / to * to;
 }
 
-/* ---- comm.c ------------------------------------------------------------ */
-
-struct shmtopo_comm {
-    int size, rank;
-    shmtopo_oob_t oob;
-    pid_t *pids;                     /* per rank */
-    unsigned long long *starttimes;  /* per rank, from /proc/PID/stat: tells pid reuse apart */
-    int ncpus;                       /* CPUs in the union of all affinity masks */
-    int oversubscribed;              /* size > ncpus */
-    uint64_t next_win_id;
-    struct shmtopo_coll *coll;       /* collectives' scratch, made by the first one */
-};
-
-/* Status record exchanged at every step of a collective set-up, so that a
- * failure on one rank makes the call fail on every rank with its message. */
-typedef struct shmtopo_status {
-    int32_t err;        /* errno of the failure, 0 if fine */
-    char message[124];
-} shmtopo_status_t;
-
-/* Allgather `nbytes` per rank that start with a shmtopo_status_t; fill this
- * rank's status from (err, last error) first. Returns 0 when every rank is
- * fine, else -1 with errno and message of the first failing rank. */
-int shmtopo_comm_agree(shmtopo_comm_t *comm, int err, void *sendbuf, void *recvbuf,
-                       size_t nbytes);
-
-/* ---- liveness.c ----------------------------------------------------------- */
-
-/* Start time of a process (clock ticks since boot), 0 if it does not exist. */
-unsigned long long shmtopo_process_starttime(pid_t pid);
-/* 1 if the process with this pid and start time still runs (not a zombie). */
-int shmtopo_process_alive(pid_t pid, unsigned long long starttime);
-/* First rank of the comm whose process is gone, or -1. */
-int shmtopo_comm_find_dead(const shmtopo_comm_t *comm);
-
 /* ---- segment.c ---------------------------------------------------------- */
 
 /* What a peer needs to map a segment; travels through the allgather. */
@@ -77,17 +42,7 @@ typedef struct shmtopo_seg {
     int owner;
 } shmtopo_seg_t;
 
-/* Create a segment of `length` bytes (page multiple), reserved and mapped. */
-int shmtopo_seg_create(int backend, size_t length, uint64_t win_id, shmtopo_seg_t *seg);
-/* Map a segment a peer created. */
-int shmtopo_seg_attach(const shmtopo_seg_key_t *key, shmtopo_seg_t *seg);
-/* Creator, once every rank has mapped: drop the name / fd so that nothing
- * outlives the processes. */
-void shmtopo_seg_unpublish(shmtopo_seg_t *seg);
-/* Unmap (unless disowned) and unpublish if still published. */
-void shmtopo_seg_destroy(shmtopo_seg_t *seg, int unmap);
-
-/* ---- window.c ------------------------------------------------------------ */
+/* ---- window.c: types ------------------------------------------------------ */
 
 /* Per-rank control block at the start of each window. Each line has one
  * writer: the owning rank writes its sequence words; peers only increment the
@@ -103,6 +58,8 @@ typedef struct shmtopo_ctrl {
 
 struct shmtopo_win {
     shmtopo_comm_t *comm;
+    uint64_t id;             /* per comm, in allocation order */
+    int is_channel;          /* the comm's own channel (messages say "comm") */
     int rank, size;
     int backend, fence_alg;
     int contiguous;
@@ -118,6 +75,150 @@ struct shmtopo_win {
     uint64_t fence_epoch;    /* fences completed by this rank */
     uint64_t *peer_epoch;    /* [p]: peer fences done with p */
 };
+
+/* ---- set-up exchanges ---------------------------------------------------------- */
+
+/* One set-up exchange of an allocation: every rank contributes err (its
+ * failure so far) and n bytes; 0, or -1 with one verdict on every rank.
+ * Windows use shmtopo_agree; the comm's own channel, made before shared
+ * memory exists, the out-of-band callbacks (comm.c). */
+typedef int (*shmtopo_exchange_fn)(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
+                                   const void *mine, void *all, size_t n);
+
+/* ---- agree.c: the comm's channel ------------------------------------------ */
+
+/* The comm's own shared memory, made with the comm: per rank a header of
+ * step lines (the agreement and synchronisation primitive) and three scratch
+ * buffers that collectives and set-up exchanges move data through. */
+typedef struct shmtopo_chan {
+    struct shmtopo_win *win;   /* one part per rank: header, then the buffers */
+    size_t header;             /* header bytes, page-rounded */
+    size_t buffer;             /* bytes per scratch buffer */
+    uint64_t step;             /* steps this rank has taken */
+    char *tmp;                 /* private scratch of one buffer's size */
+} shmtopo_chan_t;
+
+/* ---- comm.c ------------------------------------------------------------ */
+
+struct shmtopo_comm {
+    int size, rank;
+    shmtopo_oob_t oob;               /* used by comm_create only */
+    pid_t *pids;                     /* per rank */
+    unsigned long long *starttimes;  /* per rank, from /proc/PID/stat: tells pid reuse apart */
+    int ncpus;                       /* CPUs in the union of all affinity masks */
+    int oversubscribed;              /* size > ncpus */
+    uint64_t next_win_id;
+    shmtopo_config_t config;         /* the environment, read at creation */
+    double timeout;                  /* seconds, 0 = forever */
+    int broken;                      /* a wait failed: only free/abandon work */
+    unsigned fork_generation;        /* of the process that made the comm */
+    /* the job this node belongs to (shmtopo_comm_set_span) */
+    int world_size;
+    int *world_ranks;                /* [rank]: job rank, NULL = the same */
+    int nnodes, node_index;
+    shmtopo_oob_t leaders;           /* leader of a multi-node comm only */
+    int has_leaders;
+    shmtopo_chan_t chan;
+};
+
+/* The job rank of a local rank (for messages and roots). */
+static inline int shmtopo_world(const shmtopo_comm_t *comm, int rank)
+{
+    return comm->world_ranks && rank >= 0 && rank < comm->size ? comm->world_ranks[rank] : rank;
+}
+
+/* 0 when this process may act as the comm's rank now: a comm exists, this is
+ * the process that made it (not a fork child) and no wait broke it; else -1
+ * (EBADF, ESRCH, EPIPE). `what` names the call for the message. */
+int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *what);
+/* 0 in the process that made the comm, -1/ESRCH in a fork child of it. */
+int shmtopo_comm_same_process(const shmtopo_comm_t *comm);
+
+/* ---- agree.c --------------------------------------------------------------- */
+
+#define SHMTOPO_INLINE 96 /* bytes of data a step carries in its flag line */
+
+/* Collective over the node: post this rank's signature (err != 0: this
+ * rank's arguments or set-up failed, shmtopo_last_error says why) and up to
+ * SHMTOPO_INLINE bytes of data, wait for every rank, decide. Returns 0 when
+ * all ranks are fine and posted the same signature, else -1 with the same
+ * errno and message on every rank (the first failing rank's, or a mismatch
+ * naming both calls). A failed wait breaks the comm. */
+int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data, size_t n);
+/* Data the last step carried from `rank` (valid until this rank's next step). */
+const void *shmtopo_step_data(const shmtopo_comm_t *comm, int rank);
+/* Collective over the whole job: shmtopo_step, then, across nodes, the
+ * leaders' exchange and the job's verdict. mine/all: n bytes per rank of the
+ * node, gathered in rank order (through the scratch buffers when large);
+ * NULL/0 for none. */
+int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine, void *all,
+                  size_t n);
+/* A signature of `kind` with every other field unused. */
+shmtopo_sig_t shmtopo_sig(int kind);
+/* Scratch buffer `which` (0..2) of a rank, and the one a chunk starting at
+ * the next step uses. */
+char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);
+int shmtopo_chan_next_buffer(const shmtopo_comm_t *comm);
+/* "allreduce", "allocate", ...: the operation a kind names, for messages. */
+const char *shmtopo_kind_name(int kind);
+/* Make / release the channel (comm_create, comm_destroy, comm_abandon). */
+int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange);
+int shmtopo_chan_free(shmtopo_comm_t *comm);
+/* Wake every rank asleep on this rank's step lines (it left the channel). */
+void shmtopo_chan_wake(shmtopo_win_t *win);
+void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin);
+
+/* ---- config.c ------------------------------------------------------------ */
+
+const char *shmtopo_coll_alg_name(int alg);
+int shmtopo_coll_alg_from_name(const char *name, int *algp);
+/* The KUPL / KPCCL layer's variables (<api>_SHM_TYPE, <api>_SHM_FENCE_ALGORITHM)
+ * as the kit reads them: unknown or unavailable backends fall back to posix
+ * (warning says so; empty when none), DEFAULT when unset. */
+int shmtopo_config_compat(const char *api, int *backendp, int *fence_algp, char *warning, size_t len);
+
+/* ---- liveness.c ----------------------------------------------------------- */
+
+/* Start time of a process (clock ticks since boot), 0 if it does not exist. */
+unsigned long long shmtopo_process_starttime(pid_t pid);
+/* 1 if the process with this pid and start time still runs (not a zombie). */
+int shmtopo_process_alive(pid_t pid, unsigned long long starttime);
+/* First rank of the comm whose process is gone, or -1. */
+int shmtopo_comm_find_dead(const shmtopo_comm_t *comm);
+
+/* ---- segment.c: reserving and mapping ---------------------------------- */
+
+/* 0 when `total` more bytes of shared memory fit: in MemAvailable, under the
+ * cgroup's memory limit and in the free space of /dev/shm; else ENOMEM (or
+ * ENOSPC) saying which limit. tmpfs may be sized above the RAM, so its free
+ * space alone would let the OOM killer decide instead. */
+int shmtopo_mem_admit(int backend, uint64_t total);
+/* Topology files are named SHMTOPO_TOPO_PREFIX "<pid>.<n>.hwloc-<version>". */
+#define SHMTOPO_TOPO_PREFIX "shmtopo-topo."
+/* Remove posix segment names and topology files (in /dev/shm and topo_dir)
+ * left by creators that no longer run; returns how many. */
+int shmtopo_sweep_stale_files(const char *topo_dir);
+/* Create a segment of `length` bytes (page multiple), reserved and mapped. */
+int shmtopo_seg_create(int backend, size_t length, uint64_t win_id, shmtopo_seg_t *seg);
+/* Map a segment a peer created. */
+int shmtopo_seg_attach(const shmtopo_seg_key_t *key, shmtopo_seg_t *seg);
+/* Creator, once every rank has mapped: drop the name / fd so that nothing
+ * outlives the processes. */
+void shmtopo_seg_unpublish(shmtopo_seg_t *seg);
+/* Unmap (unless disowned) and unpublish if still published. */
+void shmtopo_seg_destroy(shmtopo_seg_t *seg, int unmap);
+
+/* ---- window.c --------------------------------------------------------------- */
+
+int shmtopo_win_alloc_via(shmtopo_comm_t *comm, size_t size, const shmtopo_win_attr_t *attr,
+                          shmtopo_exchange_fn exchange, void **basep, shmtopo_win_t **winp);
+/* Mark a window broken and left by this rank (origin: the rank whose failure
+ * caused it, -1 for this one), waking its peers; the memory stays mapped
+ * until freed. A fork child of the rank's process leaves nothing (the
+ * window is its parent's). */
+void shmtopo_win_leave(shmtopo_win_t *win, int origin);
+/* Local: unmap (unless disowned) and free, telling nobody. */
+void shmtopo_win_delete(shmtopo_win_t *win);
 
 /* ---- wait.c ----------------------------------------------------------------- */
 
@@ -142,12 +243,14 @@ static inline void shmtopo_cpu_relax(void)
 #endif
 }
 
-int shmtopo_wait_slow(const shmtopo_win_t *win, _Atomic uint64_t *seq,
+int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq,
                       _Atomic uint32_t *waiters, uint64_t target, int peer, const char *what);
 
 /* Wait until *seq >= target: spin briefly here, then the slow path backs off
- * (yield, futex sleep) and checks peers' liveness and the timeout. */
-static inline int shmtopo_wait(const shmtopo_win_t *win, _Atomic uint64_t *seq,
+ * (yield, futex sleep) and checks peers' liveness, abandonment, the timeout
+ * and the interrupt hook. A failed wait breaks the window and leaves it
+ * (peers then fail with ECONNABORTED instead of waiting for this rank). */
+static inline int shmtopo_wait(shmtopo_win_t *win, _Atomic uint64_t *seq,
                                _Atomic uint32_t *waiters, uint64_t target, int peer,
                                const char *what)
 {
@@ -174,14 +277,6 @@ void shmtopo_reduce_into(void *dst, const void *src, size_t count, int dtype, in
 /* dst = a op b, no checks; dst may be a or b but must not overlap them otherwise. */
 void shmtopo_reduce_pair(void *dst, const void *a, const void *b, size_t count, int dtype, int op);
 
-/* ---- coll.c ---------------------------------------------------------------- */
-
-typedef struct shmtopo_coll shmtopo_coll_t;
-/* Local: release the comm's collective state (collective_free is in comm
- * destroy, abandon when leaving after an error). */
-int shmtopo_coll_free(shmtopo_coll_t *coll);
-void shmtopo_coll_abandon(shmtopo_coll_t *coll);
-
 /* ---- topo_shmem.c ----------------------------------------------------------- */
 
 /* Load a topology from XML with hwloc topology flags (IS_THISSYSTEM lets
@@ -192,6 +287,6 @@ int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags
 
 /* Collective: move every segment of the window to one address range that is
  * the same in all ranks (segments in order, back to back). */
-int shmtopo_win_make_symmetric(shmtopo_win_t *win);
+int shmtopo_win_make_symmetric(shmtopo_win_t *win, shmtopo_exchange_fn exchange);
 
 #endif /* SHMTOPO_INTERNAL_H */

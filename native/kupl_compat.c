@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "shmtopo.h"
+#include "internal.h"
 #include "../shmtopo/include/kupl.h"
 #include "../shmtopo/include/kpccl.h"
 
@@ -43,49 +43,35 @@ static int compat_fail(const char *fn)
     return compat_error(fn, "%s", shmtopo_last_error());
 }
 
-/* The backend <API>_SHM_TYPE asks for. Unknown names and backends this
- * machine lacks (xpmem without /dev/xpmem) fall back to posix with a
- * warning, printed by rank 0 only since every rank reads the same setting. */
-static int compat_backend(const char *api, int rank)
+/* The backend and fence algorithm <API>_SHM_TYPE / <API>_SHM_FENCE_ALGORITHM
+ * ask for, read by the core's configuration as the kit reads them. A backend
+ * that is unknown or unavailable here falls back to posix with a warning,
+ * printed by rank 0 only since every rank reads the same setting. */
+static void compat_settings(const char *api, int rank, int *backendp, int *fence_algp)
 {
-    char var[48];
-    snprintf(var, sizeof(var), "%s_SHM_TYPE", api);
-    const char *value = getenv(var);
-    int backend;
-    if (!value || !*value)
-        return SHMTOPO_BACKEND_DEFAULT; /* SHMTOPO_SHM_TYPE, else posix */
-    if (shmtopo_backend_from_name(value, &backend) < 0 || backend == SHMTOPO_BACKEND_DEFAULT) {
-        if (rank == 0)
-            fprintf(stderr, "shmtopo: warning: %s=%s is not supported "
-                            "(posix, xpmem, memfd or sysv); using posix\n", var, value);
-        return SHMTOPO_BACKEND_POSIX;
-    }
-    if (shmtopo_backend_probe(backend) < 0) {
-        if (rank == 0)
-            fprintf(stderr, "shmtopo: warning: %s=%s is unavailable here (%s); using posix\n",
-                    var, value, shmtopo_last_error());
-        return SHMTOPO_BACKEND_POSIX;
-    }
-    return backend;
+    char warning[512];
+    shmtopo_config_compat(api, backendp, fence_algp, warning, sizeof(warning));
+    if (warning[0] && rank == 0)
+        fprintf(stderr, "shmtopo: warning: %s\n", warning);
 }
 
-/* Collective window allocation. `invalid` (non-NULL) is a bad argument found
- * on this rank: the core then fails the call on every rank with it rather
- * than leaving the others waiting. <API>_SHM_FENCE_ALGORITHM takes the KUPL
- * numbers (1 linear, 2 recursive doubling) or shmtopo's names. */
-static int compat_win_alloc(const char *fn, const char *api, shmtopo_comm_t *comm,
-                            int backend, size_t size, const char *invalid,
-                            void **basep, shmtopo_win_t **winp)
+/* A bad argument on this rank: fail the collective call on every rank
+ * (through its agreement) rather than leave the others waiting. */
+static int compat_refuse(const char *fn, shmtopo_comm_t *comm, int kind, const char *why)
 {
-    shmtopo_win_attr_t attr = {.backend = backend, .fence_alg = SHMTOPO_FENCE_DEFAULT,
-                               .invalid = invalid};
-    char var[48], why[256];
-    snprintf(var, sizeof(var), "%s_SHM_FENCE_ALGORITHM", api);
-    const char *value = getenv(var);
-    if (!invalid && value && *value && shmtopo_fence_alg_from_name(value, &attr.fence_alg) < 0) {
-        snprintf(why, sizeof(why), "%s=%s: %s", var, value, shmtopo_last_error());
-        attr.invalid = why;
-    }
+    if (comm)
+        shmtopo_reject(comm, kind, why);
+    return compat_error(fn, "%s", comm ? shmtopo_last_error() : why);
+}
+
+/* Collective window allocation; `invalid` (non-NULL) is a bad argument
+ * found on this rank. */
+static int compat_win_alloc(const char *fn, shmtopo_comm_t *comm, int backend, int fence_alg,
+                            size_t size, const char *invalid, void **basep, shmtopo_win_t **winp)
+{
+    if (invalid)
+        return compat_refuse(fn, comm, SHMTOPO_KIND_WIN_ALLOC, invalid);
+    shmtopo_win_attr_t attr = {.backend = backend, .fence_alg = fence_alg};
     if (shmtopo_win_alloc(comm, size, &attr, basep, winp) < 0)
         return compat_fail(fn);
     return 0;
@@ -117,38 +103,37 @@ static const int compat_ops[] = {
 
 #define COMPAT_NELEMS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* The shmtopo element type of a <PREFIX>_SHM_DATATYPE_*, or -1 (reported). */
-static int compat_dtype(const char *fn, const char *what, int datatype)
+/* The shmtopo element type of a <PREFIX>_SHM_DATATYPE_*, or -1 with why. */
+static int compat_dtype(const char *what, int datatype, char *why, size_t len)
 {
-    if (datatype < 0 || datatype >= COMPAT_NELEMS(compat_dtypes))
-        return compat_error(fn, "%s %d is not a datatype (CHAR, INT, LONG, FLOAT or DOUBLE)",
-                            what, datatype);
-    return compat_dtypes[datatype];
+    if (datatype >= 0 && datatype < COMPAT_NELEMS(compat_dtypes))
+        return compat_dtypes[datatype];
+    snprintf(why, len, "%s %d is not a datatype (CHAR, INT, LONG, FLOAT or DOUBLE)", what, datatype);
+    return -1;
 }
 
-/* The shmtopo operation of a <PREFIX>_SHM_REDUCE_OP_*, or -1 (reported). */
-static int compat_op(const char *fn, int op)
+/* The shmtopo operation of a <PREFIX>_SHM_REDUCE_OP_*, or -1 with why. */
+static int compat_op(int op, char *why, size_t len)
 {
-    if (op < 0 || op >= COMPAT_NELEMS(compat_ops))
-        return compat_error(fn, "op %d is not a reduce op (MAX, MIN, SUM, PROD, BAND, BOR or BXOR)",
-                            op);
-    return compat_ops[op];
+    if (op >= 0 && op < COMPAT_NELEMS(compat_ops))
+        return compat_ops[op];
+    snprintf(why, len, "op %d is not a reduce op (MAX, MIN, SUM, PROD, BAND, BOR or BXOR)", op);
+    return -1;
 }
 
-/* Checks every *_init makes before the core sees its arguments: 0, or -1
- * (reported). `buffers`: whether the buffers it needs are non-NULL. */
-static int compat_init_check(const char *fn, const void *comm, const void *request, int count,
-                             int buffers)
+/* Checks every *_init makes before the core sees its arguments: NULL, or
+ * why they are bad. `buffers`: whether the buffers it needs are non-NULL. */
+static const char *compat_init_check(const void *request, int count, int buffers, char *why, size_t len)
 {
-    if (!comm)
-        return compat_error(fn, "comm is NULL");
     if (!request)
-        return compat_error(fn, "request must not be NULL");
-    if (count < 0)
-        return compat_error(fn, "count %d is negative", count);
-    if (count > 0 && !buffers)
-        return compat_error(fn, "buffers must not be NULL (count %d)", count);
-    return 0;
+        snprintf(why, len, "request must not be NULL");
+    else if (count < 0)
+        snprintf(why, len, "count %d is negative", count);
+    else if (count > 0 && !buffers)
+        snprintf(why, len, "buffers must not be NULL (count %d)", count);
+    else
+        return NULL;
+    return why;
 }
 
 #define SHMTOPO_COMPAT_NAME(x) kupl_##x

@@ -13,14 +13,15 @@ static int N(compat_allgather)(const void *sendbuf, void *recvbuf, size_t nbytes
     int count = compat_count(nbytes);
     if (count < 0)
         return -1;
+    /* an MPI error code is not an errno: any failure is just a failure */
     return comm->oob.oob_allgather(sendbuf, recvbuf, count, comm->group,
-                                   SHMTOPO_COMPAT_CONST(SHM_DATATYPE_CHAR));
+                                   SHMTOPO_COMPAT_CONST(SHM_DATATYPE_CHAR)) == 0 ? 0 : -1;
 }
 
 static int N(compat_barrier)(void *group)
 {
     N(shm_comm_h) comm = group;
-    return comm->oob.oob_barrier(comm->group);
+    return comm->oob.oob_barrier(comm->group) == 0 ? 0 : -1;
 }
 
 int N(shm_comm_create)(int size, int rank, int pid, N(shm_oob_cb_h) oob_cbs, void *group,
@@ -43,7 +44,7 @@ int N(shm_comm_create)(int size, int rank, int pid, N(shm_oob_cb_h) oob_cbs, voi
     }
     c->rank = rank;
     c->size = size;
-    c->backend = compat_backend(SHMTOPO_COMPAT_API, rank);
+    compat_settings(SHMTOPO_COMPAT_API, rank, &c->backend, &c->fence_alg);
     *comm = c;
     return SHMTOPO_COMPAT_CONST(OK);
 }
@@ -83,8 +84,8 @@ int N(shm_win_alloc)(size_t size, N(shm_comm_h) comm, void **baseptr, N(shm_win_
                                            : NULL;
     void *base;
     shmtopo_win_t *impl;
-    if (compat_win_alloc(__func__, SHMTOPO_COMPAT_API, comm->impl, comm->backend, size,
-                         invalid, &base, &impl) < 0) {
+    if (compat_win_alloc(__func__, comm->impl, comm->backend, comm->fence_alg, size, invalid,
+                         &base, &impl) < 0) {
         free(w);
         return SHMTOPO_COMPAT_CONST(ERROR);
     }
@@ -160,12 +161,14 @@ int N(shm_allreduce_init)(const void *sendbuf, void *recvbuf, int count,
                           N(shm_datatype_t) datatype, N(shm_reduce_op_t) op, N(shm_comm_h) comm,
                           N(shm_request_h) *request)
 {
-    if (compat_init_check(__func__, comm, request, count, sendbuf && recvbuf) < 0)
-        return SHMTOPO_COMPAT_CONST(ERROR);
-    int dtype = compat_dtype(__func__, "datatype", (int)datatype);
-    int sop = dtype < 0 ? -1 : compat_op(__func__, (int)op);
-    if (sop < 0)
-        return SHMTOPO_COMPAT_CONST(ERROR);
+    if (!comm)
+        return compat_error(__func__, "comm is NULL");
+    char why[160];
+    const char *bad = compat_init_check(request, count, sendbuf && recvbuf, why, sizeof(why));
+    int dtype = bad ? -1 : compat_dtype("datatype", (int)datatype, why, sizeof(why));
+    int sop = dtype < 0 ? -1 : compat_op((int)op, why, sizeof(why));
+    if (bad || sop < 0)
+        return compat_refuse(__func__, comm->impl, SHMTOPO_KIND_ALLREDUCE, why);
     shmtopo_request_t *impl = NULL;
     int rc = shmtopo_allreduce_init(comm->impl, sendbuf, recvbuf, (size_t)count, dtype, sop,
                                     SHMTOPO_COLL_AUTO, &impl);
@@ -175,11 +178,13 @@ int N(shm_allreduce_init)(const void *sendbuf, void *recvbuf, int count,
 int N(shm_bcast_init)(void *buffer, int count, N(shm_datatype_t) datatype, int root,
                       N(shm_comm_h) comm, N(shm_request_h) *request)
 {
-    if (compat_init_check(__func__, comm, request, count, buffer != NULL) < 0)
-        return SHMTOPO_COMPAT_CONST(ERROR);
-    int dtype = compat_dtype(__func__, "datatype", (int)datatype);
+    if (!comm)
+        return compat_error(__func__, "comm is NULL");
+    char why[160];
+    const char *bad = compat_init_check(request, count, buffer != NULL, why, sizeof(why));
+    int dtype = bad ? -1 : compat_dtype("datatype", (int)datatype, why, sizeof(why));
     if (dtype < 0)
-        return SHMTOPO_COMPAT_CONST(ERROR);
+        return compat_refuse(__func__, comm->impl, SHMTOPO_KIND_BCAST, why);
     shmtopo_request_t *impl = NULL;
     int rc = shmtopo_bcast_init(comm->impl, buffer, (size_t)count, dtype, root, &impl);
     return N(compat_request)(__func__, rc, impl, request);
@@ -189,15 +194,20 @@ int N(shm_alltoall_init)(const void *sendbuf, int sendcount, N(shm_datatype_t) s
                          void *recvbuf, int recvcount, N(shm_datatype_t) recvtype,
                          N(shm_comm_h) comm, N(shm_request_h) *request)
 {
-    if (compat_init_check(__func__, comm, request, sendcount, sendbuf && recvbuf) < 0)
-        return SHMTOPO_COMPAT_CONST(ERROR);
-    int dtype = compat_dtype(__func__, "sendtype", (int)sendtype);
-    if (dtype < 0 || compat_dtype(__func__, "recvtype", (int)recvtype) < 0)
-        return SHMTOPO_COMPAT_CONST(ERROR);
-    if (recvcount != sendcount || recvtype != sendtype)
-        return compat_error(__func__, "recvcount and recvtype (%d, %d) must equal sendcount and "
-                            "sendtype (%d, %d)", recvcount, (int)recvtype, sendcount,
-                            (int)sendtype);
+    if (!comm)
+        return compat_error(__func__, "comm is NULL");
+    char why[200];
+    const char *bad = compat_init_check(request, sendcount, sendbuf && recvbuf, why, sizeof(why));
+    int dtype = bad ? -1 : compat_dtype("sendtype", (int)sendtype, why, sizeof(why));
+    if (dtype >= 0 && compat_dtype("recvtype", (int)recvtype, why, sizeof(why)) < 0)
+        dtype = -1;
+    if (dtype >= 0 && (recvcount != sendcount || recvtype != sendtype)) {
+        snprintf(why, sizeof(why), "recvcount and recvtype (%d, %d) must equal sendcount and sendtype (%d, %d)",
+                 recvcount, (int)recvtype, sendcount, (int)sendtype);
+        dtype = -1;
+    }
+    if (dtype < 0)
+        return compat_refuse(__func__, comm->impl, SHMTOPO_KIND_ALLTOALL, why);
     shmtopo_request_t *impl = NULL;
     int rc = shmtopo_alltoall_init(comm->impl, sendbuf, recvbuf, (size_t)sendcount, dtype, &impl);
     return N(compat_request)(__func__, rc, impl, request);

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -223,30 +224,163 @@ void shmtopo_seg_destroy(shmtopo_seg_t *seg, int unmap)
     seg->addr = NULL;
 }
 
-/* Remove the posix names whose creator process is gone: a creator killed
- * between shm_open and the unlink that follows everyone's mapping leaves its
- * name behind, and only the pid in the name tells whose it was. Unlinking a
- * name never touches memory that live processes still map. */
-int shmtopo_sweep_stale_segments(void)
+/* ---- admission -------------------------------------------------------------- */
+
+/* A number after `key` in a "key value" file (/proc/meminfo, memory.stat),
+ * times `unit`; 0 when absent. */
+static uint64_t field_of(const char *path, const char *key, uint64_t unit)
 {
-    DIR *dir = opendir("/dev/shm");
-    if (!dir)
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    char line[256];
+    uint64_t v = 0;
+    const size_t n = strlen(key);
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, key, n) == 0 && (line[n] == ' ' || line[n] == '\t')) {
+            v = strtoull(line + n, NULL, 10) * unit;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* The first number in a file ("max" counts as none); 1 when read. */
+static int number_in(const char *path, uint64_t *out)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    char buf[64] = "";
+    int ok = fgets(buf, sizeof(buf), f) != NULL && buf[0] >= '0' && buf[0] <= '9';
+    fclose(f);
+    if (ok)
+        *out = strtoull(buf, NULL, 10);
+    return ok;
+}
+
+/* Room left under the memory cgroup's limits: at each level from this
+ * process's cgroup up to the root, limit minus usage (plus the page cache
+ * the kernel would reclaim first), the least of them. cgroup v2
+ * (memory.max) or v1 (memory.limit_in_bytes). 1 when some limit applies. */
+static int cgroup_room(uint64_t *roomp)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (!f)
+        return 0;
+    char line[512], v1[400] = "", v2[400] = "";
+    int have_v1 = 0, have_v2 = 0;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *ctl = strchr(line, ':'), *path = ctl ? strchr(ctl + 1, ':') : NULL;
+        if (!path)
+            continue;
+        *path++ = '\0';
+        ctl++;
+        if (strcmp(ctl, "") == 0 && !have_v2)
+            have_v2 = snprintf(v2, sizeof(v2), "%s", path) > 0;
+        else if ((strcmp(ctl, "memory") == 0 || strstr(ctl, "memory")) && !have_v1)
+            have_v1 = snprintf(v1, sizeof(v1), "%s", path) > 0;
+    }
+    fclose(f);
+    const struct { int have; const char *rel, *mount, *limit, *usage, *cache; } kinds[] = {
+        {have_v1, v1, "/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"},
+        {have_v2, v2, "/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"},
+        {have_v2, v2, "/sys/fs/cgroup/unified", "memory.max", "memory.current", "inactive_file"},
+    };
+    int found = 0;
+    uint64_t room = UINT64_MAX;
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        if (!kinds[k].have)
+            continue;
+        char dir[1024], file[1100];
+        snprintf(dir, sizeof(dir), "%s%s", kinds[k].mount, kinds[k].rel);
+        for (;;) {
+            uint64_t limit, usage = 0;
+            snprintf(file, sizeof(file), "%s/%s", dir, kinds[k].limit);
+            if (number_in(file, &limit) && limit < (1ull << 60)) {
+                snprintf(file, sizeof(file), "%s/%s", dir, kinds[k].usage);
+                number_in(file, &usage);
+                snprintf(file, sizeof(file), "%s/memory.stat", dir);
+                uint64_t cache = field_of(file, kinds[k].cache, 1);
+                uint64_t used = usage > cache ? usage - cache : 0;
+                uint64_t left = limit > used ? limit - used : 0;
+                if (left < room)
+                    room = left;
+                found = 1;
+            }
+            char *slash = strrchr(dir, '/');
+            if (!slash || (size_t)(slash - dir) < strlen(kinds[k].mount))
+                break;
+            *slash = '\0';
+        }
+    }
+    if (found)
+        *roomp = room;
+    return found;
+}
+
+int shmtopo_mem_admit(int backend, uint64_t total)
+{
+    const unsigned long long want = (unsigned long long)total;
+    uint64_t avail = field_of("/proc/meminfo", "MemAvailable:", 1024);
+    if (avail && total > avail)
+        return shmtopo_fail(ENOMEM, -1,
+                            "the node's part of this window, %llu bytes, exceeds the memory available "
+                            "(MemAvailable: %llu bytes)", want, (unsigned long long)avail);
+    uint64_t room;
+    if (cgroup_room(&room) && total > room)
+        return shmtopo_fail(ENOMEM, -1,
+                            "the node's part of this window, %llu bytes, exceeds what the memory cgroup "
+                            "has left (%llu bytes)", want, (unsigned long long)room);
+    struct statvfs fs;
+    if (backend == SHMTOPO_BACKEND_POSIX && statvfs("/dev/shm", &fs) == 0 &&
+        total > (uint64_t)fs.f_bavail * fs.f_frsize)
+        return shmtopo_fail(ENOSPC, -1,
+                            "the node's part of this window, %llu bytes, exceeds the free space of /dev/shm "
+                            "(%llu bytes)", want, (unsigned long long)fs.f_bavail * fs.f_frsize);
+    return 0;
+}
+
+/* ---- leftovers of dead processes ------------------------------------------------ */
+
+/* Remove the files in `dir` named prefix<pid>... whose creator process is
+ * gone: a creator killed between creating a name and the unlink that
+ * follows everyone's mapping (or adoption) leaves it behind, and only the
+ * pid in the name tells whose it was. Unlinking a name never touches memory
+ * that live processes still map. */
+static int sweep(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (!d)
         return 0;
     int removed = 0;
+    const size_t n = strlen(prefix);
     struct dirent *e;
-    while ((e = readdir(dir)) != NULL) {
-        int pid;
-        char rest[2];
-        if (sscanf(e->d_name, "shmtopo.%d.%1s", &pid, rest) != 2 || pid <= 0)
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, n) != 0)
             continue;
-        if (kill(pid, 0) == 0 || errno != ESRCH)
+        char *end;
+        long pid = strtol(e->d_name + n, &end, 10);
+        if (pid <= 0 || *end != '.' || (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
             continue;
-        char name[300];
-        snprintf(name, sizeof(name), "/%s", e->d_name);
-        if (shm_unlink(name) == 0)
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
             removed++;
     }
-    closedir(dir);
+    closedir(d);
+    return removed;
+}
+
+int shmtopo_sweep_stale_segments(void)
+{
+    return sweep("/dev/shm", "shmtopo.");
+}
+
+int shmtopo_sweep_stale_files(const char *topo_dir)
+{
+    int removed = sweep("/dev/shm", "shmtopo.") + sweep("/dev/shm", SHMTOPO_TOPO_PREFIX);
+    if (topo_dir && *topo_dir && strcmp(topo_dir, "/dev/shm") != 0)
+        removed += sweep(topo_dir, SHMTOPO_TOPO_PREFIX);
     return removed;
 }
 

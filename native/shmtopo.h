@@ -26,8 +26,16 @@ extern "C" {
 
 /* Message describing the last failure of a shmtopo call in this thread. */
 const char *shmtopo_last_error(void);
-/* Rank the last failure was about (a dead or mismatching peer), or -1. */
+/* Rank the last failure was about (a dead or mismatching peer, the rank
+ * with bad arguments), as a rank of the job (see shmtopo_comm_set_span), or
+ * -1. */
 int shmtopo_last_error_rank(void);
+
+/* Waits call this every 20 ms; a nonzero return ends the wait with EINTR
+ * (the binding runs its signal handlers there: Ctrl-C interrupts a wait).
+ * The waiting rank then leaves the window or comm, as after any failed
+ * wait, so its peers fail with ECONNABORTED instead of hanging. NULL: none. */
+void shmtopo_set_interrupt_hook(int (*hook)(void));
 
 /* ---- communicators ---------------------------------------------------- */
 
@@ -35,8 +43,9 @@ typedef struct shmtopo_comm shmtopo_comm_t;
 
 /* Out-of-band transport. allgather: every rank contributes nbytes from
  * sendbuf; recvbuf receives size*nbytes bytes in rank order. barrier: all
- * ranks arrive before any leaves. Both return 0, or nonzero on failure
- * (then the shmtopo call fails with ECOMM). */
+ * ranks arrive before any leaves. Both return 0, or nonzero on failure:
+ * ETIMEDOUT when the transport gave up waiting (the shmtopo call then fails
+ * with ETIMEDOUT), anything else for other failures (ECOMM). */
 typedef int (*shmtopo_allgather_fn)(const void *sendbuf, void *recvbuf,
                                     size_t nbytes, void *group);
 typedef int (*shmtopo_barrier_fn)(void *group);
@@ -47,16 +56,41 @@ typedef struct shmtopo_oob {
     void *group;
 } shmtopo_oob_t;
 
-/* Collective: build a comm of `size` ranks on this node. Exchanges pids and
- * CPU affinity masks. EINVAL: bad size/rank, or ranks that disagree on size
- * or sit on different hosts; ECOMM: a callback failed. */
+/* Collective: build a comm of `size` ranks on this node. The out-of-band
+ * callbacks are used here only: ranks exchange pids, CPU affinity masks and
+ * their environment settings (shmtopo_config_t), and map the comm's own
+ * shared memory (its channel), through which every later agreement and
+ * set-up exchange runs, under the timeout. EINVAL: bad size/rank, ranks that
+ * disagree on size or a setting that must agree, sit on different hosts, or
+ * an invalid environment variable on some rank; ECOMM: a callback failed. */
 int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob,
                         shmtopo_comm_t **commp);
-/* Collective: a barrier through the out-of-band callback, then free. */
+/* Collective: agree that every rank frees the comm, then free it (a comm
+ * made unusable by a failed wait is freed locally). -1 when the agreement
+ * failed: on a mismatch (a rank called something else) the comm stays as it
+ * was (shmtopo_comm_broken is 0); after a failed wait it is freed anyway. */
 int shmtopo_comm_destroy(shmtopo_comm_t *comm);
-/* Local: free without the barrier, after an error on this rank (abandon the
- * comm's windows first). */
+/* Local: free without the agreement, after an error on this rank; peers
+ * waiting on the comm fail with ECONNABORTED (abandon its windows first). */
 int shmtopo_comm_abandon(shmtopo_comm_t *comm);
+/* Local: this rank stops taking part (an exception left a call half done):
+ * the comm becomes unusable here and peers waiting on it fail with
+ * ECONNABORTED; free or abandon it afterwards. */
+int shmtopo_comm_leave(shmtopo_comm_t *comm);
+/* Local, set up by every rank alike: the comm is one node of a job of
+ * `world_size` ranks in `nnodes` nodes; world_ranks[r] is the job rank of
+ * local rank r. Agreements then span all nodes: the node's rank 0 (the
+ * leader, the only rank given `leaders`, an allgather over one leader per
+ * node in node order) folds its node's verdict into that exchange, so a bad
+ * argument anywhere fails the call everywhere. Messages name job ranks. */
+int shmtopo_comm_set_span(shmtopo_comm_t *comm, int world_size, const int *world_ranks,
+                          int nnodes, int node_index, const shmtopo_oob_t *leaders);
+/* Seconds any wait of the comm (and of windows allocated later) may last;
+ * 0: forever. Default: SHMTOPO_TIMEOUT. */
+int shmtopo_comm_set_timeout(shmtopo_comm_t *comm, double seconds);
+double shmtopo_comm_timeout(const shmtopo_comm_t *comm);
+/* 1 when a failed wait left the comm unusable (only free/abandon work). */
+int shmtopo_comm_broken(const shmtopo_comm_t *comm);
 int shmtopo_comm_rank(const shmtopo_comm_t *comm);
 int shmtopo_comm_size(const shmtopo_comm_t *comm);
 /* Process id of a rank; -1/EINVAL for a rank out of range. */
@@ -65,9 +99,48 @@ int shmtopo_comm_pid(const shmtopo_comm_t *comm, int rank);
 int shmtopo_comm_ncpus(const shmtopo_comm_t *comm);
 /* 1 when ranks outnumber those CPUs (waits then spin only briefly). */
 int shmtopo_comm_oversubscribed(const shmtopo_comm_t *comm);
-/* Collective: exchange nbytes per rank through the comm's callbacks. */
-int shmtopo_comm_allgather(shmtopo_comm_t *comm, const void *sendbuf,
-                           void *recvbuf, size_t nbytes);
+
+/* ---- agreement ----------------------------------------------------------- */
+
+/* What a rank calls: the operation and every argument that must be the
+ * same on all ranks. Fields an operation does not use are -1 (0 for
+ * count/extra). Every collective operation starts with an agreement on it:
+ * each rank posts its signature and whether its own arguments were valid,
+ * and all ranks decide together, before any data moves. */
+enum shmtopo_kind {
+    SHMTOPO_KIND_BARRIER = 1, SHMTOPO_KIND_BCAST = 2, SHMTOPO_KIND_REDUCE = 3,
+    SHMTOPO_KIND_ALLREDUCE = 4, SHMTOPO_KIND_ALLGATHER = 5, SHMTOPO_KIND_REDUCE_SCATTER = 6,
+    SHMTOPO_KIND_ALLTOALL = 7, SHMTOPO_KIND_WIN_ALLOC = 8, SHMTOPO_KIND_WIN_FREE = 9,
+    SHMTOPO_KIND_COMM_FREE = 10, SHMTOPO_KIND_TOPO_SHARE = 11, SHMTOPO_KIND_SPLIT = 12,
+    SHMTOPO_KIND_COMM_CREATE = 13, SHMTOPO_KIND_VERDICT = 14
+};
+
+typedef struct shmtopo_sig {
+    int32_t kind;       /* enum shmtopo_kind */
+    int32_t dtype, op;  /* enum shmtopo_dtype / shmtopo_op */
+    int32_t root;       /* job rank */
+    int32_t alg;        /* resolved algorithm (enum shmtopo_coll_alg, fence, source) */
+    int32_t flags;      /* SHMTOPO_SIG_* path bits */
+    uint64_t count;     /* elements */
+    uint64_t extra;     /* window offset, option bits */
+} shmtopo_sig_t;
+
+enum shmtopo_sig_flags {
+    SHMTOPO_SIG_WINDOW = 1,    /* data read in place in a window of the comm */
+    SHMTOPO_SIG_IN_PLACE = 2,  /* the result replaces the input */
+    SHMTOPO_SIG_INIT = 4       /* making a persistent request for the call */
+};
+
+/* Collective: agree on a call before doing it by other means (the
+ * across-nodes half of a collective): checks the signature (known kind,
+ * element type and operation, root inside the job), then agrees. 0 when
+ * every rank passed the same valid signature; else -1 with the same errno
+ * (EINVAL) and message on every rank, naming the rank at fault. */
+int shmtopo_agree_call(shmtopo_comm_t *comm, const shmtopo_sig_t *sig);
+/* Collective: this rank could not even convert its arguments to `kind`
+ * (reason says why): take part in that operation's agreement as invalid.
+ * Always -1: EINVAL on every rank, with "rank R: reason". */
+int shmtopo_reject(shmtopo_comm_t *comm, int kind, const char *reason);
 
 /* ---- windows ---------------------------------------------------------- */
 
@@ -97,16 +170,17 @@ typedef struct shmtopo_win_attr {
     int symmetric;      /* nonzero: every part at the same virtual address in every
                            rank (pointers into the window are valid everywhere);
                            EBUSY/ENOMEM when no common address range holds */
-    const char *invalid; /* non-NULL: the caller found a bad argument on this
-                            rank; the call fails on every rank with EINVAL and
-                            this message instead of leaving the others waiting */
 } shmtopo_win_attr_t;
 
 /* Collective: allocate a window; this rank's part has `size` bytes (sizes may
  * differ, 0 allowed), zero-filled, memory reserved up front (ENOSPC/ENOMEM
- * here, never SIGBUS later). attr may be NULL. *basep: this rank's part.
- * Errors: EINVAL (bad attr, ranks disagree on backend/algorithm/layout),
- * ENODEV (backend unavailable here), ENOSPC/ENOMEM, ECOMM. */
+ * here, never SIGBUS later). Before reserving, the node's total is checked
+ * against the memory available (MemAvailable, the cgroup's limit) and the
+ * file system's free space: ENOMEM on every rank when it cannot fit. attr
+ * may be NULL. *basep: this rank's part. Errors, on every rank alike:
+ * EINVAL (bad attr, ranks disagree on backend/algorithm/layout), ENODEV
+ * (backend unavailable here), ENOSPC/ENOMEM; ETIMEDOUT, EOWNERDEAD as for
+ * fences. */
 int shmtopo_win_alloc(shmtopo_comm_t *comm, size_t size,
                       const shmtopo_win_attr_t *attr, void **basep,
                       shmtopo_win_t **winp);
@@ -137,7 +211,10 @@ int shmtopo_win_mapping(const shmtopo_win_t *win, int index, void **addrp,
  * outlive the window never point at unmapped memory). */
 int shmtopo_win_disown_mappings(shmtopo_win_t *win);
 int shmtopo_unmap(void *addr, size_t length);
-/* Collective: fence, then unmap and free. */
+/* Collective: agree that every rank frees this window, then unmap and free
+ * (a broken window, or one of a broken comm, is freed locally). -1 when the
+ * agreement failed: on a mismatch the window stays as it was (the comm is
+ * not broken); after a failed wait it is freed anyway. */
 int shmtopo_win_free(shmtopo_win_t *win);
 /* Local: leave the window after an error on this rank, without waiting for
  * anyone. Peers waiting on it fail with ECONNABORTED instead of hanging. */
@@ -167,11 +244,14 @@ enum shmtopo_coll_alg {
 };
 
 /* All collectives are collective over the comm, in the same order on every
- * rank. They go through per-comm scratch buffers (made by the first call,
- * SHMTOPO_COLL_BUFFER bytes per buffer, two per rank) in chunks, so any size
- * works; send == recv is allowed (in place). Counts are in elements.
- * EINVAL on every rank when ranks pass different counts, types, operations
- * or roots (checked in the flag words); EOWNERDEAD/ETIMEDOUT as for fences. */
+ * rank. They go through the comm's scratch buffers (SHMTOPO_COLL_BUFFER
+ * bytes per buffer, three per rank, made with the comm) in chunks, so any
+ * size works; send == recv is allowed (in place), a partial overlap of send
+ * and recv is not. Counts are in elements. The first step is the call's
+ * agreement: EINVAL on every rank, naming the rank at fault, when one rank
+ * passes a bad argument or ranks pass different counts, types, operations,
+ * roots or algorithms; EOWNERDEAD/ETIMEDOUT/ECONNABORTED/EINTR as for
+ * fences, after which the comm is unusable (EPIPE). */
 int shmtopo_barrier(shmtopo_comm_t *comm);
 int shmtopo_bcast(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int root);
 int shmtopo_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
@@ -202,8 +282,8 @@ int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count
                       int root);
 int shmtopo_win_allgather(shmtopo_win_t *win, size_t offset, void *recv, size_t count, int dtype);
 
-/* Persistent collectives (as MPI_Allreduce_init): check and record the
- * arguments once (local, no communication); each request_start then runs
+/* Persistent collectives (as MPI_Allreduce_init, collective like it):
+ * check the arguments and agree on them once; each request_start then runs
  * the collective on them (collective, complete on return); request_wait
  * returns at once; request_free releases the record (local). */
 typedef struct shmtopo_request shmtopo_request_t;
@@ -223,18 +303,52 @@ size_t shmtopo_dtype_size(int dtype);
 
 /* ---- configuration ---------------------------------------------------- */
 
-/* Parse a backend / fence algorithm name ("posix", "rd", ...; also the KUPL
- * numbers "1"/"2" for algorithms). EINVAL for an unknown name. */
+enum shmtopo_topo_source {
+    SHMTOPO_SOURCE_AUTO = 0,   /* shmem, then xml, then local */
+    SHMTOPO_SOURCE_SHMEM = 1, SHMTOPO_SOURCE_XML = 2, SHMTOPO_SOURCE_LOCAL = 3
+};
+
+/* Every environment variable shmtopo reads, parsed in one place. */
+enum shmtopo_var {
+    SHMTOPO_VAR_SHM_TYPE = 0, SHMTOPO_VAR_FENCE_ALGORITHM = 1, SHMTOPO_VAR_COLL_ALGORITHM = 2,
+    SHMTOPO_VAR_COLL_BUFFER = 3, SHMTOPO_VAR_NODE_SIZE = 4, SHMTOPO_VAR_TOPO_SOURCE = 5,
+    SHMTOPO_VAR_TIMEOUT = 6, SHMTOPO_VAR_SPIN_NS = 7, SHMTOPO_VAR_YIELD_NS = 8,
+    SHMTOPO_VAR_TOPO_DIR = 9, SHMTOPO_VAR_TOPO_CONFLICT_RANK = 10, SHMTOPO_NVARS = 11
+};
+
+typedef struct shmtopo_config {
+    int32_t backend;        /* SHMTOPO_SHM_TYPE (posix) */
+    int32_t fence_alg;      /* SHMTOPO_FENCE_ALGORITHM, else KUPL_SHM_FENCE_ALGORITHM (auto) */
+    int32_t coll_alg;       /* SHMTOPO_COLL_ALGORITHM (auto) */
+    int32_t node_size;      /* SHMTOPO_NODE_SIZE (0: real nodes) */
+    int32_t topo_source;    /* SHMTOPO_TOPO_SOURCE (auto) */
+    int32_t conflict_rank;  /* SHMTOPO_TOPO_CONFLICT_RANK, a test hook (-1) */
+    uint64_t coll_buffer;   /* SHMTOPO_COLL_BUFFER, page-rounded (262144) */
+    double timeout;         /* SHMTOPO_TIMEOUT, seconds (0: forever) */
+    int64_t spin_ns;        /* SHMTOPO_SPIN_NS (-1: by oversubscription) */
+    int64_t yield_ns;       /* SHMTOPO_YIELD_NS (-1: by oversubscription) */
+    char topo_dir[256];     /* SHMTOPO_TOPO_DIR (/dev/shm) */
+    char text[11][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
+} shmtopo_config_t;
+
+/* Read and check every variable. EINVAL, the message naming the variable,
+ * its value and what is accepted (*cfg then holds the defaults for the rest). */
+int shmtopo_config_read(shmtopo_config_t *cfg);
+/* 0 when the settings that must agree (SHMTOPO_SHM_TYPE, the fence and
+ * collective algorithms, SHMTOPO_COLL_BUFFER, SHMTOPO_NODE_SIZE,
+ * SHMTOPO_TOPO_SOURCE) are alike in cfgs[0..n); else EINVAL naming the
+ * variable and two ranks' values (ranks[i]: the rank of cfgs[i], NULL for i). */
+int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks);
+/* Parse a backend / fence algorithm / topology source name ("posix", "rd",
+ * "xml", ...). EINVAL for an unknown name, saying what is accepted. */
 int shmtopo_backend_from_name(const char *name, int *backendp);
 int shmtopo_fence_alg_from_name(const char *name, int *algp);
+int shmtopo_topo_source_from_name(const char *name, int *sourcep);
 const char *shmtopo_backend_name(int backend);
 const char *shmtopo_fence_alg_name(int alg);
+const char *shmtopo_topo_source_name(int source);
 /* 0 when the backend can be used on this machine, else -1 with the reason. */
 int shmtopo_backend_probe(int backend);
-/* The backend / algorithm the environment selects (EINVAL if it names an
- * unknown one). */
-int shmtopo_default_backend(int *backendp);
-int shmtopo_default_fence_alg(int *algp);
 /* Unlink the /dev/shm names of posix segments whose creator process no
  * longer exists (left by a kill during allocation); returns how many. Run
  * by comm_create and when a wait finds a dead peer. */

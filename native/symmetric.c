@@ -23,13 +23,13 @@
 #define ALIGN (2u << 20)
 
 typedef struct ranges_record {
-    shmtopo_status_t status;
     uint64_t count;
     shmtopo_range_t ranges[MAX_RANGES];
 } ranges_record_t;
 
 /* The common free ranges of all ranks, the same list on every rank. */
-static int common_ranges(shmtopo_win_t *win, shmtopo_range_t **outp, size_t *np)
+static int common_ranges(shmtopo_win_t *win, const shmtopo_sig_t *sig, shmtopo_exchange_fn exchange,
+                         shmtopo_range_t **outp, size_t *np)
 {
     ranges_record_t *mine = calloc(1, sizeof(*mine));
     ranges_record_t *all = calloc((size_t)win->size, sizeof(*all));
@@ -43,7 +43,7 @@ static int common_ranges(shmtopo_win_t *win, shmtopo_range_t **outp, size_t *np)
     if (shmtopo_maps_self_free(mine->ranges, MAX_RANGES, &count) < 0 && errno != ENOBUFS)
         err = errno;
     mine->count = count < MAX_RANGES ? count : MAX_RANGES;
-    if (shmtopo_comm_agree(win->comm, err, mine, all, sizeof(*mine)) < 0)
+    if (exchange(win->comm, sig, err, mine, all, sizeof(*mine)) < 0)
         goto out;
     acc = malloc(MAX_RANGES * sizeof(*acc));
     tmp = malloc(MAX_RANGES * sizeof(*tmp));
@@ -90,21 +90,19 @@ static int reserve(uintptr_t addr, size_t length)
     return 0;
 }
 
-int shmtopo_win_make_symmetric(shmtopo_win_t *win)
+int shmtopo_win_make_symmetric(shmtopo_win_t *win, shmtopo_exchange_fn exchange)
 {
+    shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_WIN_ALLOC);
     size_t total = 0;
     for (int i = 0; i < win->nsegs; i++)
         total += win->segs[i].length;
     shmtopo_range_t *ranges = NULL;
     size_t n = 0;
-    shmtopo_status_t st, *sts = calloc((size_t)win->size, sizeof(*sts));
-    if (!sts)
-        return shmtopo_fail(ENOMEM, -1, "out of memory");
     int rc = -1;
     for (unsigned attempt = 0; attempt < ATTEMPTS; attempt++) {
         free(ranges);
         ranges = NULL;
-        if (common_ranges(win, &ranges, &n) < 0)
+        if (common_ranges(win, &sig, exchange, &ranges, &n) < 0)
             goto out;
         uintptr_t base = 0;
         if (shmtopo_ranges_choose(ranges, n, total, ALIGN, attempt, &base) < 0) {
@@ -112,11 +110,11 @@ int shmtopo_win_make_symmetric(shmtopo_win_t *win)
             goto out; /* every rank computed the same list: all fail here alike */
         }
         int err = reserve(base, total) < 0 ? errno : 0;
-        if (shmtopo_comm_agree(win->comm, err, &st, sts, sizeof(st)) < 0) {
+        if (exchange(win->comm, &sig, err, NULL, NULL, 0) < 0) {
             if (!err)
                 munmap((void *)base, total);
-            if (errno == ECOMM)
-                goto out;
+            if (errno != EEXIST && errno != EBUSY && errno != ENOMEM)
+                goto out; /* not a lost race: a wait or the transport failed */
             continue; /* someone lost the race: everyone tries the next address */
         }
         /* Move each mapping into its place over our own reservation. */
@@ -136,7 +134,7 @@ int shmtopo_win_make_symmetric(shmtopo_win_t *win)
             seg->addr = moved;
             at += seg->length;
         }
-        rc = shmtopo_comm_agree(win->comm, err, &st, sts, sizeof(st));
+        rc = exchange(win->comm, &sig, err, NULL, NULL, 0);
         if (rc < 0) {
             /* drop the whole range, moved segments included */
             int keep = errno;
@@ -151,6 +149,5 @@ int shmtopo_win_make_symmetric(shmtopo_win_t *win)
     shmtopo_fail(EBUSY, -1, "no common free address held still in %d attempts", ATTEMPTS);
 out:
     free(ranges);
-    free(sts);
     return rc;
 }

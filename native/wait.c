@@ -60,28 +60,59 @@ static int find_abandoned(const shmtopo_win_t *win, int peer, int all)
     return (int)origin - 1;
 }
 
-/* Budgets in ns: spinning, then yielding, before sleeping. SHMTOPO_SPIN_NS
- * and SHMTOPO_YIELD_NS override them (both cases) for tuning. */
-static uint64_t budget(const char *name, uint64_t fallback)
+static int (*interrupt_hook)(void);
+
+void shmtopo_set_interrupt_hook(int (*hook)(void))
 {
-    const char *v = getenv(name);
-    return v && *v ? strtoull(v, NULL, 10) : fallback;
+    interrupt_hook = hook;
 }
 
-int shmtopo_wait_slow(const shmtopo_win_t *win, _Atomic uint64_t *seq,
+/* Why the wait cannot go on, or 0: a peer left, died, the time is up, or
+ * the binding was interrupted (Ctrl-C). Sets the failure and, for leave(),
+ * the rank whose failure caused ours. */
+static int check(shmtopo_win_t *win, int peer, const char *what, uint64_t waited, int full,
+                 int *originp)
+{
+    const shmtopo_comm_t *comm = win->comm;
+    const char *where = win->is_channel ? "the comm" : "the window";
+    const int me = shmtopo_world(comm, comm->rank);
+    int gone = find_abandoned(win, peer, full);
+    if (gone >= 0) {
+        *originp = gone;
+        return shmtopo_fail(ECONNABORTED, shmtopo_world(comm, gone),
+                            "rank %d left %s after an error while rank %d waited in %s",
+                            shmtopo_world(comm, gone), where, me, what);
+    }
+    if (!full)
+        return 0;
+    int dead = shmtopo_comm_find_dead(comm);
+    if (dead >= 0) {
+        shmtopo_sweep_stale_files(comm->config.topo_dir);
+        *originp = dead;
+        return shmtopo_fail(EOWNERDEAD, shmtopo_world(comm, dead),
+                            "rank %d (pid %d) exited while rank %d waited in %s",
+                            shmtopo_world(comm, dead), (int)comm->pids[dead], me, what);
+    }
+    if (win->timeout > 0 && (double)waited * 1e-9 >= win->timeout)
+        return shmtopo_fail(ETIMEDOUT, shmtopo_world(comm, peer),
+                            "rank %d timed out after %.3g s in %s waiting for rank %d",
+                            me, win->timeout, what, shmtopo_world(comm, peer));
+    if (interrupt_hook && interrupt_hook())
+        return shmtopo_fail(EINTR, -1, "rank %d was interrupted while it waited in %s", me, what);
+    return 0;
+}
+
+int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq,
                       _Atomic uint32_t *waiters, uint64_t target, int peer, const char *what)
 {
-    static uint64_t spin_env = UINT64_MAX, yield_env = UINT64_MAX;
-    if (spin_env == UINT64_MAX) {
-        spin_env = budget("SHMTOPO_SPIN_NS", 0);
-        yield_env = budget("SHMTOPO_YIELD_NS", 0);
-    }
     const shmtopo_comm_t *comm = win->comm;
     /* Oversubscribed, the awaited rank may need our CPU: yield at once (the
      * inline spin of shmtopo_wait came first), measured best at 3-8 ranks on
-     * 2 cores; otherwise spin long, as a rank on its own core answers fast. */
-    const uint64_t spin_ns = spin_env ? spin_env : comm->oversubscribed ? 0 : 200000;
-    const uint64_t yield_ns = yield_env ? yield_env : comm->oversubscribed ? 200000 : 2000000;
+     * 2 cores; otherwise spin long, as a rank on its own core answers fast.
+     * SHMTOPO_SPIN_NS and SHMTOPO_YIELD_NS override both (tuning). */
+    const int64_t spin_env = comm->config.spin_ns, yield_env = comm->config.yield_ns;
+    const uint64_t spin_ns = spin_env >= 0 ? (uint64_t)spin_env : comm->oversubscribed ? 0 : 200000;
+    const uint64_t yield_ns = yield_env >= 0 ? (uint64_t)yield_env : comm->oversubscribed ? 200000 : 2000000;
     const uint64_t start = now_ns();
     uint64_t next_check = start + LIVENESS_PERIOD_NS;
 
@@ -93,23 +124,18 @@ int shmtopo_wait_slow(const shmtopo_win_t *win, _Atomic uint64_t *seq,
         }
         uint64_t now = now_ns();
         uint64_t waited = now - start;
-        int gone = find_abandoned(win, peer, now >= next_check);
-        if (gone >= 0)
-            return shmtopo_fail(ECONNABORTED, gone,
-                                "rank %d left the window after an error while rank %d waited in %s",
-                                gone, comm->rank, what);
-        if (now >= next_check) {
-            int dead = shmtopo_comm_find_dead(comm);
-            if (dead >= 0 && shmtopo_sweep_stale_segments() >= 0)
-                return shmtopo_fail(EOWNERDEAD, dead,
-                                    "rank %d (pid %d) exited while rank %d waited in %s",
-                                    dead, (int)comm->pids[dead], comm->rank, what);
-            if (win->timeout > 0 && (double)waited * 1e-9 >= win->timeout)
-                return shmtopo_fail(ETIMEDOUT, peer,
-                                    "rank %d timed out after %.3g s in %s waiting for rank %d",
-                                    comm->rank, win->timeout, what, peer);
-            next_check = now + LIVENESS_PERIOD_NS;
+        const int full = now >= next_check;
+        int origin = -1;
+        if (check(win, peer, what, waited, full, &origin) < 0) {
+            /* Leave, so that peers waiting for us fail too instead of
+             * hanging; the failure that caused it stays the one named. */
+            int err = errno;
+            shmtopo_win_leave(win, origin);
+            errno = err;
+            return -1;
         }
+        if (full)
+            next_check = now + LIVENESS_PERIOD_NS;
         if (waited < spin_ns)
             continue;
         if (waited < yield_ns)

@@ -1,22 +1,13 @@
 /* Windows: every rank's part mapped in every process, plus a control block
- * per rank for fences. Set-up runs in steps separated by allgathers that carry
- * a status, so a failure on any rank fails the call on all of them and each
- * cleans up what it made. */
+ * per rank for fences. Set-up runs in steps, each ending in an agreement of
+ * the comm (agree.c), so a failure on any rank fails the call on all of them
+ * and each cleans up what it made. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
-
-/* First allgather: what each rank asks for, plus its segment when each rank
- * owns one. */
-typedef struct alloc_record {
-    shmtopo_status_t status;
-    uint64_t size;
-    int32_t backend, fence_alg, contiguous, symmetric;
-    shmtopo_seg_key_t key;
-} alloc_record_t;
 
 static size_t page_size(void)
 {
@@ -28,59 +19,40 @@ static size_t ctrl_stride(int size)
     return shmtopo_round_up(sizeof(shmtopo_ctrl_t) + (size_t)size * sizeof(uint64_t), SHMTOPO_LINE);
 }
 
+/* The attributes with defaults from the comm's configuration. */
 static int resolve_attr(const shmtopo_win_attr_t *attr, shmtopo_win_t *win)
 {
     shmtopo_win_attr_t a = {0};
     if (attr)
         a = *attr;
-    if (a.invalid)
-        return shmtopo_fail(EINVAL, -1, "%s", a.invalid);
-    if (a.backend == SHMTOPO_BACKEND_DEFAULT) {
-        if (shmtopo_default_backend(&a.backend) < 0)
-            return -1;
-    } else if (a.backend < 0 || a.backend > SHMTOPO_BACKEND_XPMEM) {
-        return shmtopo_fail(EINVAL, -1, "unknown backend number %d", a.backend);
-    }
-    if (shmtopo_backend_probe(a.backend) < 0)
-        return -1;
-    if (a.fence_alg == SHMTOPO_FENCE_DEFAULT) {
-        if (shmtopo_default_fence_alg(&a.fence_alg) < 0)
-            return -1;
-    } else if (a.fence_alg < 0 || a.fence_alg > SHMTOPO_FENCE_DISSEMINATION) {
-        return shmtopo_fail(EINVAL, -1, "unknown fence algorithm number %d", a.fence_alg);
-    }
-    if (a.timeout <= 0) {
-        const char *t = getenv("SHMTOPO_TIMEOUT");
-        char *end = NULL;
-        a.timeout = t && *t ? strtod(t, &end) : 0;
-        if (t && *t && (*end != '\0' || a.timeout < 0))
-            return shmtopo_fail(EINVAL, -1, "SHMTOPO_TIMEOUT=%s is not a number of seconds >= 0", t);
-    }
+    const shmtopo_config_t *cfg = &win->comm->config;
+    if (a.backend == SHMTOPO_BACKEND_DEFAULT)
+        a.backend = cfg->backend;
+    if (a.fence_alg == SHMTOPO_FENCE_DEFAULT)
+        a.fence_alg = cfg->fence_alg;
     win->backend = a.backend;
-    win->fence_alg = shmtopo_fence_resolve(a.fence_alg, win->size, win->comm->oversubscribed);
+    win->fence_alg = a.fence_alg;
     win->contiguous = a.contiguous != 0;
     win->symmetric = a.symmetric != 0;
-    win->timeout = a.timeout;
-    return 0;
+    win->timeout = a.timeout > 0 ? a.timeout : win->comm->timeout;
+    if (a.backend < SHMTOPO_BACKEND_POSIX || a.backend > SHMTOPO_BACKEND_XPMEM)
+        return shmtopo_fail(EINVAL, -1, "unknown backend number %d", a.backend);
+    if (a.fence_alg < SHMTOPO_FENCE_AUTO || a.fence_alg > SHMTOPO_FENCE_DISSEMINATION)
+        return shmtopo_fail(EINVAL, -1, "unknown fence algorithm number %d", a.fence_alg);
+    if (!(a.timeout >= 0) || a.timeout > 1e9)
+        return shmtopo_fail(EINVAL, -1, "timeout must be a finite number of seconds >= 0, not %g", a.timeout);
+    win->fence_alg = shmtopo_fence_resolve(a.fence_alg, win->size, win->comm->oversubscribed);
+    return shmtopo_backend_probe(a.backend);
 }
 
-static int check_agreement(const shmtopo_win_t *win, const alloc_record_t *recs)
+/* What every rank's allocation must agree on. */
+static shmtopo_sig_t alloc_sig(const shmtopo_win_t *win)
 {
-    for (int r = 0; r < win->size; r++) {
-        if (recs[r].backend != win->backend)
-            return shmtopo_fail(EINVAL, r, "ranks disagree on the backend: rank %d uses %s, rank %d uses %s",
-                                win->rank, shmtopo_backend_name(win->backend), r,
-                                shmtopo_backend_name(recs[r].backend));
-        if (recs[r].fence_alg != win->fence_alg)
-            return shmtopo_fail(EINVAL, r, "ranks disagree on the fence algorithm: rank %d uses %s, rank %d uses %s",
-                                win->rank, shmtopo_fence_alg_name(win->fence_alg), r,
-                                shmtopo_fence_alg_name(recs[r].fence_alg));
-        if (recs[r].contiguous != win->contiguous)
-            return shmtopo_fail(EINVAL, r, "ranks disagree on the contiguous option (rank %d)", r);
-        if (recs[r].symmetric != win->symmetric)
-            return shmtopo_fail(EINVAL, r, "ranks disagree on the symmetric option (rank %d)", r);
-    }
-    return 0;
+    shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_WIN_ALLOC);
+    sig.dtype = win->backend; /* described as the backend */
+    sig.alg = win->fence_alg;
+    sig.extra = (uint64_t)win->contiguous | (uint64_t)win->symmetric << 1;
+    return sig;
 }
 
 static shmtopo_win_t *win_new(shmtopo_comm_t *comm)
@@ -105,7 +77,7 @@ static shmtopo_win_t *win_new(shmtopo_comm_t *comm)
     return win;
 }
 
-static void win_delete(shmtopo_win_t *win)
+void shmtopo_win_delete(shmtopo_win_t *win)
 {
     for (int i = 0; i < win->nsegs; i++)
         shmtopo_seg_destroy(&win->segs[i], !win->disowned);
@@ -113,132 +85,121 @@ static void win_delete(shmtopo_win_t *win)
     free(win);
 }
 
-/* Each rank's part in its own segment: [control block | data], both
- * page-aligned. */
-static int alloc_separate(shmtopo_win_t *win, size_t size, uint64_t id, alloc_record_t *mine,
-                          alloc_record_t *recs)
+/* Admission: the node's whole window must fit before anyone reserves. */
+static int admit(const shmtopo_win_t *win, const uint64_t *sizes, size_t ctrl_len)
 {
-    const size_t ctrl_len = shmtopo_round_up(ctrl_stride(win->size), page_size());
-    shmtopo_seg_t *own = &win->segs[win->rank];
-    int err = 0;
-    if (shmtopo_seg_create(win->backend, ctrl_len + shmtopo_round_up(size, page_size()), id, own) < 0)
-        err = errno;
-    else
-        mine->key = own->key;
-    win->nsegs = win->size;
-    if (shmtopo_comm_agree(win->comm, err, mine, recs, sizeof(*mine)) < 0 ||
-        check_agreement(win, recs) < 0)
-        return -1;
-
-    err = 0;
-    for (int r = 0; r < win->size && !err; r++)
-        if (r != win->rank && shmtopo_seg_attach(&recs[r].key, &win->segs[r]) < 0)
-            err = errno;
-    if (shmtopo_comm_agree(win->comm, err, mine, recs, sizeof(*mine)) < 0)
-        return -1;
-    /* Everyone has mapped everything: nothing needs the name any more. */
-    shmtopo_seg_unpublish(own);
-    if (win->symmetric && shmtopo_win_make_symmetric(win) < 0)
-        return -1;
-    for (int r = 0; r < win->size; r++) {
-        win->ctrl[r] = win->segs[r].addr;
-        win->base[r] = (char *)win->segs[r].addr + ctrl_len;
-        win->sizes[r] = recs[r].size;
-    }
-    return 0;
+    uint64_t total = win->contiguous ? ctrl_len : 0;
+    for (int r = 0; r < win->size; r++)
+        total += win->contiguous ? sizes[r] : ctrl_len + shmtopo_round_up(sizes[r], page_size());
+    if (win->contiguous)
+        total = shmtopo_round_up(total, page_size());
+    return shmtopo_mem_admit(win->backend, total);
 }
 
-/* All parts back to back in one segment made by rank 0:
- * [P control blocks | part 0 | part 1 | ...], parts packed without gaps so
- * the whole window is one array. */
-static int alloc_contiguous(shmtopo_win_t *win, alloc_record_t *mine, alloc_record_t *recs)
+/* The steps of an allocation, each ending in an exchange that fails all
+ * ranks together: sizes (after which every rank knows the node's total and
+ * checks it fits), segment keys, and that every rank mapped every segment
+ * (after which the names go). Each rank's part lies in its own segment
+ * [control block | data], or, contiguous, all in one made by rank 0:
+ * [P control blocks | part 0 | part 1 | ...], packed so the whole window is
+ * one array. */
+static int alloc_steps(shmtopo_win_t *win, size_t size, int err, shmtopo_exchange_fn exchange)
 {
-    if (shmtopo_comm_agree(win->comm, 0, mine, recs, sizeof(*mine)) < 0 ||
-        check_agreement(win, recs) < 0)
-        return -1;
-    const size_t stride = ctrl_stride(win->size);
-    const size_t ctrl_len = shmtopo_round_up(stride * (size_t)win->size, page_size());
-    size_t total = 0;
-    for (int r = 0; r < win->size; r++)
-        total += recs[r].size;
+    const shmtopo_sig_t sig = alloc_sig(win);
+    const int P = win->size;
+    uint64_t mine = size, *sizes = calloc((size_t)P, sizeof(*sizes));
+    shmtopo_seg_key_t key, *keys = calloc((size_t)P, sizeof(*keys));
+    int rc = -1;
+    if (!sizes || !keys) {
+        shmtopo_fail(ENOMEM, -1, "out of memory allocating a window");
+        err = ENOMEM;
+    }
+    if (exchange(win->comm, &sig, err, &mine, sizes, sizeof(mine)) < 0)
+        goto out;
 
-    int err = 0;
-    win->nsegs = 1;
-    shmtopo_seg_t *seg = &win->segs[0];
-    if (win->rank == 0) {
-        if (shmtopo_seg_create(win->backend, ctrl_len + shmtopo_round_up(total, page_size()),
-                               win->comm->next_win_id, seg) < 0)
+    const size_t stride = ctrl_stride(P);
+    const size_t ctrl_len = shmtopo_round_up(win->contiguous ? stride * (size_t)P : stride, page_size());
+    uint64_t total = 0;
+    for (int r = 0; r < P; r++)
+        total += sizes[r];
+    memset(&key, 0, sizeof(key));
+    err = admit(win, sizes, ctrl_len) < 0 ? errno : 0;
+    shmtopo_seg_t *own = &win->segs[win->contiguous ? 0 : win->rank];
+    win->nsegs = win->contiguous ? 1 : P;
+    if (!err && (!win->contiguous || win->rank == 0)) {
+        size_t length = win->contiguous ? ctrl_len + shmtopo_round_up(total, page_size())
+                                        : ctrl_len + shmtopo_round_up(size, page_size());
+        if (shmtopo_seg_create(win->backend, length, win->id, own) < 0)
             err = errno;
         else
-            mine->key = seg->key;
+            key = own->key;
     }
-    if (shmtopo_comm_agree(win->comm, err, mine, recs, sizeof(*mine)) < 0)
-        return -1;
+    if (exchange(win->comm, &sig, err, &key, keys, sizeof(key)) < 0)
+        goto out;
+
     err = 0;
-    if (win->rank != 0 && shmtopo_seg_attach(&recs[0].key, seg) < 0)
-        err = errno;
-    if (shmtopo_comm_agree(win->comm, err, mine, recs, sizeof(*mine)) < 0)
-        return -1;
-    shmtopo_seg_unpublish(seg);
-    if (win->symmetric && shmtopo_win_make_symmetric(win) < 0)
-        return -1;
-    char *data = (char *)seg->addr + ctrl_len;
-    for (int r = 0; r < win->size; r++) {
-        win->ctrl[r] = (shmtopo_ctrl_t *)((char *)seg->addr + stride * (size_t)r);
-        win->base[r] = data;
-        win->sizes[r] = recs[r].size;
-        data += recs[r].size;
+    for (int r = 0; r < win->nsegs && !err; r++) {
+        const int creator = win->contiguous ? 0 : r;
+        if (creator != win->rank && shmtopo_seg_attach(&keys[creator], &win->segs[r]) < 0)
+            err = errno;
     }
+    if (exchange(win->comm, &sig, err, NULL, NULL, 0) < 0)
+        goto out;
+    /* Everyone has mapped everything: nothing needs the name any more. */
+    shmtopo_seg_unpublish(own);
+    if (win->symmetric && shmtopo_win_make_symmetric(win, exchange) < 0)
+        goto out;
+    char *data = (char *)win->segs[0].addr + ctrl_len;
+    for (int r = 0; r < P; r++) {
+        if (win->contiguous) {
+            win->ctrl[r] = (shmtopo_ctrl_t *)((char *)win->segs[0].addr + stride * (size_t)r);
+            win->base[r] = data;
+            data += sizes[r];
+        } else {
+            win->ctrl[r] = win->segs[r].addr;
+            win->base[r] = (char *)win->segs[r].addr + ctrl_len;
+        }
+        win->sizes[r] = sizes[r];
+    }
+    rc = 0;
+out:
+    free(sizes);
+    free(keys);
+    return rc;
+}
+
+int shmtopo_win_alloc_via(shmtopo_comm_t *comm, size_t size, const shmtopo_win_attr_t *attr,
+                          shmtopo_exchange_fn exchange, void **basep, shmtopo_win_t **winp)
+{
+    shmtopo_win_t *win = win_new(comm);
+    if (!win)
+        return shmtopo_fail(ENOMEM, -1, "out of memory allocating a window");
+    win->id = comm->next_win_id++;
+    int err = 0;
+    if (size > (SIZE_MAX >> 2))
+        shmtopo_fail(err = EINVAL, -1, "window size %zu is too large", size);
+    else if (resolve_attr(attr, win) < 0)
+        err = errno;
+    else if (!basep || !winp)
+        shmtopo_fail(err = EINVAL, -1, "win_alloc needs basep and winp");
+    /* A bad argument on one rank fails the first exchange on every rank. */
+    if (alloc_steps(win, size, err, exchange) < 0) {
+        err = errno;
+        shmtopo_win_delete(win);
+        errno = err;
+        return -1;
+    }
+    *basep = win->base[win->rank];
+    *winp = win;
     return 0;
 }
 
 int shmtopo_win_alloc(shmtopo_comm_t *comm, size_t size, const shmtopo_win_attr_t *attr,
                       void **basep, shmtopo_win_t **winp)
 {
-    if (!comm)
-        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
-    if (!basep || !winp)
-        return shmtopo_fail(EINVAL, -1, "win_alloc needs basep and winp");
-    shmtopo_win_t *win = win_new(comm);
-    alloc_record_t *recs = calloc((size_t)comm->size, sizeof(*recs));
-    alloc_record_t mine;
-    memset(&mine, 0, sizeof(mine));
-    if (!win || !recs) {
-        shmtopo_fail(ENOMEM, -1, "out of memory allocating a window");
-        goto out_with_win;
-    }
-    const uint64_t id = comm->next_win_id++;
-    int err = 0;
-    if (size > (SIZE_MAX >> 2))
-        shmtopo_fail(err = EINVAL, -1, "window size %zu is too large", size);
-    else if (resolve_attr(attr, win) < 0)
-        err = errno;
-    mine.size = size;
-    mine.backend = win->backend;
-    mine.fence_alg = win->fence_alg;
-    mine.contiguous = win->contiguous;
-    mine.symmetric = win->symmetric;
-    /* A bad argument on one rank must fail all of them, not leave the others
-     * waiting in the next step. */
-    if (err) {
-        shmtopo_comm_agree(comm, err, &mine, recs, sizeof(mine));
-        goto out_with_win;
-    }
-    if ((win->contiguous ? alloc_contiguous(win, &mine, recs)
-                         : alloc_separate(win, size, id, &mine, recs)) < 0)
-        goto out_with_win;
-    free(recs);
-    *basep = win->base[win->rank];
-    *winp = win;
-    return 0;
-
-out_with_win:
-    err = errno;
-    if (win)
-        win_delete(win);
-    free(recs);
-    errno = err;
-    return -1;
+    if (shmtopo_comm_usable(comm, "allocate") < 0)
+        return -1;
+    return shmtopo_win_alloc_via(comm, size, attr, shmtopo_agree, basep, winp);
 }
 
 int shmtopo_win_query(const shmtopo_win_t *win, int rank, void **addrp, size_t *sizep)
@@ -260,21 +221,15 @@ static int usable(shmtopo_win_t *win)
         return shmtopo_fail(EBADF, -1, "window is NULL or freed");
     if (win->broken)
         return shmtopo_fail(EPIPE, -1, "window is unusable after a failed wait; free it");
-    return 0;
+    return shmtopo_comm_same_process(win->comm);
 }
 
-static int mark(shmtopo_win_t *win, int rc)
-{
-    if (rc < 0)
-        win->broken = 1;
-    return rc;
-}
-
+/* A failed wait has already left the window (wait.c). */
 int shmtopo_win_fence(shmtopo_win_t *win)
 {
     if (usable(win) < 0)
         return -1;
-    return mark(win, shmtopo_fence_run(win));
+    return shmtopo_fence_run(win);
 }
 
 static int check_peer(const shmtopo_win_t *win, int peer)
@@ -290,7 +245,7 @@ int shmtopo_win_peer_fence(shmtopo_win_t *win, int peer)
 {
     if (usable(win) < 0 || check_peer(win, peer) < 0)
         return -1;
-    return mark(win, shmtopo_peer_fence_run(win, peer));
+    return shmtopo_peer_fence_run(win, peer);
 }
 
 int shmtopo_win_fence_loop(shmtopo_win_t *win, long count)
@@ -299,7 +254,7 @@ int shmtopo_win_fence_loop(shmtopo_win_t *win, long count)
         return -1;
     for (long i = 0; i < count; i++)
         if (shmtopo_fence_run(win) < 0)
-            return mark(win, -1);
+            return -1;
     return 0;
 }
 
@@ -309,7 +264,7 @@ int shmtopo_win_peer_fence_loop(shmtopo_win_t *win, int peer, long count)
         return -1;
     for (long i = 0; i < count; i++)
         if (shmtopo_peer_fence_run(win, peer) < 0)
-            return mark(win, -1);
+            return -1;
     return 0;
 }
 
@@ -357,6 +312,27 @@ int shmtopo_win_disown_mappings(shmtopo_win_t *win)
     return 0;
 }
 
+void shmtopo_win_leave(shmtopo_win_t *win, int origin)
+{
+    win->broken = 1;
+    if (shmtopo_comm_same_process(win->comm) < 0)
+        return; /* a fork child's copy: the window is its parent's */
+    if (origin < 0 || origin >= win->size)
+        origin = win->rank;
+    shmtopo_ctrl_t *me = win->ctrl[win->rank];
+    if (!me)
+        return; /* set-up had not got that far */
+    /* rank + 1, so that 0 still means "here"; the first cause stays */
+    uint32_t none = 0;
+    atomic_compare_exchange_strong(&me->abandoned, &none, (uint32_t)origin + 1);
+    /* Peers asleep on our words wake up and see the flag at once. */
+    shmtopo_wake(&me->fence_seq);
+    for (int p = 0; p < win->size; p++)
+        shmtopo_wake(&me->peer_seq[p]);
+    if (win->is_channel)
+        shmtopo_chan_wake(win);
+}
+
 int shmtopo_win_abandon(shmtopo_win_t *win)
 {
     return shmtopo_win_abandon_because(win, -1);
@@ -366,16 +342,8 @@ int shmtopo_win_abandon_because(shmtopo_win_t *win, int origin)
 {
     if (!win)
         return shmtopo_fail(EBADF, -1, "window is NULL or freed");
-    if (origin < 0 || origin >= win->size)
-        origin = win->rank;
-    shmtopo_ctrl_t *me = win->ctrl[win->rank];
-    /* rank + 1, so that 0 still means "here" */
-    atomic_store_explicit(&me->abandoned, (uint32_t)origin + 1, memory_order_seq_cst);
-    /* Peers asleep on our words wake up and see the flag at once. */
-    shmtopo_wake(&me->fence_seq);
-    for (int p = 0; p < win->size; p++)
-        shmtopo_wake(&me->peer_seq[p]);
-    win_delete(win);
+    shmtopo_win_leave(win, origin);
+    shmtopo_win_delete(win);
     return 0;
 }
 
@@ -383,11 +351,24 @@ int shmtopo_win_free(shmtopo_win_t *win)
 {
     if (!win)
         return shmtopo_fail(EBADF, -1, "window is NULL or freed");
-    /* Nobody may still be reading a part when its owner unmaps it. A broken
-     * window skips this: its peers are gone or out of step anyway. */
-    int rc = win->broken ? 0 : shmtopo_fence_run(win);
+    if (shmtopo_comm_same_process(win->comm) < 0)
+        return -1;
+    shmtopo_comm_t *comm = win->comm;
+    int rc = 0;
+    if (!win->broken && !comm->broken) {
+        /* Nobody may still use a part when its owner unmaps it: every rank
+         * agrees to free this window. A mismatch leaves it as it was; a
+         * failed wait breaks the comm, and the window goes anyway. */
+        shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_WIN_FREE);
+        sig.extra = win->id;
+        rc = shmtopo_agree(comm, &sig, 0, NULL, NULL, 0);
+        if (rc < 0 && !comm->broken)
+            return -1;
+    }
     int err = errno;
-    win_delete(win);
+    if (win->broken || comm->broken)
+        shmtopo_win_leave(win, -1);
+    shmtopo_win_delete(win);
     errno = err;
     return rc;
 }

@@ -29,12 +29,11 @@ def info(args: argparse.Namespace) -> None:
         ok = lib.shmtopo_backend_probe(number[0]) == 0
         why = "" if ok else " (" + ffi.string(lib.shmtopo_last_error()).decode() + ")"
         print(f"backend     {name:6} {'usable' if ok else 'unusable'}{why}")
+    cfg = ffi.new("shmtopo_config_t *")
     try:
-        backend, alg = ffi.new("int *"), ffi.new("int *")
-        check(lib.shmtopo_default_backend(backend))
-        check(lib.shmtopo_default_fence_alg(alg))
-        print(f"default     backend {ffi.string(lib.shmtopo_backend_name(backend[0])).decode()}, "
-              f"fence {ffi.string(lib.shmtopo_fence_alg_name(alg[0])).decode()}")
+        check(lib.shmtopo_config_read(cfg))
+        print(f"default     backend {ffi.string(lib.shmtopo_backend_name(cfg.backend)).decode()}, "
+              f"fence {ffi.string(lib.shmtopo_fence_alg_name(cfg.fence_alg)).decode()}")
     except ShmtopoError as exc:
         print(f"default     invalid environment: {exc}")
     print(f"cpus        {len(os.sched_getaffinity(0))} in this process's affinity mask")

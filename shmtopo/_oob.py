@@ -1,17 +1,38 @@
 """Out-of-band transports: the Python functions the native core calls to
-exchange set-up data (allgather) and to synchronise (barrier).
+exchange set-up data (allgather, barrier) while a comm is being made, and
+between node leaders; and the interrupt check of native waits.
 
-A Python exception inside a callback cannot cross C; it is kept on the
-transport and re-raised, chained, once the native call has failed.
+A Python exception inside a callback cannot cross C: errors.keep() holds it
+and the native call raises it (KeyboardInterrupt and SystemExit unchanged).
+cffi's ``onerror`` catches even an exception raised on the callback's first
+instruction, where a pending Ctrl-C lands.
+
+Every MPI exchange shmtopo makes itself waits through :func:`wait`: it polls,
+so that Ctrl-C works, and gives up after the comm's timeout.
 """
 from __future__ import annotations
 
-from typing import Callable
+import errno as _errno
+import pickle
+import struct
+import time
+from typing import Any, Callable
 
 from ._native import ffi, lib
+from .errors import keep
 
 AllgatherFn = Callable[[memoryview, memoryview], None]
 BarrierFn = Callable[[], None]
+
+
+def _failed(exc_type, exc, tb) -> int:
+    keep(exc)
+    return _errno.ETIMEDOUT if isinstance(exc, TimeoutError) else -1
+
+
+def _interrupted(exc_type, exc, tb) -> int:
+    keep(exc)
+    return 1
 
 
 class Transport:
@@ -19,47 +40,91 @@ class Transport:
         self.size = size
         self.allgather = allgather
         self.barrier = barrier
-        self.pending: BaseException | None = None
         self.handle = ffi.new_handle(self)  # kept alive as long as the transport
         self.oob = ffi.new("shmtopo_oob_t *")
         self.oob.allgather = lib._shmtopo_py_allgather
         self.oob.barrier = lib._shmtopo_py_barrier
         self.oob.group = self.handle
 
-    def take_pending(self) -> BaseException | None:
-        exc, self.pending = self.pending, None
-        return exc
 
-
-@ffi.def_extern()
+@ffi.def_extern(onerror=_failed)
 def _shmtopo_py_allgather(sendbuf, recvbuf, nbytes, group):
     transport = ffi.from_handle(group)
-    try:
-        send = memoryview(ffi.buffer(sendbuf, nbytes))
-        recv = memoryview(ffi.buffer(recvbuf, nbytes * transport.size))
-        transport.allgather(send, recv)
-        return 0
-    except BaseException as exc:  # noqa: BLE001 - re-raised after the C call
-        transport.pending = exc
-        return -1
+    transport.allgather(memoryview(ffi.buffer(sendbuf, nbytes)),
+                        memoryview(ffi.buffer(recvbuf, nbytes * transport.size)))
+    return 0
 
 
-@ffi.def_extern()
+@ffi.def_extern(onerror=_failed)
 def _shmtopo_py_barrier(group):
-    transport = ffi.from_handle(group)
-    try:
-        transport.barrier()
-        return 0
-    except BaseException as exc:  # noqa: BLE001 - re-raised after the C call
-        transport.pending = exc
-        return -1
+    ffi.from_handle(group).barrier()
+    return 0
 
 
-def mpi_transport(mpi_comm) -> Transport:
-    """Allgather and barrier over an mpi4py communicator."""
+@ffi.def_extern(onerror=_interrupted)
+def _shmtopo_py_interrupted():
+    # Python runs a pending signal handler as this function starts; what it
+    # raises (KeyboardInterrupt for Ctrl-C) goes to _interrupted.
+    return 0
+
+
+lib.shmtopo_set_interrupt_hook(lib._shmtopo_py_interrupted)
+
+
+# ---- MPI, under a timeout ------------------------------------------------------
+
+# Requests given up on after a timeout, with their buffers: MPI may still
+# write into those when the late ranks arrive, so they must never be freed.
+_abandoned: list = []
+
+
+def wait(request: Any, timeout: float, what: str, *keep_alive: Any) -> None:
+    """Complete an mpi4py request: spin briefly, then poll with growing
+    sleeps (Ctrl-C is handled between polls). TimeoutError after `timeout`
+    seconds (0: never); the request is then abandoned with its buffers."""
+    if request.Test():
+        return
+    start = time.monotonic()
+    spins, delay = 0, 1e-5
+    while not request.Test():
+        if spins < 200:
+            spins += 1
+            continue
+        now = time.monotonic()
+        if timeout and now - start >= timeout:
+            _abandoned.append((request, keep_alive))
+            raise TimeoutError(f"{what} timed out after {timeout:g} s (a rank did not take part)")
+        time.sleep(delay)
+        delay = min(delay * 2, 1e-3)
+
+
+def mpi_transport(mpi_comm: Any, timeout: float) -> Transport:
+    """Allgather and barrier over an mpi4py communicator, under a timeout."""
     from mpi4py import MPI
 
     def allgather(send: memoryview, recv: memoryview) -> None:
-        mpi_comm.Allgather([send, MPI.BYTE], [recv, MPI.BYTE])
+        wait(mpi_comm.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE]), timeout,
+             "out-of-band allgather", send, recv)
 
-    return Transport(mpi_comm.Get_size(), allgather, mpi_comm.Barrier)
+    def barrier() -> None:
+        wait(mpi_comm.Ibarrier(), timeout, "out-of-band barrier")
+
+    return Transport(mpi_comm.Get_size(), allgather, barrier)
+
+
+def allgather_objects(mpi_comm: Any, obj: Any, timeout: float, what: str) -> list:
+    """Every rank's picklable obj, in rank order, under the timeout (lengths
+    first, then the pickles)."""
+    from mpi4py import MPI
+
+    data = pickle.dumps(obj)
+    size = mpi_comm.Get_size()
+    lengths = bytearray(8 * size)
+    mine = struct.pack("<q", len(data))
+    wait(mpi_comm.Iallgather([mine, MPI.BYTE], [lengths, MPI.BYTE]), timeout, what, mine, lengths)
+    counts = list(struct.unpack(f"<{size}q", lengths))
+    blob = bytearray(sum(counts))
+    displs = [sum(counts[:r]) for r in range(size)]
+    wait(mpi_comm.Iallgatherv([data, MPI.BYTE], [blob, (counts, displs), MPI.BYTE]), timeout, what,
+         data, blob)
+    return [pickle.loads(bytes(blob[d:d + c])) for d, c in zip(displs, counts)]

@@ -1,21 +1,27 @@
 """Window collectives on a Comm: barrier, bcast, reduce, allreduce,
 allgather, reduce_scatter, alltoall.
 
-Inside a node they run in shmtopo's native core over shared scratch buffers.
-When the comm spans several nodes (Comm.from_mpi on a multi-node job), they
-are hierarchical: shared memory inside each node, mpi4py between one leader
-per node, shared memory again. Ranks and roots are ranks of the comm given
-to from_mpi (comm.world_rank); every rank must call the same collectives in
-the same order with matching arguments, or every rank raises.
+Inside a node they run in shmtopo's native core over the comm's shared
+scratch buffers. When the comm spans several nodes (Comm.from_mpi on a
+multi-node job), they are hierarchical: shared memory inside each node,
+mpi4py between one leader per node, shared memory again. Ranks and roots are
+ranks of the comm given to from_mpi (comm.world_rank).
+
+Every call is normalised on its own rank first (array, dtype, op, root,
+out); anything that cannot be converted or is out of range does not raise
+there: the rank takes part in the call's agreement as invalid, and every
+rank raises ShmtopoValueError with that rank's reason. Ranks that pass
+different (valid) arguments fail the same way, in the agreement.
 """
 from __future__ import annotations
 
 import math
+import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _fastpath
+from . import _fastpath, multinode
 from ._native import ffi, lib
 from .errors import ShmtopoValueError, last_error
 
@@ -32,10 +38,13 @@ OPS = {"sum": lib.SHMTOPO_OP_SUM, "prod": lib.SHMTOPO_OP_PROD, "min": lib.SHMTOP
        "bxor": lib.SHMTOPO_OP_BXOR}
 ALGORITHMS = {None: lib.SHMTOPO_COLL_AUTO, "auto": lib.SHMTOPO_COLL_AUTO,
               "flat": lib.SHMTOPO_COLL_FLAT, "rsag": lib.SHMTOPO_COLL_RSAG}
+BARRIER, BCAST, REDUCE, ALLREDUCE = (lib.SHMTOPO_KIND_BARRIER, lib.SHMTOPO_KIND_BCAST,
+                                     lib.SHMTOPO_KIND_REDUCE, lib.SHMTOPO_KIND_ALLREDUCE)
+ALLGATHER, REDUCE_SCATTER, ALLTOALL = (lib.SHMTOPO_KIND_ALLGATHER, lib.SHMTOPO_KIND_REDUCE_SCATTER,
+                                       lib.SHMTOPO_KIND_ALLTOALL)
 NULL = ffi.NULL
 _from_buffer = ffi.from_buffer
 _barrier = lib.shmtopo_barrier
-
 
 WINDOW_MIN = 64 * 1024  # smaller arrays: the copy path is as fast, and finding the window costs
 
@@ -49,21 +58,18 @@ _fast_allreduce, _fast_reduce = _fastpath.allreduce, _fastpath.reduce
 _fast_bcast, _fast_allgather = _fastpath.bcast, _fastpath.allgather
 
 
-def _in_window(comm: "Comm", a: np.ndarray):
-    """(window, offset) when a (C-contiguous, large) lies in this rank's part
-    of one of the comm's windows: the zero-copy path. The size rule is the same
-    on every rank, so ranks agree on whether to look."""
-    if a.nbytes < WINDOW_MIN or not comm._windows or not a.flags.c_contiguous:
-        return None
-    for win in comm._windows:
-        offset = win._offset_of(a)
-        if offset is not None:
-            return win, offset
-    return None
+# ---- normalising one rank's arguments ------------------------------------------
 
-
-class _Invalid(Exception):
-    """A local argument error; every rank must still fail with it."""
+def _normalised(comm: "Comm", kind: int, normalise, *args):
+    """normalise(*args) on this rank; if it fails, this rank takes part in
+    the call's agreement as invalid, so every rank raises (here too)."""
+    try:
+        return normalise(*args)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, every rank hears of it
+        comm._refuse(kind, exc)
+    except BaseException:
+        comm._leave()  # Ctrl-C between the checks: peers must not wait for us
+        raise
 
 
 def _contiguous(array: Any) -> np.ndarray:
@@ -75,8 +81,24 @@ def _code(table: dict, key: Any, what: str) -> int:
     try:
         return table[key]
     except (KeyError, TypeError):
-        raise _Invalid(f"unsupported {what} {key!r} (expected one of "
-                       f"{', '.join(str(k) for k in table if k is not None)})") from None
+        raise ShmtopoValueError(f"unsupported {what} {key!r} (expected one of "
+                                f"{', '.join(str(k) for k in table if k is not None)})") from None
+
+
+def _dtype(a: np.ndarray) -> int:
+    return _code(DTYPES, a.dtype, "dtype")
+
+
+def _root(comm: "Comm", root: Any) -> int:
+    if isinstance(root, (bool, np.bool_)):
+        raise ShmtopoValueError(f"root must be a rank number, not {root!r}")
+    try:
+        r = operator.index(root)
+    except TypeError:
+        raise ShmtopoValueError(f"root must be a rank number, not {root!r}") from None
+    if not 0 <= r < comm.world_size:
+        raise ShmtopoValueError(f"root {r} out of range [0, {comm.world_size})")
+    return r
 
 
 def _result(out: Any, shape: tuple, dtype: np.dtype, what: str) -> np.ndarray:
@@ -86,69 +108,169 @@ def _result(out: Any, shape: tuple, dtype: np.dtype, what: str) -> np.ndarray:
             and out.flags.writeable:
         return out  # the common case, checked cheaply
     if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
-        raise _Invalid(f"{what}: out must be a writable C-contiguous numpy array")
+        raise ShmtopoValueError(f"{what}: out must be a writable C-contiguous numpy array")
     if out.dtype != dtype or out.size != math.prod(shape):
-        raise _Invalid(f"{what}: out has {out.size} x {out.dtype}, needs {shape} of {dtype}")
+        raise ShmtopoValueError(f"{what}: out has {out.size} x {out.dtype}, needs {shape} of {dtype}")
     return out
 
 
-def _run(comm: "Comm", fn, *args) -> None:
-    if fn(comm.handle, *args) < 0:
-        raise last_error()
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
 
 
-def _fail_everywhere(comm: "Comm", fn, exc: _Invalid, *poison_args) -> None:
-    """Take part in the collective with an invalid element type, so that the
-    peers fail too instead of waiting, then raise the local error."""
-    fn(comm.handle, *poison_args)
-    raise ShmtopoValueError(str(exc), 22) from None
+def _apart(what: str, a: np.ndarray, result: np.ndarray, in_place_at: int | None = None) -> None:
+    """The input lies exactly where an in-place call keeps it (in_place_at:
+    by default the result's start, with the same size), or apart from the
+    result; a partial overlap would read data already overwritten."""
+    if not (a.size and result.size and np.may_share_memory(a, result)):
+        return
+    start, at = _address(a), _address(result)
+    if in_place_at is None:
+        if start == at and a.nbytes == result.nbytes:
+            return
+    elif start == in_place_at:
+        return
+    if at < start + a.nbytes and start < at + result.nbytes:
+        raise ShmtopoValueError(f"{what}: the result overlaps the input only in part "
+                                "(pass the same array for in place, or separate arrays)")
+
+
+def _reduce_args(comm: "Comm", what: str, array: Any, op: Any, out: Any, algorithm: Any, root: Any):
+    a = _contiguous(array)
+    code = _dtype(a)
+    opc = _code(OPS, op, "operation")
+    alg = _code(ALGORITHMS, algorithm, "algorithm")
+    r = -1 if root is None else _root(comm, root)
+    mine = r < 0 or r == comm.world_rank or comm.nnodes > 1
+    result = _result(out, a.shape, a.dtype, what) if mine else None
+    if result is not None:
+        _apart(what, a, result)
+    return a, code, opc, alg, r, result
+
+
+def _bcast_args(comm: "Comm", array: Any, root: Any, out: Any):
+    a = _contiguous(array)
+    code = _dtype(a)
+    r = _root(comm, root)
+    result = _result(out, a.shape, a.dtype, "bcast")
+    if result is not a:
+        _apart("bcast", a, result)
+    return a, code, r, result
+
+
+def _blocks(comm: "Comm", a: np.ndarray, what: str) -> tuple:
+    nranks = comm.world_size
+    if a.ndim == 0 or a.shape[0] % nranks:
+        raise ShmtopoValueError(f"{what}: the first axis ({a.shape[:1]}) must split into {nranks} equal blocks")
+    return (a.shape[0] // nranks,) + a.shape[1:]
+
+
+def _blocks_args(comm: "Comm", what: str, array: Any, op: Any, out: Any):
+    a = _contiguous(array)
+    code = _dtype(a)
+    opc = _code(OPS, op, "operation") if op is not None else -1
+    block = _blocks(comm, a, what)
+    result = _result(out, block if op is not None else a.shape, a.dtype, what)
+    _apart(what, a, result, in_place_at=_address(result))
+    return a, code, opc, block, result
+
+
+def _allgather_args(comm: "Comm", array: Any, out: Any):
+    a = _contiguous(array)
+    code = _dtype(a)
+    result = _result(out, (comm.world_size,) + a.shape, a.dtype, "allgather")
+    _apart("allgather", a, result, in_place_at=_address(result) + comm.world_rank * a.nbytes)
+    return a, code, result
 
 
 # ---- node-local (shared memory) -----------------------------------------
 
+def _in_window(comm: "Comm", a: np.ndarray):
+    """(window, offset) when a (C-contiguous, large) lies in this rank's part
+    of one of the comm's windows: the zero-copy path. The size rule is the same
+    on every rank, so ranks agree on whether to look. Collectives that span
+    nodes always copy: windows are node-local."""
+    if a.nbytes < WINDOW_MIN or not comm._windows or not a.flags.c_contiguous or comm.nnodes > 1:
+        return None
+    for win in comm._windows:
+        offset = win._offset_of(a)
+        if offset is not None:
+            return win, offset
+    return None
 
-def node_barrier(comm: "Comm") -> None:
-    _run(comm, lib.shmtopo_barrier)
+
+def _run(rc: int) -> None:
+    if rc < 0:
+        raise last_error()
+
+
+def _buf(a: np.ndarray):
+    return _from_buffer(a) if a is not None and a.size else NULL
 
 
 def node_bcast(comm: "Comm", a: np.ndarray, root: int, source: np.ndarray | None = None) -> None:
     """In place: a becomes the node root's a (read straight from the root's
     window part when `source`, the array given by the caller, lies in one)."""
-    code = DTYPES.get(a.dtype, -1)
     found = _in_window(comm, a if source is None else source)
     if found:
         win, offset = found
-        if lib.shmtopo_win_bcast(win._h, offset, _from_buffer(a), a.size, code, root) < 0:
-            raise last_error()
+        _run(lib.shmtopo_win_bcast(win._h, offset, _from_buffer(a), a.size, DTYPES[a.dtype], root))
         return
-    _run(comm, lib.shmtopo_bcast, _from_buffer(a) if a.size else NULL, a.size, code, root)
+    _run(lib.shmtopo_bcast(comm.handle, _buf(a), a.size, DTYPES[a.dtype], root))
 
 
 def node_reduce(comm: "Comm", a: np.ndarray, out: np.ndarray | None, op: int, root: int, alg: int) -> None:
-    code = DTYPES.get(a.dtype, -1)
-    recv = _from_buffer(out) if out is not None and out.size else NULL
+    code = DTYPES[a.dtype]
     found = _in_window(comm, a)
     if found:
         win, offset = found
-        if lib.shmtopo_win_reduce(win._h, offset, recv, a.size, code, op, root, alg) < 0:
-            raise last_error()
+        _run(lib.shmtopo_win_reduce(win._h, offset, _buf(out), a.size, code, op, root, alg))
     elif root < 0:
-        _run(comm, lib.shmtopo_allreduce, _from_buffer(a) if a.size else NULL, recv, a.size, code, op, alg)
+        _run(lib.shmtopo_allreduce(comm.handle, _buf(a), _buf(out), a.size, code, op, alg))
     else:
-        _run(comm, lib.shmtopo_reduce, _from_buffer(a) if a.size else NULL, recv, a.size, code, op, root, alg)
+        _run(lib.shmtopo_reduce(comm.handle, _buf(a), _buf(out), a.size, code, op, root, alg))
+
+
+# ---- across nodes: agreed first, then shared memory and MPI ---------------
+
+def _hier_allreduce(comm: "Comm", a: np.ndarray, result: np.ndarray, opc: int, alg: int) -> None:
+    node_reduce(comm, a, result, opc, 0, alg)
+    multinode.leaders_allreduce(comm, result, opc)
+    node_bcast(comm, result, 0)
+
+
+def _hier_reduce(comm: "Comm", a: np.ndarray, result: np.ndarray, opc: int, root: int, alg: int) -> None:
+    root_node, root_local = multinode.node_root(comm.plan, root)
+    node_reduce(comm, a, result, opc, 0, alg)
+    multinode.leaders_reduce(comm, result, opc, root_node)
+    if comm.plan.node_index == root_node and root_local != 0:
+        node_bcast(comm, result, 0)
+
+
+def _hier_bcast(comm: "Comm", result: np.ndarray, root: int) -> None:
+    root_node, root_local = multinode.node_root(comm.plan, root)
+    if comm.plan.node_index == root_node:
+        node_bcast(comm, result, root_local)
+    multinode.leaders_bcast(comm, result, root_node)
+    if comm.plan.node_index != root_node:
+        node_bcast(comm, result, 0)
+
+
+def _hier_allgather(comm: "Comm", a: np.ndarray, result: np.ndarray) -> None:
+    node_rows = np.empty((comm.size,) + a.shape, a.dtype)
+    _run(lib.shmtopo_allgather(comm.handle, _buf(a), _buf(node_rows), a.size, DTYPES[a.dtype]))
+    multinode.leaders_allgather(comm, node_rows, result, a.size)
+    node_bcast(comm, result, 0)
 
 
 # ---- public operations ---------------------------------------------------
 
-
 def barrier(comm: "Comm") -> None:
     """Collective: no rank leaves before every rank arrived."""
-    if _barrier(comm._h) < 0:
-        raise last_error()
-    if comm._leaders is not None:
-        if comm.rank == 0:  # only node leaders are in the leaders' comm
-            comm._leaders.Barrier()
-        node_barrier(comm)
+    if comm.nnodes == 1:
+        _run(_barrier(comm._h))
+        return
+    comm._agree(BARRIER)  # an agreement over the job is a barrier over it
 
 
 def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
@@ -161,19 +283,13 @@ def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
         result = _fast_allreduce(comm._fast, array, out, op)
         if result is not None:
             return result
-    a = _contiguous(array)
-    try:
-        opc = _code(OPS, op, "operation")
-        alg = _code(ALGORITHMS, algorithm, "algorithm")
-        _code(DTYPES, a.dtype, "dtype")
-        result = _result(out, a.shape, a.dtype, "allreduce")
-    except _Invalid as exc:
-        _fail_everywhere(comm, lib.shmtopo_allreduce, exc, NULL, NULL, 0, -1, 0, 0)
-    node_reduce(comm, a, result, opc, -1 if comm._leaders is None else 0, alg)
-    if comm._leaders is not None:
-        from .multinode import leaders_allreduce
-        leaders_allreduce(comm, result, op)
-        node_bcast(comm, result, 0)
+    a, code, opc, alg, _, result = _normalised(comm, ALLREDUCE, _reduce_args, comm, "allreduce",
+                                               array, op, out, algorithm, None)
+    if comm.nnodes == 1:
+        node_reduce(comm, a, result, opc, -1, alg)
+        return result
+    comm._agree(ALLREDUCE, a.size, code, opc, -1, alg)
+    multinode.across(comm, _hier_allreduce, a, result, opc, alg)
     return result
 
 
@@ -184,22 +300,14 @@ def reduce(comm: "Comm", array: Any, op: str = "sum", root: int = 0, *, out: Any
         result = _fast_reduce(comm._fast, array, out, op, root, root == comm.world_rank)
         if result is not NotImplemented:
             return result
-    a = _contiguous(array)
-    try:
-        opc = _code(OPS, op, "operation")
-        alg = _code(ALGORITHMS, algorithm, "algorithm")
-        _code(DTYPES, a.dtype, "dtype")
-        if not isinstance(root, (int, np.integer)):
-            raise _Invalid(f"root must be a rank number, not {root!r}")
-        mine = int(root) == comm.world_rank
-        result = _result(out, a.shape, a.dtype, "reduce") if mine or comm._leaders is not None else None
-    except _Invalid as exc:
-        _fail_everywhere(comm, lib.shmtopo_reduce, exc, NULL, NULL, 0, -1, 0, 0, 0)
-    if comm._leaders is None:
-        node_reduce(comm, a, result, opc, int(root), alg)
+    a, code, opc, alg, r, result = _normalised(comm, REDUCE, _reduce_args, comm, "reduce",
+                                               array, op, out, algorithm, root)
+    if comm.nnodes == 1:
+        node_reduce(comm, a, result, opc, r, alg)
         return result
-    from .multinode import hierarchical_reduce
-    return hierarchical_reduce(comm, a, result, op, opc, int(root), alg)
+    comm._agree(REDUCE, a.size, code, opc, r, alg)
+    multinode.across(comm, _hier_reduce, a, result, opc, r, alg)
+    return result if comm.world_rank == r else None
 
 
 def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.ndarray:
@@ -209,26 +317,20 @@ def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.nda
         result = _fast_bcast(comm._fast, array, root)
         if result is not None:
             return result
-    a = _contiguous(array)
-    try:
-        _code(DTYPES, a.dtype, "dtype")
-        if not isinstance(root, (int, np.integer)):
-            raise _Invalid(f"root must be a rank number, not {root!r}")
-        result = _result(out, a.shape, a.dtype, "bcast")
-    except _Invalid as exc:
-        _fail_everywhere(comm, lib.shmtopo_bcast, exc, NULL, 0, -1, 0)
-    if comm._leaders is None:
+    a, code, r, result = _normalised(comm, BCAST, _bcast_args, comm, array, root, out)
+    if comm.nnodes == 1:
         if _in_window(comm, a):
-            node_bcast(comm, result, int(root), source=a)
+            node_bcast(comm, result, r, source=a)
             return result
-        if result is not a and comm.world_rank == int(root):
+        if result is not a and comm.world_rank == r:
             result[...] = a
-        node_bcast(comm, result, int(root))
+        node_bcast(comm, result, r)
         return result
-    if result is not a and comm.world_rank == int(root):
+    comm._agree(BCAST, a.size, code, -1, r)
+    if result is not a and comm.world_rank == r:
         result[...] = a
-    from .multinode import hierarchical_bcast
-    return hierarchical_bcast(comm, result, int(root))
+    multinode.across(comm, _hier_bcast, result, r)
+    return result
 
 
 def allgather(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
@@ -237,50 +339,31 @@ def allgather(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
         result = _fast_allgather(comm._fast, array, out, comm.world_size)
         if result is not None:
             return result
-    a = _contiguous(array)
-    nranks = comm.world_size
-    try:
-        _code(DTYPES, a.dtype, "dtype")
-        result = _result(out, (nranks,) + a.shape, a.dtype, "allgather")
-    except _Invalid as exc:
-        _fail_everywhere(comm, lib.shmtopo_allgather, exc, NULL, NULL, 0, -1)
-    if comm._leaders is None:
-        found = _in_window(comm, a)
-        if found:
-            win, offset = found
-            if lib.shmtopo_win_allgather(win._h, offset, _from_buffer(result), a.size, DTYPES[a.dtype]) < 0:
-                raise last_error()
-            return result
-        _run(comm, lib.shmtopo_allgather, _from_buffer(a) if a.size else NULL,
-             _from_buffer(result) if result.size else NULL, a.size, DTYPES[a.dtype])
+    a, code, result = _normalised(comm, ALLGATHER, _allgather_args, comm, array, out)
+    if comm.nnodes > 1:
+        comm._agree(ALLGATHER, a.size, code)
+        multinode.across(comm, _hier_allgather, a, result)
         return result
-    from .multinode import hierarchical_allgather
-    return hierarchical_allgather(comm, a, result)
-
-
-def _blocks(comm: "Comm", a: np.ndarray, what: str) -> tuple:
-    nranks = comm.world_size
-    if a.ndim == 0 or a.shape[0] % nranks:
-        raise _Invalid(f"{what}: the first axis ({a.shape[:1]}) must split into {nranks} equal blocks")
-    return (a.shape[0] // nranks,) + a.shape[1:]
+    found = _in_window(comm, a)
+    if found:
+        win, offset = found
+        _run(lib.shmtopo_win_allgather(win._h, offset, _from_buffer(result), a.size, code))
+        return result
+    _run(lib.shmtopo_allgather(comm.handle, _buf(a), _buf(result), a.size, code))
+    return result
 
 
 def reduce_scatter(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None) -> np.ndarray:
     """Collective: array's first axis splits into nranks equal blocks; rank r
     gets the reduction of everybody's block r."""
-    a = _contiguous(array)
-    try:
-        opc = _code(OPS, op, "operation")
-        _code(DTYPES, a.dtype, "dtype")
-        block = _blocks(comm, a, "reduce_scatter")
-        result = _result(out, block, a.dtype, "reduce_scatter")
-    except _Invalid as exc:
-        _fail_everywhere(comm, lib.shmtopo_reduce_scatter, exc, NULL, NULL, 0, -1, 0)
-    if comm._leaders is None:
-        _run(comm, lib.shmtopo_reduce_scatter, _from_buffer(a) if a.size else NULL,
-             _from_buffer(result) if result.size else NULL, result.size, DTYPES[a.dtype], opc)
+    a, code, opc, block, result = _normalised(comm, REDUCE_SCATTER, _blocks_args, comm, "reduce_scatter",
+                                              array, op, out)
+    if comm.nnodes == 1:
+        _run(lib.shmtopo_reduce_scatter(comm.handle, _buf(a), _buf(result), result.size, code, opc))
         return result
-    total = allreduce(comm, a, op)
+    comm._agree(REDUCE_SCATTER, result.size, code, opc)
+    total = np.empty_like(a)
+    multinode.across(comm, _hier_allreduce, a, total, opc, lib.SHMTOPO_COLL_AUTO)
     result[...] = total.reshape((comm.world_size,) + block)[comm.world_rank]
     return result
 
@@ -288,17 +371,11 @@ def reduce_scatter(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None
 def alltoall(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
     """Collective: block p of the result is block `rank` of rank p's array
     (first axis split into nranks equal blocks)."""
-    a = _contiguous(array)
-    try:
-        _code(DTYPES, a.dtype, "dtype")
-        block = _blocks(comm, a, "alltoall")
-        result = _result(out, a.shape, a.dtype, "alltoall")
-    except _Invalid as exc:
-        _fail_everywhere(comm, lib.shmtopo_alltoall, exc, NULL, NULL, 0, -1)
+    a, code, _, block, result = _normalised(comm, ALLTOALL, _blocks_args, comm, "alltoall", array, None, out)
     count = math.prod(block)
-    if comm._leaders is None:
-        _run(comm, lib.shmtopo_alltoall, _from_buffer(a) if a.size else NULL,
-             _from_buffer(result) if result.size else NULL, count, DTYPES[a.dtype])
+    if comm.nnodes == 1:
+        _run(lib.shmtopo_alltoall(comm.handle, _buf(a), _buf(result), count, code))
         return result
-    comm._world.Alltoall(a, result)  # across nodes there is no shared memory to use
+    comm._agree(ALLTOALL, count, code)
+    multinode.across(comm, multinode.world_alltoall, a, result)
     return result

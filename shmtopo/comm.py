@@ -1,8 +1,8 @@
-"""Comm: the processes of one node that share memory with each other."""
+"""Comm: the processes of one node that share memory with each other, and
+the job they belong to (its node plan, for collectives that span nodes)."""
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Callable
 
 import numpy as np
@@ -10,8 +10,11 @@ import numpy as np
 from . import _oob, collectives, request
 from ._lifetime import Collective
 from ._native import ffi, lib
-from .errors import CallbackError, FreedError, ShmtopoError, ShmtopoValueError, check, last_error
-from .window import Window, _backend_number, _fence_number
+from .errors import FreedError, ShmtopoValueError, check, last_error
+from .multinode import NodePlan
+from .window import Window, backend_number, fence_number
+
+MAX_BYTES = 2**62  # per rank; the native core refuses more
 
 
 class Comm(Collective):
@@ -24,15 +27,14 @@ class Comm(Collective):
     """
 
     def __init__(self, transport: _oob.Transport, size: int, rank: int, mpi_comm: Any = None):
+        # Use from_mpi or from_callbacks: they agree on the options first.
         self._transport = transport
         self._mpi = mpi_comm
         self._windows: list[Window] = []
-        # Collectives span the comm given to from_mpi; with one node that is
-        # this comm itself (see _span_nodes for several).
-        self.world_rank, self.world_size, self.nnodes = rank, size, 1
-        self._leaders = None
+        self.plan = NodePlan.single(rank, size)
+        self._fast = 0
         handle = ffi.new("shmtopo_comm_t **")
-        self._call(lib.shmtopo_comm_create, size, rank, transport.oob, handle)
+        check(lib.shmtopo_comm_create(size, rank, transport.oob, handle))
         self._h = handle[0]
         # The handle as a number for the small-collective entry point (0 when
         # that path must not be taken: freed, or collectives span nodes).
@@ -40,51 +42,58 @@ class Comm(Collective):
 
     # -- construction -----------------------------------------------------
     @classmethod
-    def from_mpi(cls, mpi_comm: Any = None, *, node_size: int | None = None) -> "Comm":
+    def from_mpi(cls, mpi_comm: Any = None, *, node_size: int | None = None,
+                 timeout: float | None = None) -> "Comm":
         """Collective over ``mpi_comm`` (default COMM_WORLD): split it into
         nodes with ``Split_type(COMM_TYPE_SHARED)`` and return this node's comm.
-        Windows are node-local; collectives span all of ``mpi_comm``.
+        Windows are node-local; collectives span all of ``mpi_comm``, and
+        their ranks and roots are ranks of ``mpi_comm``.
 
         node_size (or SHMTOPO_NODE_SIZE): split into groups of that many
         consecutive ranks instead, to try multi-node code paths on one machine.
+        timeout (or SHMTOPO_TIMEOUT): seconds any wait may last, 0 forever.
+        Every rank must ask for the same node_size; bad or differing options
+        raise ShmtopoValueError on every rank.
         """
         from mpi4py import MPI
 
+        from .multinode import job_bootstrap, job_verdict
+
         parent = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
-        if node_size is None and os.environ.get("SHMTOPO_NODE_SIZE"):
-            node_size = int(os.environ["SHMTOPO_NODE_SIZE"])
-        if node_size is not None:
-            if int(node_size) < 1:
-                raise ShmtopoValueError(f"node_size must be >= 1, not {node_size}")
-            node = parent.Split(parent.Get_rank() // int(node_size), key=parent.Get_rank())
+        settings = job_bootstrap(parent, node_size, timeout)
+        if settings.node_size:
+            node = parent.Split(parent.Get_rank() // settings.node_size, key=parent.Get_rank())
         else:
             node = parent.Split_type(MPI.COMM_TYPE_SHARED, key=parent.Get_rank())
+        comm, failure = None, None
         try:
-            comm = cls(_oob.mpi_transport(node), node.Get_size(), node.Get_rank(), node)
+            comm = cls(_oob.mpi_transport(node, settings.timeout), node.Get_size(), node.Get_rank(), node)
+            check(lib.shmtopo_comm_set_timeout(comm._h, settings.timeout))
+        except BaseException as exc:  # noqa: BLE001 - every rank learns of it below
+            failure = exc
+        try:
+            comm_plan = job_verdict(parent, node, failure, settings.timeout)
         except BaseException:
-            node.Free()
+            if comm is not None:
+                comm.abandon()
+            if comm is None:
+                node.Free()
             raise
-        comm._span_nodes(parent)
+        comm._span(comm_plan)
         return comm
 
-    def _span_nodes(self, parent: Any) -> None:
-        """Set up the leaders' communicator when the job spans several nodes."""
-        from mpi4py import MPI
-
-        self.world_rank, self.world_size = parent.Get_rank(), parent.Get_size()
-        self.nnodes = parent.allreduce(1 if self.rank == 0 else 0)
-        if self.nnodes == 1:
+    def _span(self, plan: NodePlan) -> None:
+        """Make the comm one node of the job the plan describes."""
+        self.plan = plan
+        if plan.nnodes == 1:
             return
         self._fast = 0
-        self._world = parent.Dup()  # our own context: never matches user messages
-        self._leaders = self._world.Split(0 if self.rank == 0 else MPI.UNDEFINED, key=self.world_rank)
-        node_index = self._mpi.bcast(self._leaders.Get_rank() if self.rank == 0 else None, root=0)
-        self._node_index = node_index
-        places = self._world.allgather((node_index, self.rank))
-        self._node_of = [n for n, _ in places]
-        self._local_of = [r for _, r in places]
-        self._node_sizes = [self._node_of.count(n) for n in range(self.nnodes)]
-        self._world_order = sorted(range(self.world_size), key=lambda w: places[w])
+        self._leaders_transport = (_oob.mpi_transport(plan.leaders, plan.timeout)
+                                   if plan.leaders is not None else None)
+        world_ranks = ffi.new("int[]", [w for w in plan.world_order if plan.node_of[w] == plan.node_index])
+        leaders = self._leaders_transport.oob if self._leaders_transport else ffi.NULL
+        check(lib.shmtopo_comm_set_span(self._h, plan.world_size, world_ranks, plan.nnodes,
+                                        plan.node_index, leaders))
 
     @classmethod
     def from_callbacks(
@@ -94,40 +103,89 @@ class Comm(Collective):
         *,
         allgather: Callable[[memoryview, memoryview], None],
         barrier: Callable[[], None],
+        timeout: float | None = None,
     ) -> "Comm":
         """Collective: a comm over any transport. ``allgather(send, recv)``
         must fill ``recv`` (size * len(send) bytes) with every rank's ``send``
         in rank order; ``barrier()`` must not return before all ranks called it.
+        The callbacks are used while the comm is made only. timeout: as in
+        :meth:`from_mpi`. Exceptions the callbacks raise come out of this call
+        (KeyboardInterrupt and SystemExit unchanged, others as CallbackError).
         """
         if not callable(allgather) or not callable(barrier):
             raise ShmtopoValueError("allgather and barrier must be callables")
-        return cls(_oob.Transport(int(size), allgather, barrier), int(size), int(rank))
+        comm = cls(_oob.Transport(int(size), allgather, barrier), int(size), int(rank))
+        # The options are agreed like any call: a bad one on one rank fails all.
+        try:
+            seconds = None if timeout is None else _as_timeout(timeout)
+        except Exception as exc:  # noqa: BLE001
+            comm._refuse(lib.SHMTOPO_KIND_COMM_CREATE, exc, abandon=True)
+        if timeout is not None:
+            check(lib.shmtopo_comm_set_timeout(comm._h, seconds))
+        sig = ffi.new("shmtopo_sig_t *", {"kind": lib.SHMTOPO_KIND_COMM_CREATE, "dtype": -1, "op": -1,
+                                           "root": -1, "alg": -1})
+        if lib.shmtopo_agree_call(comm._h, sig) < 0:
+            exc = last_error()
+            comm.abandon()
+            raise exc
+        return comm
 
     # -- plumbing ---------------------------------------------------------
-    def _call(self, fn, *args) -> int:
-        rc = fn(*args)
-        if rc < 0:
-            exc = last_error()
-            cause = self._transport.take_pending()
-            if cause is not None:
-                raise CallbackError(f"{exc}: {cause!r}", exc.errno) from cause
-            raise exc
-        return rc
-
     @property
     def handle(self):
         if self._h == ffi.NULL:
             raise FreedError("the comm has been freed", 9)
         return self._h
 
+    def _refuse(self, kind: int, exc: BaseException, abandon: bool = False) -> None:
+        """This rank's arguments to a collective call could not be used:
+        fail the call on every rank through its agreement (raises)."""
+        reason = str(exc) or type(exc).__name__
+        lib.shmtopo_reject(self.handle, kind, reason.encode(errors="replace"))
+        err = last_error()
+        if abandon:
+            self.abandon()
+        raise err from None
+
+    def _leave(self) -> None:
+        """An exception left a collective half done on this rank: stop taking
+        part, so that peers fail instead of waiting for us."""
+        if self._h != ffi.NULL:
+            lib.shmtopo_comm_leave(self._h)
+
+    def _agree(self, kind: int, count: int = 0, dtype: int = -1, op: int = -1, root: int = -1,
+               alg: int = -1) -> None:
+        """Agreement on a call over the whole job, before data crosses nodes."""
+        sig = ffi.new("shmtopo_sig_t *", {"kind": kind, "count": count, "dtype": dtype, "op": op,
+                                           "root": root, "alg": alg})
+        if lib.shmtopo_agree_call(self.handle, sig) < 0:
+            raise last_error()
+
     # -- queries ----------------------------------------------------------
     @property
     def rank(self) -> int:
+        """This process's rank among the node's ranks (0 .. size-1)."""
         return check(lib.shmtopo_comm_rank(self.handle))
 
     @property
     def size(self) -> int:
+        """Number of ranks on this node."""
         return check(lib.shmtopo_comm_size(self.handle))
+
+    @property
+    def world_rank(self) -> int:
+        """This process's rank in the comm given to from_mpi (collectives' ranks)."""
+        return self.plan.world_rank
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the comm given to from_mpi, over every node."""
+        return self.plan.world_size
+
+    @property
+    def nnodes(self) -> int:
+        """Nodes the job spans (1 unless from_mpi found or simulated several)."""
+        return self.plan.nnodes
 
     def pid(self, rank: int) -> int:
         """Process id of ``rank``."""
@@ -142,6 +200,11 @@ class Comm(Collective):
     def oversubscribed(self) -> bool:
         """True when ranks outnumber those CPUs (waits then back off sooner)."""
         return bool(check(lib.shmtopo_comm_oversubscribed(self.handle)))
+
+    @property
+    def timeout(self) -> float:
+        """Seconds any wait may last (0: forever)."""
+        return float(lib.shmtopo_comm_timeout(self.handle))
 
     @property
     def mpi(self) -> Any:
@@ -167,7 +230,8 @@ class Comm(Collective):
     ) -> Window:
         """Collective: allocate a window; this rank's part holds ``nbytes``
         bytes, or ``shape`` items of ``dtype`` (sizes may differ per rank, 0
-        is allowed). Memory is zero-filled and reserved now.
+        is allowed). Memory is zero-filled and reserved now. A bad argument
+        on any rank raises ShmtopoValueError on every rank.
 
         contiguous: all ranks' parts back to back in one segment
             (``win.all`` is then one array over all of them).
@@ -179,25 +243,19 @@ class Comm(Collective):
         fence: "auto", "linear", "rd" or "dissemination";
             default from SHMTOPO_FENCE_ALGORITHM (or KUPL_SHM_FENCE_ALGORITHM).
         timeout: seconds any wait may last before raising TimeoutError;
-            default from SHMTOPO_TIMEOUT, else forever.
+            default the comm's.
         """
-        attr = ffi.new("shmtopo_win_attr_t *")
         try:
             dt, shape, nbytes = _layout(nbytes, dtype, shape)
-            attr.backend = _backend_number(backend)
-            attr.fence_alg = _fence_number(fence)
-            attr.contiguous = bool(contiguous)
-            attr.symmetric = bool(symmetric)
+            attr = ffi.new("shmtopo_win_attr_t *")
+            attr.backend = backend_number(backend)
+            attr.fence_alg = fence_number(fence)
+            attr.contiguous = _as_flag(contiguous, "contiguous")
+            attr.symmetric = _as_flag(symmetric, "symmetric")
             if timeout is not None:
-                if not timeout >= 0:
-                    raise ShmtopoValueError(f"timeout must be >= 0 seconds, not {timeout!r}")
-                attr.timeout = float(timeout)
-        except (ShmtopoError, TypeError, ValueError) as exc:
-            # Fail on every rank, not only here: the others are already on
-            # their way into the collective allocation.
-            reason = ffi.new("char[]", str(exc).encode())
-            attr.invalid = reason
-            dt, shape, nbytes = np.dtype(np.uint8), (0,), 0
+                attr.timeout = _as_timeout(timeout)
+        except Exception as exc:  # noqa: BLE001 - any conversion failure fails every rank
+            self._refuse(lib.SHMTOPO_KIND_WIN_ALLOC, exc)
         win = Window._allocate(self, nbytes, attr, dt, shape)
         self._windows.append(win)
         return win
@@ -217,53 +275,65 @@ class Comm(Collective):
 
     def allreduce_init(self, send: Any, recv: Any, op: str = "sum", *,
                        algorithm: str | None = None) -> "request.Request":
-        """Persistent allreduce of ``send`` into ``recv`` (node-local comms):
-        each ``req.start()`` runs it with no per-call argument handling."""
-        self._single_node("allreduce_init")
+        """Collective: a persistent allreduce of ``send`` into ``recv``
+        (node-local comms): each ``req.start()`` runs it with no per-call
+        argument handling."""
         return request.allreduce_init(self, send, recv, op, algorithm)
 
     def bcast_init(self, buf: Any, root: int = 0) -> "request.Request":
-        """Persistent in-place bcast of ``buf`` from ``root`` (node-local comms)."""
-        self._single_node("bcast_init")
+        """Collective: a persistent in-place bcast of ``buf`` from ``root``
+        (node-local comms)."""
         return request.bcast_init(self, buf, root)
 
     def alltoall_init(self, send: Any, recv: Any) -> "request.Request":
-        """Persistent alltoall (node-local comms)."""
-        self._single_node("alltoall_init")
+        """Collective: a persistent alltoall (node-local comms)."""
         return request.alltoall_init(self, send, recv)
-
-    def _single_node(self, what: str) -> None:
-        if self._leaders is not None:
-            raise ShmtopoValueError(f"{what} works on single-node comms only")
 
     # -- lifetime ---------------------------------------------------------
     def free(self) -> None:
         """Collective: free the windows still open (in creation order), then
-        the comm. Freeing twice is a no-op."""
+        the comm. Freeing twice is a no-op. If a rank calls something else
+        meanwhile, every rank raises and the comm stays."""
         if self._h == ffi.NULL:
             return
-        try:
-            for win in list(self._windows):
-                win.free()
-        finally:
-            handle, self._h, self._fast = self._h, ffi.NULL, 0
-            try:
-                self._call(lib.shmtopo_comm_destroy, handle)
-            finally:
-                for mpi_comm in (self._mpi, self._leaders, getattr(self, "_world", None)):
-                    if mpi_comm is not None and mpi_comm != _null_comm():
-                        mpi_comm.Free()
-                self._mpi = self._leaders = self._world = None
+        for win in list(self._windows):
+            win.free()
+        handle = self._h
+        broken_before = lib.shmtopo_comm_broken(handle)
+        if lib.shmtopo_comm_destroy(handle) < 0:
+            exc = last_error()
+            # a mismatch leaves the comm; a failed wait (or a comm already
+            # unusable) freed it anyway
+            if broken_before == 0 and not _freed_by_failure(exc):
+                raise exc
+            self._h, self._fast = ffi.NULL, 0
+            self.plan.free()
+            self._free_mpi()
+            raise exc
+        self._h, self._fast = ffi.NULL, 0
+        self.plan.free()
+        self._free_mpi()
 
     def abandon(self, _origin: int | None = None) -> None:
         """Local: after an error on this rank, abandon the open windows and
-        drop the comm without the collective barrier. No-op once freed."""
+        drop the comm without the collective agreement; peers waiting on it
+        raise PeerAbortedError. No-op once freed."""
         if self._h == ffi.NULL:
             return
         for win in list(self._windows):
             win.abandon(_origin)
         handle, self._h, self._fast = self._h, ffi.NULL, 0
         check(lib.shmtopo_comm_abandon(handle))
+        self.plan.free()
+        self._free_mpi()
+
+    def _free_mpi(self) -> None:
+        if self._mpi is not None:
+            from mpi4py import MPI
+
+            if self._mpi != MPI.COMM_NULL:
+                self._mpi.Free()
+            self._mpi = None
 
     def __repr__(self) -> str:
         if self.freed:
@@ -273,25 +343,67 @@ class Comm(Collective):
     def split(self, by: str) -> "Comm":
         """Collective: a sub-comm of the ranks bound inside the same object of
         type ``by`` ("package", "numa", "l3", any topology type name); an
-        unbound rank goes by the CPU it runs on now. Needs a comm made with
-        :meth:`from_mpi`; free the result (windows and fences work on it)."""
-        from .topology import split_comm
+        unbound rank goes by the CPU it runs on now. Needs a single-node comm
+        made with :meth:`from_mpi`; free the result (windows and fences work
+        on it)."""
+        return self._split_colored(by)[0]
 
-        return split_comm(self, by)
+    def _split_colored(self, by: str) -> "tuple[Comm, int]":
+        """:meth:`split`, also returning this rank's color (for unbound ranks
+        it is only known at the moment of the split)."""
+        from .topology import share_topology, type_number
+
+        try:
+            type_number(by)
+            if self._mpi is None:
+                raise ShmtopoValueError("split needs a comm made with Comm.from_mpi")
+            if self.nnodes > 1:
+                raise ShmtopoValueError("split works on single-node comms")
+        except Exception as exc:  # noqa: BLE001
+            self._refuse(lib.SHMTOPO_KIND_SPLIT, exc)
+        self._agree(lib.SHMTOPO_KIND_SPLIT)
+        with share_topology(self) as topo:
+            color = topo.color_of_this_process(by)
+        sub = self._mpi.Split(color, key=self.rank)
+        try:
+            return Comm(_oob.mpi_transport(sub, self.timeout), sub.Get_size(), sub.Get_rank(), sub), color
+        except BaseException:
+            sub.Free()
+            raise
 
 
-MAX_BYTES = 2**62  # per rank; the native core refuses more
+def _freed_by_failure(exc: BaseException) -> bool:
+    """Whether a failed comm_destroy freed the comm anyway: every failure but
+    a mismatch (ShmtopoValueError, the comm stays) comes from a wait."""
+    return not isinstance(exc, ShmtopoValueError)
 
 
-def _null_comm():
-    from mpi4py import MPI
+def _as_timeout(value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ShmtopoValueError(f"timeout must be a number of seconds, not {value!r}") from None
+    if not math.isfinite(seconds) or seconds < 0 or seconds > 1e9:
+        raise ShmtopoValueError(f"timeout must be a finite number of seconds >= 0 (0: forever), not {value!r}")
+    return seconds
 
-    return MPI.COMM_NULL
+
+def _as_flag(value: Any, what: str) -> bool:
+    if isinstance(value, (bool, np.bool_)) or value in (0, 1):
+        return bool(value)
+    raise ShmtopoValueError(f"{what} must be True or False, not {value!r}")
 
 
 def _layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype, tuple, int]:
     """dtype, shape and byte count from allocate's nbytes/dtype/shape."""
-    dt = np.dtype(np.uint8 if dtype is None else dtype)
+    try:
+        dt = np.dtype(np.uint8 if dtype is None else dtype)
+    except TypeError as exc:
+        raise ShmtopoValueError(f"dtype {dtype!r} is not a numpy dtype: {exc}") from None
+    if dt.hasobject:
+        raise ShmtopoValueError(f"dtype {dt} holds Python objects, which cannot live in shared memory")
+    if dt.itemsize == 0:
+        raise ShmtopoValueError(f"dtype {dt} has no size (give the length, e.g. 'S8')")
     if shape is None:
         if nbytes is None:
             raise ShmtopoValueError("allocate needs nbytes or shape")
@@ -312,10 +424,11 @@ def _layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype, tuple, int]:
 def _as_size(value: Any, what: str) -> int:
     try:
         n = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ShmtopoValueError(f"{what} must be an integer, not {value!r}") from None
-    if n != value or n < 0:
+    if isinstance(value, (bool, np.bool_)) or n != value or n < 0:
         raise ShmtopoValueError(f"{what} must be a non-negative integer, not {value!r}")
     if n > MAX_BYTES:
         raise ShmtopoValueError(f"{what}={n} is too large (at most {MAX_BYTES})")
     return n
+

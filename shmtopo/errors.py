@@ -2,10 +2,17 @@
 
 Every class also subclasses the matching builtin, so ``except ValueError``
 catches a bad argument and ``except TimeoutError`` a timed-out fence.
+
+A Python exception raised inside a callback the native core calls (an
+out-of-band allgather, the interrupt check of a wait) cannot cross C: it is
+kept here, per thread, and becomes the native call's exception. Exceptions
+that are not ``Exception``s (KeyboardInterrupt, SystemExit) come out
+unchanged.
 """
 from __future__ import annotations
 
 import errno as _errno
+import threading
 
 from ._native import ffi, lib
 
@@ -48,6 +55,11 @@ class CallbackError(ShmtopoError, RuntimeError):
     """An out-of-band callback (allgather, barrier) failed."""
 
 
+class ForkedProcessError(ShmtopoError, RuntimeError):
+    """A fork child of a rank's process used the rank's comm or window: only
+    the process that made them can act as the rank."""
+
+
 class ShmtopoMemoryError(ShmtopoError, MemoryError):
     """Not enough memory for a segment."""
 
@@ -78,18 +90,49 @@ _BY_ERRNO = {
     _errno.ENOMEM: ShmtopoMemoryError,
     _errno.ENODEV: BackendUnavailableError,
     _errno.ENOTSUP: BackendUnavailableError,
+    _errno.ESRCH: ForkedProcessError,
 }
 
+_kept = threading.local()
 
-def last_error(err: int | None = None) -> ShmtopoError:
+
+def keep(exc: BaseException) -> None:
+    """Keep an exception raised inside a native callback of this thread, for
+    the native call that called it to raise."""
+    _kept.exc = exc
+
+
+def take_kept() -> BaseException | None:
+    exc = getattr(_kept, "exc", None)
+    _kept.exc = None
+    return exc
+
+
+def from_errno(err: int, message: str, rank: int | None = None) -> ShmtopoError:
+    """The exception class for an errno, with a message (and rank)."""
+    cls = _BY_ERRNO.get(err, ShmtopoOSError)
+    return cls(message or _errno.errorcode.get(err, "error"), err, rank)
+
+
+def last_error(err: int | None = None) -> BaseException:
     """The exception for the native call that just failed in this thread
-    (err: its errno, when the call did not go through cffi)."""
+    (err: its errno, when the call did not go through cffi). Raise it with
+    ``raise last_error() from ...`` where it chains a kept callback error."""
     if err is None:
         err = ffi.errno
     message = ffi.string(lib.shmtopo_last_error()).decode(errors="replace")
     rank = lib.shmtopo_last_error_rank()
-    cls = _BY_ERRNO.get(err, ShmtopoOSError)
-    return cls(message or _errno.errorcode.get(err, "error"), err, rank if rank >= 0 else None)
+    kept = take_kept()
+    if kept is not None and not isinstance(kept, Exception):
+        return kept  # KeyboardInterrupt, SystemExit: unchanged
+    if err == _errno.EINTR:
+        return KeyboardInterrupt(message)
+    exc = from_errno(err, message, rank if rank >= 0 else None)
+    if kept is not None:
+        if err == _errno.ECOMM:
+            exc = CallbackError(f"{message}: {kept!r}", err, exc.rank)
+        exc.__cause__ = kept
+    return exc
 
 
 def check(rc: int) -> int:

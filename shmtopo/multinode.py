@@ -1,73 +1,236 @@
-"""The across-nodes half of hierarchical collectives: shared memory inside
-each node (shmtopo's native core), mpi4py between one leader per node (node
-rank 0). Used when Comm.from_mpi finds more than one node, or simulates
-several with node_size= / SHMTOPO_NODE_SIZE."""
+"""The job around the node: how Comm.from_mpi agrees on its options and
+splits a job into nodes, the node plan collectives use, and the across-nodes
+half of hierarchical collectives (shared memory inside each node, mpi4py
+between one leader per node, node rank 0). Used when from_mpi finds more than
+one node, or simulates several with node_size= / SHMTOPO_NODE_SIZE.
+
+Before a node's comm exists there is no shared memory to agree through, so
+from_mpi's own options are agreed over MPI: every rank's settings (all
+environment variables, as native/config.c reads them) in one exchange before
+the split, every node's outcome in one after. Past that, collectives agree
+through the comm (shmtopo_agree_call), whose node leaders fold their node's
+verdict into one exchange before any data crosses nodes.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .collectives import DTYPES, node_bcast, node_reduce
+from . import _oob
 from ._native import ffi, lib
-from .errors import last_error
+from .errors import ShmtopoValueError, from_errno, last_error
 
 if TYPE_CHECKING:
     from .comm import Comm
 
 
-def _mpi_op(op: str):
+# ---- the node plan ----------------------------------------------------------------
+
+@dataclass
+class NodePlan:
+    """Where this rank sits in the job: its rank among all ranks, the nodes,
+    and the MPI communicators the across-nodes half uses."""
+
+    world_rank: int
+    world_size: int
+    nnodes: int = 1
+    node_index: int = 0
+    node_of: list = field(default_factory=list)     # [world rank] -> node
+    local_of: list = field(default_factory=list)    # [world rank] -> rank in its node
+    node_sizes: list = field(default_factory=list)  # [node] -> ranks
+    world_order: list = field(default_factory=list)  # world ranks, node by node
+    world: Any = None      # our own duplicate of the job's comm (never matches user messages)
+    leaders: Any = None    # one rank per node (node rank 0 only)
+    timeout: float = 0.0
+
+    @classmethod
+    def single(cls, rank: int, size: int) -> "NodePlan":
+        return cls(rank, size, 1, 0, [0] * size, list(range(size)), [size], list(range(size)))
+
+    def free(self) -> None:
+        from mpi4py import MPI
+
+        for c in (self.leaders, self.world):
+            if c is not None and c != MPI.COMM_NULL:
+                c.Free()
+        self.leaders = self.world = None
+
+
+# ---- agreeing on from_mpi's options ---------------------------------------------------
+
+@dataclass
+class Settings:
+    node_size: int   # 0: real nodes
+    timeout: float
+
+
+def _config_bytes() -> tuple[bytes, str | None]:
+    cfg = ffi.new("shmtopo_config_t *")
+    problem = None
+    if lib.shmtopo_config_read(cfg) < 0:
+        problem = str(last_error())
+    return bytes(ffi.buffer(cfg)), problem
+
+
+def _raise_everywhere(records: list, what: str) -> None:
+    """Raise the first rank's problem (the same text on every rank)."""
+    for rank, problem in enumerate(records):
+        if problem is not None:
+            raise ShmtopoValueError(f"{what}: rank {rank}: {problem}", 22, rank)
+
+
+def job_bootstrap(parent: Any, node_size: Any, timeout: Any) -> Settings:
+    """Every rank's settings and options, checked on its own rank, then
+    compared: a bad or differing one raises ShmtopoValueError on every rank."""
+    from .comm import _as_timeout
+
+    cfg_bytes, problem = _config_bytes()
+    cfg = ffi.cast("shmtopo_config_t *", ffi.from_buffer(cfg_bytes))
+    size = None
+    seconds = float(cfg.timeout)
+    try:
+        if node_size is not None:
+            if isinstance(node_size, bool) or int(node_size) != node_size or int(node_size) < 1:
+                raise ValueError
+            size = int(node_size)
+    except (TypeError, ValueError, OverflowError):
+        problem = problem or f"node_size must be a positive number of ranks, not {node_size!r}"
+    try:
+        if timeout is not None:
+            seconds = _as_timeout(timeout)
+    except ShmtopoValueError as exc:
+        problem = problem or str(exc)
+    effective = size if size is not None else int(cfg.node_size)
+    # The exchange itself can only wait as long as this rank's own setting.
+    records = _oob.allgather_objects(parent, (problem, cfg_bytes, size), seconds,
+                                     "Comm.from_mpi's exchange of settings")
+    _raise_everywhere([r[0] for r in records], "Comm.from_mpi")
+    cfgs = ffi.new("shmtopo_config_t[]", len(records))
+    for i, r in enumerate(records):
+        ffi.memmove(ffi.addressof(cfgs, i), r[1], ffi.sizeof("shmtopo_config_t"))
+    if lib.shmtopo_config_compare(cfgs, len(records), ffi.NULL) < 0:
+        raise last_error()
+    sizes = [r[2] for r in records]
+    if len(set(sizes)) > 1:
+        odd = next(r for r, s in enumerate(sizes) if s != sizes[0])
+        raise ShmtopoValueError(f"node_size differs between ranks: rank 0 passed {sizes[0]}, "
+                                f"rank {odd} passed {sizes[odd]}", 22, odd)
+    return Settings(effective, seconds)
+
+
+def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: float) -> NodePlan:
+    """After each node made its comm: every rank learns whether all nodes
+    did (else every rank raises the first failure), and the job's layout."""
     from mpi4py import MPI
 
-    return {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
-            "band": MPI.BAND, "bor": MPI.BOR, "bxor": MPI.BXOR}[op]
+    record = None
+    if failure is not None:
+        record = (getattr(failure, "errno", None) or 5, str(failure) or type(failure).__name__)
+    leader = bytearray(8)
+    mine = parent.Get_rank().to_bytes(8, "little")
+    _oob.wait(node.Ibcast([mine if node.Get_rank() == 0 else leader, MPI.BYTE], root=0), timeout,
+              "Comm.from_mpi", mine, leader)
+    leader_world = parent.Get_rank() if node.Get_rank() == 0 else int.from_bytes(leader, "little")
+    records = _oob.allgather_objects(parent, (record, leader_world, node.Get_rank()), timeout,
+                                     "Comm.from_mpi's exchange of outcomes")
+    for rank, (rec, _, _) in enumerate(records):
+        if rec is not None:
+            if failure is not None and not isinstance(failure, Exception):
+                raise failure  # KeyboardInterrupt, SystemExit: unchanged here
+            err, message = rec
+            raise from_errno(err, f"Comm.from_mpi failed on rank {rank}: {message}", rank)
+    leaders = sorted({r[1] for r in records})
+    world_rank, world_size = parent.Get_rank(), parent.Get_size()
+    node_of = [leaders.index(r[1]) for r in records]
+    local_of = [r[2] for r in records]
+    plan = NodePlan(world_rank, world_size, len(leaders), node_of[world_rank], node_of, local_of,
+                    [node_of.count(n) for n in range(len(leaders))],
+                    sorted(range(world_size), key=lambda w: (node_of[w], local_of[w])), timeout=timeout)
+    if plan.nnodes > 1:
+        plan.world = parent.Dup()
+        leaders = plan.world.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, key=world_rank)
+        plan.leaders = None if leaders == MPI.COMM_NULL else leaders
+    return plan
 
 
-def leaders_allreduce(comm: "Comm", result: np.ndarray, op: str) -> None:
+# ---- the across-nodes half --------------------------------------------------------------
+
+_MPI_OPS = ("SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR")
+
+
+def _mpi_op(opc: int):
     from mpi4py import MPI
 
-    if comm.rank == 0 and result.size:
-        comm._leaders.Allreduce(MPI.IN_PLACE, result, op=_mpi_op(op))
+    return getattr(MPI, _MPI_OPS[opc])
 
 
-def hierarchical_reduce(comm: "Comm", a: np.ndarray, result: np.ndarray, op: str, opc: int,
-                        root: int, alg: int) -> np.ndarray | None:
-    root_node, root_local = comm._node_of[root], comm._local_of[root]
-    node_reduce(comm, a, result, opc, 0, alg)
-    if comm.rank == 0 and result.size:
-        leaders = comm._leaders
+def _wait(plan: NodePlan, request: Any, what: str, *buffers: Any) -> None:
+    _oob.wait(request, plan.timeout, what, *buffers)
+
+
+def across(comm: "Comm", fn, *args):
+    """Run the across-nodes half of a call; an exception in it leaves the
+    comm (peers fail instead of waiting) and propagates."""
+    try:
+        return fn(comm, *args)
+    except BaseException:
+        comm._leave()
+        raise
+
+
+def node_root(plan: NodePlan, root: int) -> tuple[int, int]:
+    return plan.node_of[root], plan.local_of[root]
+
+
+def leaders_barrier(comm: "Comm") -> None:
+    plan = comm.plan
+    if plan.leaders is not None:
+        _wait(plan, plan.leaders.Ibarrier(), "barrier between nodes")
+
+
+def leaders_allreduce(comm: "Comm", result: np.ndarray, opc: int) -> None:
+    from mpi4py import MPI
+
+    plan = comm.plan
+    if plan.leaders is not None and result.size:
+        _wait(plan, plan.leaders.Iallreduce(MPI.IN_PLACE, result, op=_mpi_op(opc)),
+              "allreduce between nodes", result)
+
+
+def leaders_reduce(comm: "Comm", result: np.ndarray, opc: int, root_node: int) -> None:
+    plan = comm.plan
+    if plan.leaders is not None and result.size:
         # No MPI_IN_PLACE: MPICH 4.0.2's Reduce crashes with it at a root
         # other than 0 (and wants a receive buffer on every rank).
         mine = result.copy()
-        leaders.Reduce(mine, result if leaders.Get_rank() == root_node else np.empty_like(mine),
-                       op=_mpi_op(op), root=root_node)
-    if comm._node_index == root_node and root_local != 0:
-        node_bcast(comm, result, 0)
-    return result if comm.world_rank == root else None
+        out = result if plan.leaders.Get_rank() == root_node else np.empty_like(mine)
+        _wait(plan, plan.leaders.Ireduce(mine, out, op=_mpi_op(opc), root=root_node),
+              "reduce between nodes", mine, out)
 
 
-def hierarchical_bcast(comm: "Comm", result: np.ndarray, root: int) -> np.ndarray:
-    root_node, root_local = comm._node_of[root], comm._local_of[root]
-    if comm._node_index == root_node:
-        node_bcast(comm, result, root_local)
-    if comm.rank == 0 and result.size:
-        comm._leaders.Bcast(result, root=root_node)
-    if comm._node_index != root_node:
-        node_bcast(comm, result, 0)
-    return result
+def leaders_bcast(comm: "Comm", result: np.ndarray, root_node: int) -> None:
+    plan = comm.plan
+    if plan.leaders is not None and result.size:
+        _wait(plan, plan.leaders.Ibcast(result, root=root_node), "bcast between nodes", result)
 
 
-def hierarchical_allgather(comm: "Comm", a: np.ndarray, result: np.ndarray) -> np.ndarray:
-    node_rows = np.empty((comm.size,) + a.shape, a.dtype)
-    if lib.shmtopo_allgather(comm.handle, ffi.from_buffer(a) if a.size else ffi.NULL,
-                             ffi.from_buffer(node_rows) if node_rows.size else ffi.NULL,
-                             a.size, DTYPES[a.dtype]) < 0:
-        raise last_error()
-    if comm.rank == 0 and result.size:
-        # leaders gather whole nodes in node order, then rows go to world ranks
-        counts = [n * a.size for n in comm._node_sizes]
+def leaders_allgather(comm: "Comm", node_rows: np.ndarray, result: np.ndarray, count: int) -> None:
+    """Leaders gather whole nodes in node order; rows then go to world ranks."""
+    plan = comm.plan
+    if plan.leaders is not None and result.size:
+        counts = [n * count for n in plan.node_sizes]
         gathered = np.empty_like(result)
-        comm._leaders.Allgatherv(node_rows, [gathered, counts])
-        result[comm._world_order] = gathered
-    node_bcast(comm, result, 0)
-    return result
+        _wait(plan, plan.leaders.Iallgatherv(node_rows, [gathered, counts]), "allgather between nodes",
+              node_rows, gathered)
+        result[plan.world_order] = gathered
+
+
+def world_alltoall(comm: "Comm", a: np.ndarray, result: np.ndarray) -> None:
+    """Across nodes there is no shared memory to use: MPI's own alltoall."""
+    plan = comm.plan
+    _wait(plan, plan.world.Ialltoall(a, result), "alltoall", a, result)
+
+
+

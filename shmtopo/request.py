@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._native import ffi, lib
-from .errors import FreedError, check, last_error
+from .errors import FreedError, ShmtopoValueError, check, last_error
 
 if TYPE_CHECKING:
     from .comm import Comm
@@ -60,50 +60,63 @@ class Request:
 
 
 def _array(a: Any, what: str, writable: bool = False) -> np.ndarray:
-    from .errors import ShmtopoValueError
-
     if not isinstance(a, np.ndarray) or not a.flags.c_contiguous or (writable and not a.flags.writeable):
         raise ShmtopoValueError(f"{what} must be a{' writable' if writable else ''} C-contiguous numpy array")
     return a
 
 
-def allreduce_init(comm: "Comm", send: Any, recv: Any, op: str = "sum",
-                   algorithm: str | None = None) -> Request:
-    from .collectives import ALGORITHMS, DTYPES, OPS, _code, _Invalid
-    from .errors import ShmtopoValueError
+def _single_node(comm: "Comm", what: str) -> None:
+    if comm.nnodes > 1:
+        raise ShmtopoValueError(f"{what} works on single-node comms only")
 
+
+def _allreduce_args(comm, send, recv, op, algorithm):
+    from .collectives import ALGORITHMS, OPS, _apart, _code, _dtype
+
+    _single_node(comm, "allreduce_init")
     s, r = _array(send, "send"), _array(recv, "recv", writable=True)
     if s.dtype != r.dtype or s.size != r.size:
         raise ShmtopoValueError("send and recv must have the same dtype and size")
-    try:
-        codes = (s.size, _code(DTYPES, s.dtype, "dtype"), _code(OPS, op, "operation"),
-                 _code(ALGORITHMS, algorithm, "algorithm"))
-    except _Invalid as exc:
-        raise ShmtopoValueError(str(exc)) from None
+    _apart("allreduce_init", s, r)
+    return s, r, (s.size, _dtype(s), _code(OPS, op, "operation"), _code(ALGORITHMS, algorithm, "algorithm"))
+
+
+def allreduce_init(comm: "Comm", send: Any, recv: Any, op: str = "sum",
+                   algorithm: str | None = None) -> Request:
+    from .collectives import ALLREDUCE, _normalised
+
+    s, r, codes = _normalised(comm, ALLREDUCE, _allreduce_args, comm, send, recv, op, algorithm)
     return Request(comm, lib.shmtopo_allreduce_init, (s, r), *codes)
 
 
-def bcast_init(comm: "Comm", buf: Any, root: int = 0) -> Request:
-    from .collectives import DTYPES, _code, _Invalid
-    from .errors import ShmtopoValueError
+def _bcast_args(comm, buf, root):
+    from .collectives import _dtype, _root
 
+    _single_node(comm, "bcast_init")
     b = _array(buf, "buf", writable=True)
-    try:
-        code = _code(DTYPES, b.dtype, "dtype")
-    except _Invalid as exc:
-        raise ShmtopoValueError(str(exc)) from None
-    return Request(comm, lib.shmtopo_bcast_init, (b,), b.size, code, int(root))
+    return b, _dtype(b), _root(comm, root)
 
 
-def alltoall_init(comm: "Comm", send: Any, recv: Any) -> Request:
-    from .collectives import DTYPES, _code, _Invalid
-    from .errors import ShmtopoValueError
+def bcast_init(comm: "Comm", buf: Any, root: int = 0) -> Request:
+    from .collectives import BCAST, _normalised
 
+    b, code, r = _normalised(comm, BCAST, _bcast_args, comm, buf, root)
+    return Request(comm, lib.shmtopo_bcast_init, (b,), b.size, code, r)
+
+
+def _alltoall_args(comm, send, recv):
+    from .collectives import _apart, _dtype
+
+    _single_node(comm, "alltoall_init")
     s, r = _array(send, "send"), _array(recv, "recv", writable=True)
     if s.dtype != r.dtype or s.size != r.size or s.size % comm.size:
         raise ShmtopoValueError("send and recv must have the same dtype and a size that splits into comm.size blocks")
-    try:
-        code = _code(DTYPES, s.dtype, "dtype")
-    except _Invalid as exc:
-        raise ShmtopoValueError(str(exc)) from None
+    _apart("alltoall_init", s, r)
+    return s, r, _dtype(s)
+
+
+def alltoall_init(comm: "Comm", send: Any, recv: Any) -> Request:
+    from .collectives import ALLTOALL, _normalised
+
+    s, r, code = _normalised(comm, ALLTOALL, _alltoall_args, comm, send, recv)
     return Request(comm, lib.shmtopo_alltoall_init, (s, r), s.size // comm.size, code)

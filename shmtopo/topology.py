@@ -52,7 +52,8 @@ _file_counter = itertools.count()
 
 
 # -- types --------------------------------------------------------------------
-def _type_number(name: str) -> int:
+def type_number(name: str) -> int:
+    """hwloc's number for a type name; ShmtopoValueError for an unknown one."""
     if not isinstance(name, str):
         raise ShmtopoValueError(f"topology object type must be a name, not {name!r}")
     out = ffi.new("int *")
@@ -284,12 +285,12 @@ class Topology:
         "l2", "l1", "core", "pu", "group", "die", or an hwloc type string).
         An unknown name raises ShmtopoValueError."""
         h = self._handle
-        return check(lib.shmtopo_topo_nbobjs(h, _type_number(type)))
+        return check(lib.shmtopo_topo_nbobjs(h, type_number(type)))
 
     def objects(self, type: str) -> list[TopoObject]:
         """The objects of a type in logical order (Groups: depth by depth)."""
         h = self._handle
-        number = _type_number(type)
+        number = type_number(type)
         out = ffi.new("void **")
         objs = []
         for i in range(check(lib.shmtopo_topo_nbobjs(h, number))):
@@ -316,6 +317,11 @@ class Topology:
         """The PU the calling thread last ran on (may change at any time)."""
         h = self._handle
         return _index_set(lambda out, cap, count: lib.shmtopo_topo_cpubind(h, 1, out, cap, count))
+
+    def color_of_this_process(self, by: str) -> int:
+        """Index of the object of type ``by`` this process runs in (see
+        :func:`split_color`), for splitting a comm by topology."""
+        return split_color(self, by)
 
     def xml(self) -> str:
         """hwloc XML export."""
@@ -418,7 +424,7 @@ class _Exchange:
 
     def _raw(self, send: bytes, nbytes: int) -> bytes:
         recv = ffi.new("char[]", nbytes * self.size)
-        self.comm._call(lib.shmtopo_comm_allgather, self.comm.handle, send, recv, nbytes)
+        check(lib.shmtopo_allgather(self.comm.handle, send, recv, nbytes, lib.SHMTOPO_UINT8))
         return ffi.buffer(recv)[:]
 
     def allgather(self, obj: Any) -> list:
@@ -738,32 +744,6 @@ def split_color(topo: Topology, by: str) -> int:
         if where and where <= obj.cpuset:
             return i
     return len(objs)
-
-
-def split_comm(comm: "Comm", by: str) -> "Comm":
-    """Collective over ``comm``: a new comm per object of type ``by``
-    ("package", "numa", "l3", "core", any type name) holding the ranks bound
-    inside it; unbound ranks go by the CPU they currently run on (see
-    :func:`split_color`). Needs an MPI-backed comm. Free the result."""
-    return split_comm_colored(comm, by)[0]
-
-
-def split_comm_colored(comm: "Comm", by: str) -> tuple["Comm", int]:
-    """:func:`split_comm`, also returning this rank's color (for unbound
-    ranks it is only known at the moment of the split)."""
-    from .comm import Comm
-
-    _type_number(by)  # an unknown name fails before the collective part
-    if comm.mpi is None:
-        raise ShmtopoValueError("split needs a comm made with Comm.from_mpi")
-    with share_topology(comm) as topo:
-        color = split_color(topo, by)
-    sub = comm.mpi.Split(color, key=comm.rank)
-    try:
-        return Comm(_oob.mpi_transport(sub), sub.Get_size(), sub.Get_rank(), sub), color
-    except BaseException:
-        sub.Free()
-        raise
 
 
 # -- python -m shmtopo topo ------------------------------------------------------------

@@ -20,20 +20,26 @@ BACKENDS = ("posix", "memfd", "sysv", "xpmem")
 FENCE_ALGORITHMS = ("auto", "linear", "rd", "dissemination")
 
 
-def _backend_number(name: str | None) -> int:
+def _number(parse, name: str, what: str) -> int:
+    if not isinstance(name, str):
+        raise ShmtopoValueError(f"{what} must be a name, not {name!r}")
+    out = ffi.new("int *")
+    check(parse(name.encode(), out))
+    return out[0]
+
+
+def backend_number(name: str | None) -> int:
+    """The native number of a backend name (None: the comm's default)."""
     if name is None:
         return lib.SHMTOPO_BACKEND_DEFAULT
-    out = ffi.new("int *")
-    check(lib.shmtopo_backend_from_name(str(name).encode(), out))
-    return out[0]
+    return _number(lib.shmtopo_backend_from_name, name, "backend")
 
 
-def _fence_number(name: str | None) -> int:
+def fence_number(name: str | None) -> int:
+    """The native number of a fence algorithm name (None: the comm's default)."""
     if name is None:
         return lib.SHMTOPO_FENCE_DEFAULT
-    out = ffi.new("int *")
-    check(lib.shmtopo_fence_alg_from_name(str(name).encode(), out))
-    return out[0]
+    return _number(lib.shmtopo_fence_alg_from_name, name, "fence")
 
 
 def _unmapper(length: int):
@@ -60,7 +66,7 @@ class Window(Collective):
         self.shape = shape
         base = ffi.new("void **")
         handle = ffi.new("shmtopo_win_t **")
-        comm._call(lib.shmtopo_win_alloc, comm.handle, nbytes, attr, base, handle)
+        check(lib.shmtopo_win_alloc(comm.handle, nbytes, attr, base, handle))
         self._h = handle[0]
         self.rank = comm.rank
         self.size = comm.size
@@ -184,13 +190,21 @@ class Window(Collective):
 
     # -- lifetime -------------------------------------------------------
     def free(self) -> None:
-        """Collective: fence, then release the window. Views already taken
-        stay readable until dropped. Freeing twice is a no-op."""
+        """Collective: every rank agrees to free the window, then it is
+        released. Views already taken stay readable until dropped. Freeing
+        twice is a no-op; if a rank calls something else meanwhile, every
+        rank raises and the window stays."""
         if self._h == ffi.NULL:
             return
-        handle, self._h = self._h, ffi.NULL
+        if lib.shmtopo_win_free(self._h) < 0:
+            exc = last_error()
+            if not lib.shmtopo_comm_broken(self.comm.handle):
+                raise exc  # a rank called something else: the window stays
+            self._h = ffi.NULL  # a wait failed: freed here anyway
+            self.comm._forget(self)
+            raise exc
+        self._h = ffi.NULL
         self.comm._forget(self)
-        check(lib.shmtopo_win_free(handle))
 
     def abandon(self, _origin: int | None = None) -> None:
         """Local: leave the window after an error on this rank, without

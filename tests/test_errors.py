@@ -25,18 +25,30 @@ def test_bad_allocate_arguments(comm, kwargs, words):
         win.fence()
 
 
-def test_bad_environment(comm, monkeypatch):
-    monkeypatch.setenv("SHMTOPO_FENCE_ALGORITHM", "fastest")
-    with pytest.raises(ValueError, match="SHMTOPO_FENCE_ALGORITHM=fastest"):
-        comm.allocate(8)
-    monkeypatch.delenv("SHMTOPO_FENCE_ALGORITHM")
-    monkeypatch.setenv("SHMTOPO_SHM_TYPE", "tmpfile")
-    with pytest.raises(ValueError, match="SHMTOPO_SHM_TYPE=tmpfile"):
-        comm.allocate(8)
-    monkeypatch.setenv("SHMTOPO_SHM_TYPE", "posix")
-    monkeypatch.setenv("SHMTOPO_TIMEOUT", "soon")
-    with pytest.raises(ValueError, match="SHMTOPO_TIMEOUT"):
-        comm.allocate(8)
+@pytest.mark.parametrize("variable, value, expected", [
+    ("SHMTOPO_FENCE_ALGORITHM", "fastest", "expected auto, linear, rd, dissemination, 1 or 2"),
+    ("SHMTOPO_SHM_TYPE", "tmpfile", "expected posix, memfd, sysv or xpmem"),
+    ("SHMTOPO_TIMEOUT", "soon", "expected a finite number of seconds"),
+    ("SHMTOPO_TIMEOUT", "nan", "expected a finite number of seconds"),
+    ("SHMTOPO_TIMEOUT", "1e400", "expected a finite number of seconds"),
+    ("SHMTOPO_TIMEOUT", "-1", "expected a finite number of seconds"),
+    ("SHMTOPO_SPIN_NS", "-1", "expected nanoseconds"),
+    ("SHMTOPO_YIELD_NS", "banana", "expected nanoseconds"),
+    ("SHMTOPO_COLL_BUFFER", "12", "expected a number of bytes"),
+    ("SHMTOPO_COLL_ALGORITHM", "fast", "expected auto, flat or rsag"),
+    ("SHMTOPO_NODE_SIZE", "abc", "expected a positive number"),
+    ("SHMTOPO_NODE_SIZE", "0", "expected a positive number"),
+    ("SHMTOPO_TOPO_SOURCE", "disk", "expected auto, shmem, xml or local"),
+])
+def test_bad_environment(monkeypatch, variable, value, expected):
+    """Read when a comm is made: the message names the variable, the value
+    and what it accepts, once, on every rank."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(shmtopo.ShmtopoValueError) as info:
+        shmtopo.Comm.from_mpi()
+    message = str(info.value)
+    assert f"{variable}={value}: " in message and expected in message, message
+    assert message.count(f"{variable}=") == 1, message
 
 
 @pytest.mark.skipif(os.path.exists("/dev/xpmem"), reason="this machine has XPMEM")

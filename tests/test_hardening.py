@@ -28,9 +28,6 @@ EXAMPLES = HERE.parent / "examples"
 BACKENDS = ("posix", "memfd", "sysv")
 OOB_TIMEOUT = 1.0  # the test transport's barrier timeout, once the comm exists
 DEAD_LIMIT = 2.0   # a dead peer must be reported within this many seconds
-# A peer dying inside an out-of-band exchange: shmtopo_comm_allgather runs the
-# exchange, then a second one to agree on failure, so two transport timeouts.
-OOB_LIMIT = 2 * OOB_TIMEOUT + 1.5
 
 
 # ---- helpers: what a set of processes left behind -----------------------
@@ -219,7 +216,6 @@ def _work_after_allocation(comm, ready, backend, seed, seconds):
     rng = random.Random(seed)
     wins = [comm.allocate(4096, backend=backend),
             comm.allocate(shape=(comm.size,), dtype=np.int64, backend=backend, contiguous=True)]
-    comm.barrier()  # the first collective sets up its scratch window out of band
     ready.release()
     deadline = time.monotonic() + seconds
     ops = 0
@@ -247,10 +243,6 @@ def _work_with_allocations(comm, ready, backend, seed, seconds):
     """Allocate and free windows in a loop, with fences and collectives in
     between: a kill may land inside an allocation."""
     rng = random.Random(seed)
-    # The collectives' scratch window (default backend: posix) is made by the
-    # first collective; make it before the kill window, so that a name left
-    # behind can only come from the backend under test.
-    comm.allreduce(np.ones(4))
     ready.release()
     deadline = time.monotonic() + seconds
     ops = 0
@@ -264,7 +256,7 @@ def _work_with_allocations(comm, ready, backend, seed, seconds):
     return ops
 
 
-def _kill_at_random(fn, backend, seed, limit):
+def _kill_at_random(fn, backend, seed):
     """One run of 3 ranks: a random rank is SIGKILLed at a random moment.
     Returns (survivor results, victim, leftovers in /dev/shm and SysV)."""
     rng = random.Random(seed)
@@ -280,9 +272,8 @@ def _kill_at_random(fn, backend, seed, limit):
     assert victim not in out, out
     for rank, (status, value, when) in out.items():
         # survivors report, within 2 s of the kill, that a peer is gone
-        assert status in ("PeerDeadError", "PeerAbortedError", "CallbackError"), (seed, rank, status, value)
-        assert when - killed_at < (DEAD_LIMIT if status != "CallbackError" else limit), \
-            (seed, victim, rank, status, when - killed_at)
+        assert status in ("PeerDeadError", "PeerAbortedError"), (seed, rank, status, value)
+        assert when - killed_at < DEAD_LIMIT, (seed, victim, rank, status, when - killed_at)
     left = shm_names_of(ranks.pids) | sysv_segments_of(ranks.pids)
     return out, victim, ranks.pids, left
 
@@ -293,7 +284,7 @@ def test_sigkill_after_allocation_is_reported_and_leaves_nothing(backend):
     and run collectives; the survivors raise within 2 s and nothing is left."""
     for run in range(2):
         out, victim, pids, left = _kill_at_random(_work_after_allocation, backend,
-                                                  seed=hash((backend, run)) & 0xffff, limit=DEAD_LIMIT)
+                                                  seed=hash((backend, run)) & 0xffff)
         for status, value, _ in out.values():
             assert status in ("PeerDeadError", "PeerAbortedError"), (status, value)
         assert left == set()
@@ -301,79 +292,58 @@ def test_sigkill_after_allocation_is_reported_and_leaves_nothing(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sigkill_during_allocation_loops(backend):
-    """A rank killed while windows are being allocated and freed. Survivors
-    stuck in the allocation's out-of-band exchange fail through the
-    transport (CallbackError here), others with PeerDeadError; none hangs.
-
-    The gap this documents: a posix segment is named from shm_open (first
-    step of shmtopo_win_alloc) until every rank has mapped it (after the
-    second exchange), and only its creator unlinks the name. A rank killed in
-    between leaves /dev/shm/shmtopo.<its pid>.* behind (see
-    test_posix_name_left_by_kill_inside_allocation). memfd and sysv leave
-    nothing."""
-    left_names = set()
+    """A rank killed while windows are being allocated and freed. Allocations
+    agree through the comm's shared memory, so every survivor learns of the
+    death by its liveness check (PeerDeadError) or from a peer that left
+    (PeerAbortedError), within 2 s, and nothing is left: a posix name the
+    victim held (between shm_open and the unlink after everyone mapped it) is
+    removed by the survivor that finds it dead."""
     for run in range(2):
         out, victim, pids, left = _kill_at_random(_work_with_allocations, backend,
-                                                  seed=hash((backend, run, "alloc")) & 0xffff,
-                                                  limit=OOB_LIMIT)
-        if backend != "posix":
-            assert left == set()
-        else:
-            # anything left is the victim's own segment name, nobody else's
-            assert {n.split(".")[1] for n in left} <= {str(pids[victim])}, (victim, pids, left)
-            left_names |= left
-        for name in left:
-            if not name.startswith("sysv"):
-                os.unlink(f"/dev/shm/{name}")
-    if left_names:
-        print(f"posix names left by a kill during allocation: {sorted(left_names)}")
+                                                  seed=hash((backend, run, "alloc")) & 0xffff)
+        for status, value, _ in out.values():
+            assert status in ("PeerDeadError", "PeerAbortedError"), (status, value)
+        assert left == set(), (victim, pids, left)
 
 
-def _die_inside_allocation(comm, ready, victim, step, backend):
-    """Rank `victim` SIGKILLs itself inside the `step`-th out-of-band
-    exchange of the next allocation (1: its segment is created and named,
-    peers have not mapped it yet; 2: all have mapped it, the creators have not
-    unlinked yet)."""
+def _allocate_posix_forever(comm, ready, seconds):
     ready.release()
-    if comm.rank == victim:
-        calls = [0]
-        inner = comm._transport.allgather
-
-        def allgather(send, recv):
-            calls[0] += 1
-            if calls[0] == step:
-                os.kill(os.getpid(), signal.SIGKILL)
-            inner(send, recv)
-
-        comm._transport.allgather = allgather
-    comm.allocate(8192, backend=backend)
-    return "allocated"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        comm.allocate(1 << 20, backend="posix").free()
+    return "done"
 
 
-@pytest.mark.parametrize("backend,step", [("posix", 1), ("posix", 2), ("memfd", 1), ("sysv", 1)])
-def test_posix_name_left_by_kill_inside_allocation(backend, step):
-    """Deterministic version of the gap above: the victim dies inside the
-    allocation's first or second exchange. The survivors fail within 2 s
-    (CallbackError: the transport's exchange breaks); they unlink their own
-    names. Only a posix window can leave a name, the victim's; this test
-    removes it and records it."""
-    ranks = Ranks(3, _die_inside_allocation, 1, step, backend)
-    ranks.wait_ready()
-    start = time.monotonic()
-    out = ranks.finish(timeout=6.0)
-    assert 1 not in out
-    for rank in (0, 2):
-        status, value, when = out[rank]
-        assert status == "CallbackError" and when - start < OOB_LIMIT, out[rank]
-    left = shm_names_of(ranks.pids) | sysv_segments_of(ranks.pids)
-    for name in left:
-        if not name.startswith("sysv"):
-            os.unlink(f"/dev/shm/{name}")
-    if backend != "posix":
-        assert left == set()
-    else:
-        assert {n.split(".")[1] for n in left} <= {str(ranks.pids[1])}, left
-        print(f"kill inside exchange {step} of a posix allocation left: {sorted(left)}")
+def test_kill_while_a_segment_is_named_leaves_nothing():
+    """The victim is stopped while /dev/shm holds its segment's name (inside
+    an allocation, before everyone mapped it), then killed: the survivors
+    raise PeerDeadError within 2 s and remove the name (the sweep of dead
+    creators' names on a dead peer)."""
+    for attempt in range(20):
+        ranks = Ranks(3, _allocate_posix_forever, 10.0)
+        victim, named = 1, None
+        try:
+            ranks.wait_ready()
+            deadline = time.monotonic() + 5.0
+            while named is None and time.monotonic() < deadline:
+                if shm_names_of([ranks.pids[victim]]):
+                    os.kill(ranks.pids[victim], signal.SIGSTOP)
+                    named = shm_names_of([ranks.pids[victim]]) or None
+                    if named is None:
+                        os.kill(ranks.pids[victim], signal.SIGCONT)
+            os.kill(ranks.pids[victim], signal.SIGKILL)
+            killed_at = time.monotonic()
+        finally:
+            out = ranks.finish(timeout=8.0)
+        if named is None:
+            continue  # never caught it with a name: try again
+        for rank in (0, 2):
+            status, value, when = out[rank]
+            assert status in ("PeerDeadError", "PeerAbortedError"), out[rank]
+            assert when - killed_at < DEAD_LIMIT, out[rank]
+        assert shm_names_of(ranks.pids) == set(), (named, shm_names_of(ranks.pids))
+        return
+    pytest.fail("the victim's segment was never caught with its name in 20 attempts")
 
 
 # ---- 1c. hostile arguments ------------------------------------------------

@@ -89,16 +89,12 @@ def test_shm_type_falls_back_to_posix(programs, shm_type, warning):
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
-@pytest.mark.parametrize("algorithm", ["", "1", "2"])
+@pytest.mark.parametrize("algorithm", ["", "0", "1", "2", "bogus"])
 def test_fence(programs, n, algorithm):
+    """KUPL_SHM_FENCE_ALGORITHM as KUPL reads it: 1 linear, any other value
+    (KUPL's own CI sets 0) recursive doubling."""
     proc = run(programs, "kupl_fence", n, *([algorithm] if algorithm else []))
     assert f"kupl fence ok: 60 rounds on {n} ranks" in proc.stdout
-
-
-def test_bad_fence_algorithm_fails_on_every_rank(programs):
-    proc = run_mpiexec(2, [programs["kupl_fence"], "bogus"], timeout=120)
-    assert proc.returncode != 0
-    assert "KUPL_SHM_FENCE_ALGORITHM=bogus" in proc.stderr
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
@@ -122,11 +118,12 @@ def test_kpccl_shm_type(programs):
 def test_persistent_collectives(programs, n):
     proc = run(programs, "kupl_persistent", n)
     assert f"kupl persistent ok: allreduce, bcast, alltoall on {n} ranks" in proc.stdout
-    # The deliberate bad calls are refused, each naming the function and why.
+    # The deliberate bad calls are refused on every rank alike, each naming the
+    # function, the first rank that passed them and why.
     err = proc.stderr
-    assert err.count(f"kupl_shm_bcast_init: root {n} out of range") == n, err
-    assert err.count("kupl_shm_alltoall_init: recvcount and recvtype") == n, err
-    assert err.count("kupl_shm_allreduce_init: buffers must not be NULL") == n, err
-    assert err.count("kupl_shm_allreduce_init: datatype 42 is not a datatype") == n, err
+    assert err.count(f"kupl_shm_bcast_init: rank 0: root {n} out of range") == n, err
+    assert err.count("kupl_shm_alltoall_init: rank 0: recvcount and recvtype") == n, err
+    assert err.count("kupl_shm_allreduce_init: rank 0: buffers must not be NULL") == n, err
+    assert err.count("kupl_shm_allreduce_init: rank 0: datatype 42 is not a datatype") == n, err
     assert err.count("kupl_shm_request_start: request is NULL") == n, err
     assert err.count("kupl_shm_allreduce_init:") == 3 * n, err  # the BXOR of doubles too

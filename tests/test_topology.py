@@ -328,7 +328,7 @@ def test_atexit_hook_destroys(comm):
 def test_split(comm, local, by):
     # The color of an unbound rank depends on where it runs at that moment,
     # so take the one the split used.
-    sub, color = T.split_comm_colored(comm, by)
+    sub, color = comm._split_colored(by)
     try:
         assert sub.mpi is not None
         assert 0 <= color <= max(local.nbobjs(by), 1)

@@ -1,5 +1,6 @@
 """Windows: views, sizes, layouts and backends, on 1 rank and under mpiexec."""
 import numpy as np
+import shmtopo
 import pytest
 
 USABLE_BACKENDS = ["posix", "memfd", "sysv"]
@@ -95,19 +96,21 @@ def test_views_outlive_the_window(comm):
     assert list(view) == [6, 6, 6, 6]
 
 
-def test_fence_algorithm_from_env(comm, monkeypatch):
-    monkeypatch.setenv("SHMTOPO_FENCE_ALGORITHM", "linear")
-    with comm.allocate(8) as win:
-        assert win.fence_algorithm == "linear"
-    monkeypatch.delenv("SHMTOPO_FENCE_ALGORITHM")
-    monkeypatch.setenv("KUPL_SHM_FENCE_ALGORITHM", "2")
-    with comm.allocate(8) as win:
-        assert win.fence_algorithm == "rd"
+@pytest.mark.parametrize("variable, value, expected", [
+    ("SHMTOPO_FENCE_ALGORITHM", "linear", "linear"),
+    ("KUPL_SHM_FENCE_ALGORITHM", "2", "rd"),
+    ("KUPL_SHM_FENCE_ALGORITHM", "1", "linear"),
+    ("KUPL_SHM_FENCE_ALGORITHM", "0", "rd"),  # KUPL: any value but 1 is recursive doubling
+])
+def test_fence_algorithm_from_env(monkeypatch, variable, value, expected):
+    monkeypatch.setenv(variable, value)  # a comm reads the environment when it is made
+    with shmtopo.Comm.from_mpi() as comm, comm.allocate(8) as win:
+        assert win.fence_algorithm == expected
 
 
-def test_backend_from_env(comm, monkeypatch):
+def test_backend_from_env(monkeypatch):
     monkeypatch.setenv("SHMTOPO_SHM_TYPE", "memfd")
-    with comm.allocate(8) as win:
+    with shmtopo.Comm.from_mpi() as comm, comm.allocate(8) as win:
         assert win.backend == "memfd"
 
 

@@ -69,6 +69,7 @@ typedef struct SHMTOPO_COMPAT_NAME(shm_comm) {
     int rank;
     int size;
     int backend;                               /* from <PREFIX>_SHM_TYPE */
+    int fence_alg;                             /* from <PREFIX>_SHM_FENCE_ALGORITHM */
     SHMTOPO_COMPAT_NAME(shm_oob_cb_t) oob;     /* the program's callbacks ... */
     void *group;                               /* ... and their group argument */
     struct shmtopo_comm *impl;
