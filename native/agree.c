@@ -35,6 +35,7 @@ typedef struct chan_line {
     uint64_t hash;           /* of the signature posted with this step */
     int32_t err;             /* 0, or errno: the poster's arguments or set-up failed */
     int32_t origin;          /* the job rank that failure is about */
+    uint32_t vote;           /* ANDed over the job by shmtopo_agree_vote */
     unsigned char data[SHMTOPO_INLINE];
 } chan_line_t;
 
@@ -166,72 +167,94 @@ static uint64_t sig_hash(const shmtopo_sig_t *s)
 
 /* ---- deciding ------------------------------------------------------------------ */
 
-/* The signature most ranks posted (weights: how many ranks each stands for;
- * ties go to the lowest index), so that a mismatch blames the odd one out. */
-static int plurality(const uint64_t *hashes, const int *weights, int n)
+/* What a step says, summed up: the first failure, or the signatures posted
+ * and by how many ranks. A node's leader sends its summary to the other
+ * leaders, so that the job decides on all ranks' signatures at once. */
+#define MAX_GROUPS 4
+
+typedef struct sig_group {
+    uint64_t hash;
+    int32_t count;           /* ranks that posted it */
+    int32_t first;           /* the lowest job rank among them */
+    shmtopo_sig_t sig;
+} sig_group_t;
+
+typedef struct summary {
+    int32_t err, origin;     /* the first failing rank's errno and job rank */
+    int32_t ngroups;
+    uint32_t vote;           /* the AND of every rank's vote */
+    sig_group_t groups[MAX_GROUPS];
+    char message[MESSAGE];
+} summary_t;
+
+/* Count a signature in; more distinct ones than MAX_GROUPS are dropped
+ * (those ranks disagree anyway; the blame then falls on a kept one). */
+static void add_group(summary_t *sum, uint64_t hash, int count, int first, const shmtopo_sig_t *sig)
 {
-    int best = 0, best_weight = -1;
-    for (int i = 0; i < n; i++) {
-        int w = 0;
-        for (int j = 0; j < n; j++)
-            if (hashes[j] == hashes[i])
-                w += weights ? weights[j] : 1;
-        if (w > best_weight) {
-            best = i;
-            best_weight = w;
+    for (int g = 0; g < sum->ngroups; g++)
+        if (sum->groups[g].hash == hash) {
+            sum->groups[g].count += count;
+            if (first < sum->groups[g].first)
+                sum->groups[g].first = first;
+            return;
         }
-    }
-    return best;
+    if (sum->ngroups < MAX_GROUPS)
+        sum->groups[sum->ngroups++] = (sig_group_t){hash, count, first, *sig};
 }
 
-static int mismatch(int odd_rank, const shmtopo_sig_t *odd, int ref_rank, const shmtopo_sig_t *ref)
+static void summarize(const shmtopo_comm_t *comm, uint64_t s, summary_t *sum)
 {
-    char a[160], b[160];
-    describe(odd, a, sizeof(a));
-    describe(ref, b, sizeof(b));
-    return shmtopo_fail(EINVAL, odd_rank,
-                        "ranks disagree: rank %d called %s, but rank %d called %s", odd_rank, a,
-                        ref_rank, b);
-}
-
-/* The verdict of step s, from every rank's post: the same on every rank. */
-static int decide(shmtopo_comm_t *comm, uint64_t s)
-{
-    const int P = comm->size;
-    for (int r = 0; r < P; r++) {
+    memset(sum, 0, sizeof(*sum));
+    sum->vote = 1;
+    for (int r = 0; r < comm->size; r++)
+        sum->vote &= header(comm, r)->line[s & 1].vote;
+    for (int r = 0; r < comm->size && !sum->err; r++) {
         const chan_header_t *h = header(comm, r);
         const chan_line_t *l = &h->line[s & 1];
         if (l->err) {
-            /* a transport failure a leader forwards leaves the leaders out of step */
-            if (l->err == ECOMM || l->err == ETIMEDOUT)
-                comm->broken = 1;
-            return shmtopo_fail(l->err, l->origin, "%.*s", MESSAGE, h->detail[s & 1].message);
+            sum->err = l->err;
+            sum->origin = l->origin;
+            snprintf(sum->message, sizeof(sum->message), "%.*s", MESSAGE, h->detail[s & 1].message);
         }
     }
-    const uint64_t first = header(comm, 0)->line[s & 1].hash;
-    int same = 1;
-    for (int r = 1; r < P && same; r++)
-        same = header(comm, r)->line[s & 1].hash == first;
-    if (same)
-        return 0;
-    uint64_t *hashes = malloc((size_t)P * sizeof(*hashes));
-    if (!hashes)
-        return shmtopo_fail(ENOMEM, -1, "out of memory deciding an agreement");
-    for (int r = 0; r < P; r++)
-        hashes[r] = header(comm, r)->line[s & 1].hash;
-    const int ref = plurality(hashes, NULL, P);
-    int odd = 0;
-    while (hashes[odd] == hashes[ref])
-        odd++;
-    free(hashes);
-    return mismatch(shmtopo_world(comm, odd), &header(comm, odd)->detail[s & 1].sig,
-                    shmtopo_world(comm, ref), &header(comm, ref)->detail[s & 1].sig);
+    for (int r = 0; r < comm->size && !sum->err; r++) {
+        const chan_header_t *h = header(comm, r);
+        add_group(sum, h->line[s & 1].hash, 1, shmtopo_world(comm, r), &h->detail[s & 1].sig);
+    }
 }
 
-/* Post, wait for every rank, decide. `message`: the whole text of this
- * rank's failure (err != 0), as every rank will raise it. */
-static int post_and_decide(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int origin,
-                           const char *message, const void *data, size_t n)
+/* The verdict of a summary, the same wherever it is computed: the failure;
+ * or, when signatures differ, blame the lowest rank outside the signature
+ * most ranks posted (ties: the one of the lowest rank), naming both calls. */
+static int verdict(const summary_t *sum)
+{
+    if (sum->err)
+        return shmtopo_fail(sum->err, sum->origin, "%.*s", MESSAGE, sum->message);
+    if (sum->ngroups <= 1)
+        return 0;
+    int ref = 0;
+    for (int g = 1; g < sum->ngroups; g++) {
+        const sig_group_t *a = &sum->groups[g], *b = &sum->groups[ref];
+        if (a->count > b->count || (a->count == b->count && a->first < b->first))
+            ref = g;
+    }
+    int odd = -1;
+    for (int g = 0; g < sum->ngroups; g++)
+        if (g != ref && (odd < 0 || sum->groups[g].first < sum->groups[odd].first))
+            odd = g;
+    char a[160], b[160];
+    describe(&sum->groups[odd].sig, a, sizeof(a));
+    describe(&sum->groups[ref].sig, b, sizeof(b));
+    return shmtopo_fail(EINVAL, sum->groups[odd].first,
+                        "ranks disagree: rank %d called %s, but rank %d called %s",
+                        sum->groups[odd].first, a, sum->groups[ref].first, b);
+}
+
+/* Post, wait for every rank, sum up. `message`: the whole text of this
+ * rank's failure (err != 0), as every rank will raise it. 0, or -1 when a
+ * wait failed (the comm is then broken). */
+static int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int origin,
+                           const char *message, uint32_t vote, const void *data, size_t n, summary_t *sum)
 {
     shmtopo_chan_t *chan = &comm->chan;
     const uint64_t s = ++chan->step;
@@ -243,6 +266,7 @@ static int post_and_decide(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int e
     line->hash = sig_hash(sig);
     line->err = err;
     line->origin = origin;
+    line->vote = vote;
     if (n)
         memcpy(line->data, data, n);
     shmtopo_post(&line->step, &me->waiters, s);
@@ -255,127 +279,134 @@ static int post_and_decide(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int e
             return -1;
         }
     }
-    return decide(comm, s);
+    summarize(comm, s, sum);
+    /* a transport failure a leader forwards leaves the leaders out of step */
+    if (sum->err == ECOMM || sum->err == ETIMEDOUT)
+        comm->broken = 1;
+    return 0;
 }
 
-int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data, size_t n)
+static int step_summary(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, uint32_t vote,
+                        const void *data, size_t n, summary_t *sum)
 {
     char message[MESSAGE] = "";
     if (err)
         snprintf(message, sizeof(message), "rank %d: %s", shmtopo_world(comm, comm->rank),
                  shmtopo_last_error());
-    return post_and_decide(comm, sig, err, err ? shmtopo_world(comm, comm->rank) : -1, message,
-                           data, n);
+    return post_and_gather(comm, sig, err, err ? shmtopo_world(comm, comm->rank) : -1, message, vote,
+                           data, n, sum);
+}
+
+int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data, size_t n)
+{
+    summary_t sum;
+    if (step_summary(comm, sig, err, 1, data, n, &sum) < 0)
+        return -1;
+    return verdict(&sum);
 }
 
 /* ---- across nodes ------------------------------------------------------------------ */
 
-/* What a leader tells the others about its node's verdict. */
-typedef struct node_record {
-    int32_t err, origin;
-    uint64_t hash;
-    int32_t leader, weight;      /* the leader's job rank, the node's size */
-    shmtopo_sig_t sig;
-    char message[MESSAGE];
-} node_record_t;
-
-/* The job's verdict from the nodes' records, the same on every leader. */
-static int decide_nodes(const node_record_t *recs, int n)
+/* The leaders exchange their nodes' summaries and each posts the job's
+ * verdict to its node in one more step. */
+static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *votep)
 {
-    for (int i = 0; i < n; i++)
-        if (recs[i].err)
-            return shmtopo_fail(recs[i].err, recs[i].origin, "%.*s", MESSAGE, recs[i].message);
-    uint64_t *hashes = malloc((size_t)n * sizeof(*hashes));
-    int *weights = malloc((size_t)n * sizeof(*weights));
-    int rc = 0;
-    if (!hashes || !weights) {
-        rc = shmtopo_fail(ENOMEM, -1, "out of memory deciding an agreement");
-        goto out;
-    }
-    for (int i = 0; i < n; i++) {
-        hashes[i] = recs[i].hash;
-        weights[i] = recs[i].weight;
-    }
-    const int ref = plurality(hashes, weights, n);
-    for (int i = 0; i < n && rc == 0; i++)
-        if (hashes[i] != hashes[ref])
-            rc = mismatch(recs[i].leader, &recs[i].sig, recs[ref].leader, &recs[ref].sig);
-out:
-    free(hashes);
-    free(weights);
-    return rc;
-}
-
-/* After the node's verdict (rc): the leaders exchange theirs and each posts
- * the job's verdict to its node in one more step. */
-static int job_verdict(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int rc)
-{
-    if (comm->broken)
-        return -1; /* this rank left the channel: its node fails without it */
     int err = 0, origin = -1;
+    uint32_t vote = 1;
     char message[MESSAGE] = "";
     if (comm->rank == 0) {
-        node_record_t mine, *all = calloc((size_t)comm->nnodes, sizeof(*all));
-        memset(&mine, 0, sizeof(mine));
-        mine.err = rc < 0 ? errno : 0;
-        mine.origin = rc < 0 ? shmtopo_last_error_rank() : -1;
-        mine.hash = sig_hash(sig);
-        mine.leader = shmtopo_world(comm, 0);
-        mine.weight = comm->size;
-        mine.sig = *sig;
-        if (rc < 0)
-            snprintf(mine.message, sizeof(mine.message), "%s", shmtopo_last_error());
-        int cb = all ? comm->leaders.allgather(&mine, all, sizeof(mine), comm->leaders.group) : -1;
+        summary_t *all = calloc((size_t)comm->nnodes, sizeof(*all));
+        int cb = all ? comm->leaders.allgather(node, all, sizeof(*node), comm->leaders.group) : -1;
+        const int leader = shmtopo_world(comm, 0);
         if (!all) {
             err = ENOMEM;
-            snprintf(message, sizeof(message), "rank %d: out of memory for the leaders' exchange",
-                     mine.leader);
+            snprintf(message, sizeof(message), "rank %d: out of memory for the leaders' exchange", leader);
         } else if (cb != 0) {
             err = cb == ETIMEDOUT ? ETIMEDOUT : ECOMM;
-            snprintf(message, sizeof(message), "rank %d: the exchange between node leaders %s",
-                     mine.leader, err == ETIMEDOUT ? "timed out" : "failed");
-        } else if (decide_nodes(all, comm->nnodes) < 0) {
-            err = errno;
-            origin = shmtopo_last_error_rank();
-            snprintf(message, sizeof(message), "%s", shmtopo_last_error());
+            snprintf(message, sizeof(message), "rank %d: the exchange between node leaders %s", leader,
+                     err == ETIMEDOUT ? "timed out" : "failed");
+        } else {
+            summary_t job;
+            memset(&job, 0, sizeof(job));
+            for (int i = 0; i < comm->nnodes; i++)
+                vote &= all[i].vote;
+            for (int i = 0; i < comm->nnodes && !job.err; i++)
+                if (all[i].err)
+                    job = all[i];
+            for (int i = 0; i < comm->nnodes && !job.err; i++)
+                for (int g = 0; g < all[i].ngroups; g++)
+                    add_group(&job, all[i].groups[g].hash, all[i].groups[g].count, all[i].groups[g].first,
+                              &all[i].groups[g].sig);
+            if (verdict(&job) < 0) {
+                err = errno;
+                origin = shmtopo_last_error_rank();
+                snprintf(message, sizeof(message), "%s", shmtopo_last_error());
+            }
         }
         if (err && origin < 0)
-            origin = mine.leader;
+            origin = leader;
         free(all);
     }
-    shmtopo_sig_t verdict = shmtopo_sig(SHMTOPO_KIND_VERDICT);
-    return post_and_decide(comm, &verdict, err, origin, message, NULL, 0);
+    shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_VERDICT);
+    summary_t sum;
+    /* only the leader's vote counts: it is the job's */
+    if (post_and_gather(comm, &sig, err, origin, message, comm->rank == 0 ? vote : 1, NULL, 0, &sum) < 0)
+        return -1;
+    if (votep)
+        *votep = sum.vote;
+    return verdict(&sum);
 }
 
 /* ---- the agreement ------------------------------------------------------------------ */
 
-int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine, void *all,
-                  size_t n)
+static int agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, uint32_t vote, uint32_t *votep,
+                 const void *mine, void *all, size_t n)
 {
     if (shmtopo_comm_usable(comm, shmtopo_kind_name(sig->kind)) < 0)
         return -1;
-    int rc;
+    summary_t sum;
     if (n <= SHMTOPO_INLINE) {
-        rc = shmtopo_step(comm, sig, err, mine, n);
-        for (int r = 0; rc == 0 && n && r < comm->size; r++)
+        if (step_summary(comm, sig, err, vote, mine, n, &sum) < 0)
+            return -1;
+        for (int r = 0; !sum.err && sum.ngroups == 1 && n && r < comm->size; r++)
             memcpy((char *)all + (size_t)r * n, shmtopo_step_data(comm, r), n);
     } else {
         /* larger contributions go through the scratch buffers, in chunks; the
          * first chunk's step is the agreement, so a failure stops every rank
          * at the same step */
         const size_t B = comm->chan.buffer;
-        rc = 0;
-        for (size_t off = 0; off < n && rc == 0; off += B) {
+        for (size_t off = 0; off < n; off += B) {
             const size_t m = n - off < B ? n - off : B;
             const int which = shmtopo_chan_next_buffer(comm);
             if (!err)
                 memcpy(shmtopo_chan_buffer(comm, comm->rank, which), (const char *)mine + off, m);
-            rc = shmtopo_step(comm, sig, off == 0 ? err : 0, NULL, 0);
-            for (int r = 0; rc == 0 && r < comm->size; r++)
+            if (step_summary(comm, sig, off == 0 ? err : 0, off == 0 ? vote : 1, NULL, 0, &sum) < 0)
+                return -1;
+            if (sum.err || sum.ngroups > 1)
+                break;
+            for (int r = 0; r < comm->size; r++)
                 memcpy((char *)all + (size_t)r * n + off, shmtopo_chan_buffer(comm, r, which), m);
         }
     }
-    return comm->nnodes > 1 ? job_verdict(comm, sig, rc) : rc;
+    if (comm->nnodes > 1)
+        return job_verdict(comm, &sum, votep);
+    if (votep)
+        *votep = sum.vote;
+    return verdict(&sum);
+}
+
+int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine, void *all,
+                  size_t n)
+{
+    return agree(comm, sig, err, 1, NULL, mine, all, n);
+}
+
+int shmtopo_agree_vote(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int vote, int *allp)
+{
+    uint32_t all = 0;
+    int rc = agree(comm, sig, err, vote != 0, &all, NULL, NULL, 0);
+    *allp = rc == 0 && all;
+    return rc;
 }
 
 /* Check what Python or C passed before agreeing on it. */

@@ -153,6 +153,9 @@ const void *shmtopo_step_data(const shmtopo_comm_t *comm, int rank);
  * NULL/0 for none. */
 int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine, void *all,
                   size_t n);
+/* shmtopo_agree that also tells whether every rank of the job voted yes
+ * (*allp), so that all ranks take the same turn on a local fact. */
+int shmtopo_agree_vote(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int vote, int *allp);
 /* A signature of `kind` with every other field unused. */
 shmtopo_sig_t shmtopo_sig(int kind);
 /* Scratch buffer `which` (0..2) of a rank, and the one a chunk starting at
@@ -282,6 +285,18 @@ void shmtopo_reduce_pair(void *dst, const void *a, const void *b, size_t count, 
 /* Load a topology from XML with hwloc topology flags (IS_THISSYSTEM lets
  * binding queries work on a copy of this machine's topology). */
 int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags, void **topop);
+
+/* ---- maps.c: a common address ------------------------------------------------ */
+
+#include "maps.h"
+
+/* Collective (through `exchange`): every rank's free address ranges, and a
+ * value each contributes (values[r], if not NULL), gathered; *outp (malloc,
+ * the caller frees) holds their intersection, the same list on every rank.
+ * err: this rank's failure so far, which fails the exchange everywhere. */
+int shmtopo_common_free_ranges(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
+                               shmtopo_exchange_fn exchange, uint64_t value, uint64_t *values,
+                               shmtopo_range_t **outp, size_t *np);
 
 /* ---- symmetric.c ------------------------------------------------------------- */
 

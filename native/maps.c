@@ -497,3 +497,67 @@ int shmtopo_ranges_choose(const shmtopo_range_t *ranges, size_t n,
     *addrp = align_down(first + scale(last - first, num, level), align);
     return 0;
 }
+
+/* ---- a common address for all ranks ------------------------------------------- */
+
+#define MAX_RANGES 512 /* per rank; fewer known free ranges only shrink the choice */
+
+typedef struct ranges_record {
+    uint64_t value;
+    uint64_t count;
+    shmtopo_range_t ranges[MAX_RANGES];
+} ranges_record_t;
+
+int shmtopo_common_free_ranges(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
+                               shmtopo_exchange_fn exchange, uint64_t value, uint64_t *values,
+                               shmtopo_range_t **outp, size_t *np)
+{
+    ranges_record_t *mine = calloc(1, sizeof(*mine));
+    ranges_record_t *all = calloc((size_t)comm->size, sizeof(*all));
+    shmtopo_range_t *acc = NULL, *tmp = NULL;
+    int rc = -1;
+    size_t n = 0, count = 0;
+    if (!mine || !all) {
+        shmtopo_fail(ENOMEM, -1, "out of memory");
+        err = ENOMEM;
+    }
+    if (!err && shmtopo_maps_self_free(mine->ranges, MAX_RANGES, &count) < 0 && errno != ENOBUFS)
+        err = errno;
+    if (mine) {
+        mine->value = value;
+        mine->count = count < MAX_RANGES ? count : MAX_RANGES;
+    }
+    if (exchange(comm, sig, err, mine, all, sizeof(*mine)) < 0)
+        goto out;
+    acc = malloc(MAX_RANGES * sizeof(*acc));
+    tmp = malloc(MAX_RANGES * sizeof(*tmp));
+    if (!acc || !tmp) {
+        shmtopo_fail(ENOMEM, -1, "out of memory");
+        goto out;
+    }
+    memcpy(acc, all[0].ranges, all[0].count * sizeof(*acc));
+    n = all[0].count;
+    /* the same lists in the same order on every rank: the same result */
+    for (int r = 1; r < comm->size; r++) {
+        size_t m = 0;
+        if (shmtopo_ranges_intersect(acc, n, all[r].ranges, all[r].count, tmp, MAX_RANGES, &m) < 0 &&
+            errno != ENOBUFS)
+            goto out;
+        n = m < MAX_RANGES ? m : MAX_RANGES;
+        shmtopo_range_t *swap = acc;
+        acc = tmp;
+        tmp = swap;
+    }
+    for (int r = 0; values && r < comm->size; r++)
+        values[r] = all[r].value;
+    *outp = acc;
+    *np = n;
+    acc = NULL;
+    rc = 0;
+out:
+    free(acc);
+    free(tmp);
+    free(mine);
+    free(all);
+    return rc;
+}

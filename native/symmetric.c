@@ -18,62 +18,8 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-#define MAX_RANGES 512        /* per rank; fewer known free ranges only shrink the choice */
 #define ATTEMPTS 4
 #define ALIGN (2u << 20)
-
-typedef struct ranges_record {
-    uint64_t count;
-    shmtopo_range_t ranges[MAX_RANGES];
-} ranges_record_t;
-
-/* The common free ranges of all ranks, the same list on every rank. */
-static int common_ranges(shmtopo_win_t *win, const shmtopo_sig_t *sig, shmtopo_exchange_fn exchange,
-                         shmtopo_range_t **outp, size_t *np)
-{
-    ranges_record_t *mine = calloc(1, sizeof(*mine));
-    ranges_record_t *all = calloc((size_t)win->size, sizeof(*all));
-    shmtopo_range_t *acc = NULL, *tmp = NULL;
-    int err = 0, rc = -1;
-    size_t n = 0, count = 0;
-    if (!mine || !all) {
-        shmtopo_fail(ENOMEM, -1, "out of memory");
-        goto out;
-    }
-    if (shmtopo_maps_self_free(mine->ranges, MAX_RANGES, &count) < 0 && errno != ENOBUFS)
-        err = errno;
-    mine->count = count < MAX_RANGES ? count : MAX_RANGES;
-    if (exchange(win->comm, sig, err, mine, all, sizeof(*mine)) < 0)
-        goto out;
-    acc = malloc(MAX_RANGES * sizeof(*acc));
-    tmp = malloc(MAX_RANGES * sizeof(*tmp));
-    if (!acc || !tmp) {
-        shmtopo_fail(ENOMEM, -1, "out of memory");
-        goto out;
-    }
-    memcpy(acc, all[0].ranges, all[0].count * sizeof(*acc));
-    n = all[0].count;
-    for (int r = 1; r < win->size; r++) {
-        size_t m = 0;
-        if (shmtopo_ranges_intersect(acc, n, all[r].ranges, all[r].count, tmp, MAX_RANGES, &m) < 0 &&
-            errno != ENOBUFS)
-            goto out;
-        n = m < MAX_RANGES ? m : MAX_RANGES;
-        shmtopo_range_t *swap = acc;
-        acc = tmp;
-        tmp = swap;
-    }
-    *outp = acc;
-    *np = n;
-    acc = NULL;
-    rc = 0;
-out:
-    free(acc);
-    free(tmp);
-    free(mine);
-    free(all);
-    return rc;
-}
 
 /* Reserve [addr, addr + length) without touching anything already mapped. */
 static int reserve(uintptr_t addr, size_t length)
@@ -102,7 +48,7 @@ int shmtopo_win_make_symmetric(shmtopo_win_t *win, shmtopo_exchange_fn exchange)
     for (unsigned attempt = 0; attempt < ATTEMPTS; attempt++) {
         free(ranges);
         ranges = NULL;
-        if (common_ranges(win, &sig, exchange, &ranges, &n) < 0)
+        if (shmtopo_common_free_ranges(win->comm, &sig, 0, exchange, 0, NULL, &ranges, &n) < 0)
             goto out;
         uintptr_t base = 0;
         if (shmtopo_ranges_choose(ranges, n, total, ALIGN, attempt, &base) < 0) {

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shmtopo.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,6 +42,36 @@ void shmtopo_topo_destroy(void *topo);
 /* hwloc API version at run time, "2.8.0"; "-c" and the compile-time
  * HWLOC_API_VERSION are appended when the two differ. */
 const char *shmtopo_hwloc_version(void);
+
+/* How share_topology goes about it. */
+typedef struct shmtopo_topo_share_opts {
+    int source;         /* enum shmtopo_topo_source; -1: SHMTOPO_TOPO_SOURCE */
+    int attempts;       /* addresses tried before XML (1..64) */
+    int have;           /* this rank holds the shared topology already: take
+                           part, but adopt nothing (*topop stays NULL) */
+    int conflict_rank;  /* test hook: that rank occupies the first address, so
+                           the first attempt fails; -1: SHMTOPO_TOPO_CONFLICT_RANK */
+} shmtopo_topo_share_opts_t;
+
+typedef struct shmtopo_topo_share_info {
+    int source;           /* how this rank got it (enum shmtopo_topo_source);
+                             -1 when every rank already had it */
+    int attempts;         /* addresses tried */
+    uintptr_t address;    /* shmem: where it is mapped, and how long */
+    size_t length;
+    double adopt_seconds; /* shmem: this rank's adopt call */
+} shmtopo_topo_share_info_t;
+
+/* Collective over the comm (and the job it spans): the node's topology,
+ * read-only. The leader (rank 0) loads it and writes it with hwloc's shmem
+ * API to a file in SHMTOPO_TOPO_DIR (/dev/shm) named after its pid and the
+ * hwloc version, at an address free in every rank; every rank adopts it and
+ * the leader unlinks the file once all have. When an adopt fails on any
+ * rank all retry at another address, then share XML, then load locally
+ * (opts->source limits the chain to one way, which then fails on every rank
+ * with the last reason). Errors as for agreements; ETIMEDOUT, EOWNERDEAD. */
+int shmtopo_topo_share(shmtopo_comm_t *comm, const shmtopo_topo_share_opts_t *opts, void **topop,
+                       shmtopo_topo_share_info_t *infop);
 
 /* CDEF END */
 

@@ -63,10 +63,36 @@ def topo(args: argparse.Namespace) -> None:
     from mpi4py import MPI
 
     import shmtopo
-    from shmtopo.topology import topo_main
 
     with shmtopo.Comm.from_mpi(MPI.COMM_WORLD) as comm:
-        topo_main(comm)
+        topo_report(comm)
+
+
+def topo_report(comm) -> None:
+    """Collective over ``comm`` (one node): rank 0 prints the object counts,
+    each rank's source and the time of share_topology against a local load."""
+    import socket
+    import time
+
+    import shmtopo
+    from shmtopo.topology import hwloc_version
+
+    t0 = time.perf_counter()
+    with shmtopo.share_topology(comm) as topo:
+        t_share = time.perf_counter() - t0
+        counts = topo.counts()
+        row = (comm.rank, os.getpid(), topo.source, topo.address, t_share)
+    t0 = time.perf_counter()
+    shmtopo.Topology.load().close()
+    rows = comm.mpi.allgather(row + (time.perf_counter() - t0,))
+    if comm.rank != 0:
+        return
+    print(f"node {socket.gethostname()}: {comm.size} rank(s), hwloc {hwloc_version()}")
+    print("  " + "  ".join(f"{name} {n}" for name, n in counts.items()))
+    print(f"  {'rank':>4} {'pid':>8} {'source':>6} {'address':>16} {'share ms':>9} {'load ms':>9} {'ratio':>7}")
+    for rank, pid, source, address, ts, tl in rows:
+        where = f"{address:#x}" if address else "-"
+        print(f"  {rank:>4} {pid:>8} {source:>6} {where:>16} {ts * 1e3:>9.3f} {tl * 1e3:>9.3f} {tl / ts:>6.1f}x")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,33 +22,19 @@ topology is closed; after that every call raises :class:`FreedError`.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import errno as _errno
-import itertools
-import os
-import pickle
-import socket
-import struct
-import time
 import weakref
-from functools import reduce
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import _maps, _oob
 from ._native import ffi, lib
-from .errors import _BY_ERRNO, FreedError, ShmtopoOSError, ShmtopoValueError, check
+from .errors import FreedError, ShmtopoValueError, check
 
 if TYPE_CHECKING:
     from .comm import Comm
 
-SOURCES = ("shmem", "xml", "local")
-#: Alignment of the shared mapping: huge-page friendly, and far from the
-#: page-granular spots other runtimes pick.
-ALIGN = 2 << 20
+SOURCES = ("shmem", "xml", "local")  # in the order of enum shmtopo_topo_source, after auto
 #: Addresses tried before falling back to XML.
 ATTEMPTS = 3
-_DEFAULT_DIR = "/dev/shm"
-_file_counter = itertools.count()
 
 
 # -- types --------------------------------------------------------------------
@@ -390,271 +376,24 @@ def _load_xml(xml: bytes, here: bool = False) -> Any:
     return out[0]
 
 
-def _export_xml(handle: Any) -> bytes:
-    xmlp, lenp = ffi.new("char **"), ffi.new("size_t *")
-    check(lib.shmtopo_topo_export_xml(handle, xmlp, lenp))
-    try:
-        return ffi.unpack(xmlp[0], lenp[0])
-    finally:
-        lib.shmtopo_topo_free_xml(xmlp[0])
-
-
-def _shmem_length(handle: Any) -> int:
-    out = ffi.new("size_t *")
-    check(lib.shmtopo_topo_shmem_length(handle, out))
-    return int(out[0])
-
-
-def _adopt(path: str, addr: int, length: int) -> Any:
-    out = ffi.new("void **")
-    check(lib.shmtopo_topo_shmem_adopt(path.encode(), addr, length, out))
+# -- share_topology ------------------------------------------------------------
+def _source_number(name: Any) -> int:
+    if not isinstance(name, str):
+        raise ShmtopoValueError(f"topology source must be a name, not {name!r}")
+    out = ffi.new("int *")
+    check(lib.shmtopo_topo_source_from_name(name.encode(), out))
     return out[0]
 
 
-# -- exchange between the ranks of a comm -------------------------------------
-class _Exchange:
-    """Pickled allgather/bcast over the comm's MPI comm, or else over its
-    native out-of-band allgather (lengths first, then padded payloads)."""
-
-    def __init__(self, comm: "Comm"):
-        self.comm = comm
-        self.mpi = comm.mpi
-        self.rank = comm.rank
-        self.size = comm.size
-
-    def _raw(self, send: bytes, nbytes: int) -> bytes:
-        recv = ffi.new("char[]", nbytes * self.size)
-        check(lib.shmtopo_allgather(self.comm.handle, send, recv, nbytes, lib.SHMTOPO_UINT8))
-        return ffi.buffer(recv)[:]
-
-    def allgather(self, obj: Any) -> list:
-        if self.mpi is not None:
-            return self.mpi.allgather(obj)
-        data = pickle.dumps(obj)
-        lens = struct.unpack(f"<{self.size}q", self._raw(struct.pack("<q", len(data)), 8))
-        width = max(lens)
-        blob = self._raw(data.ljust(width, b"\0"), width)
-        return [pickle.loads(blob[r * width:r * width + lens[r]]) for r in range(self.size)]
-
-    def bcast(self, obj: Any, root: int = 0) -> Any:
-        if self.mpi is not None:
-            return self.mpi.bcast(obj, root=root)
-        return self.allgather(obj if self.rank == root else None)[root]
-
-
-def _record(exc: BaseException, rank: int) -> tuple[int, str, int]:
-    """What travels between ranks about a failure: (errno, message, rank)."""
-    err = getattr(exc, "errno", None) or _errno.EIO
-    return (err, str(exc) or type(exc).__name__, rank)
-
-
-def _first_failure(records: list) -> tuple[int, str, int] | None:
-    return next((r for r in records if r is not None), None)
-
-
-def _raise(record: tuple[int, str, int], what: str) -> None:
-    err, message, rank = record
-    cls = _BY_ERRNO.get(err, ShmtopoOSError)
-    raise cls(f"{what}: rank {rank}: {message}", err, rank)
-
-
-class _Failed(Exception):
-    """One path of share_topology failed on some rank (all ranks agree)."""
-
-    def __init__(self, record: tuple[int, str, int]):
-        super().__init__(record[1])
-        self.record = record
-
-
-# -- the conflict hook for tests ---------------------------------------------
-_MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_FIXED_NOREPLACE = 0x02, 0x20, 0x100000
-
-
-def _occupy(addr: int) -> tuple[int, int]:
-    """Map one inaccessible page at addr, so that an adopt there fails."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    page = os.sysconf("SC_PAGE_SIZE")
-    got = libc.mmap(addr, page, 0, _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_FIXED_NOREPLACE, -1, 0)
-    if got != addr:
-        if got not in (None, ctypes.c_void_p(-1).value):
-            _release((got, page))
-        raise ShmtopoOSError(f"cannot occupy {addr:#x} for the conflict test", _errno.EBUSY)
-    return got, page
-
-
-def _release(mapping: tuple[int, int]) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.munmap(mapping[0], mapping[1])
-
-
-def _remove_stale(directory: str, min_age: float = 60.0) -> None:
-    """Remove topology files left by leaders that died between write and
-    unlink (the only window where a name exists), once they are old."""
-    now = time.time()
-    try:
-        names = [n for n in os.listdir(directory) if n.startswith("shmtopo-topo-")]
-    except OSError:
-        return
-    for name in names:
-        try:
-            pid = int(name.rsplit("-", 2)[1])
-            path = os.path.join(directory, name)
-            if pid == os.getpid() or now - os.stat(path).st_mtime < min_age:
-                continue
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        except (ValueError, IndexError, OSError):
-            continue
-
-
-# -- share_topology ------------------------------------------------------------
-class _Share:
-    """One share_topology call on one rank: the steps of each path, each
-    followed by an exchange of statuses, so every rank takes the same turn."""
-
-    def __init__(self, comm: "Comm", held: "Topology | None", conflict_rank: int | None):
-        self.ex = _Exchange(comm)
-        self.rank = self.ex.rank
-        self.leader = self.rank == 0
-        self.held = held             # this rank already holds a shared topology
-        self.conflict_rank = conflict_rank
-        self.base: Any = None        # leader: the topology it writes / exports
-        self.base_error: tuple | None = None
-        self.own_base = False
-        self.adopt_seconds: float | None = None
-
-    def prepare(self) -> None:
-        """Leader: load the topology to hand out. Never a held (adopted) one:
-        hwloc's shmem write updates its source and would segfault on the
-        read-only mapping."""
-        if not self.leader:
-            return
-        try:
-            self.base = _load_local()
-            self.own_base = True
-        except Exception as exc:  # noqa: BLE001 - travels to every rank
-            self.base_error = _record(exc, self.rank)
-
-    def release(self) -> None:
-        if self.own_base:
-            lib.shmtopo_topo_destroy(self.base)
-        self.base, self.own_base = None, False
-
-    def agree(self, record: tuple | None) -> None:
-        failed = _first_failure(self.ex.allgather(record))
-        if failed is not None:
-            raise _Failed(failed)
-
-    def _step(self, fn: Callable[[], Any]) -> tuple[Any, tuple | None]:
-        try:
-            return fn(), None
-        except _Failed as failed:
-            return None, failed.record
-        except Exception as exc:  # noqa: BLE001 - travels to every rank
-            return None, _record(exc, self.rank)
-
-    def shmem(self, attempt: int) -> tuple[Any, int, int]:
-        """One try: exchange free ranges, choose, write, adopt, agree."""
-        def scan():
-            if self.leader and self.base_error:
-                raise _Failed(self.base_error)
-            return (_shmem_length(self.base) if self.leader else 0), _maps.self_free()
-
-        (found, record) = self._step(scan)
-        gathered = self.ex.allgather((record, found))
-        failed = _first_failure([g[0] for g in gathered])
-        if failed is not None:
-            raise _Failed(failed)
-        length = gathered[0][1][0]
-        common = reduce(_maps.intersect, (g[1][1] for g in gathered))
-
-        def write():
-            addr = _maps.choose(common, length, ALIGN, attempt)
-            path = None
-            if self.leader:
-                directory = os.environ.get("SHMTOPO_TOPO_DIR") or _DEFAULT_DIR
-                if attempt == 0:
-                    _remove_stale(directory)
-                path = os.path.join(directory, f"shmtopo-topo-{hwloc_version()}-{os.getpid()}-{next(_file_counter)}")
-                check(lib.shmtopo_topo_shmem_write(self.base, path.encode(), addr, length))
-            return addr, path
-
-        (written, record) = self._step(write)
-        gathered = self.ex.allgather((record, written))
-        failed = _first_failure([g[0] for g in gathered])
-        if failed is not None:
-            raise _Failed(failed)  # a failed write leaves no file behind
-        addr, path = gathered[0][1]
-        handle = None
-        try:
-            def adopt():
-                blocker = _occupy(addr) if self.rank == self.conflict_rank and attempt == 0 else None
-                try:
-                    if self.held is not None:
-                        return None
-                    t0 = time.perf_counter()
-                    handle = _adopt(path, addr, length)
-                    self.adopt_seconds = time.perf_counter() - t0
-                    return handle
-                finally:
-                    if blocker is not None:
-                        _release(blocker)
-
-            handle, record = self._step(adopt)
-            self.agree(record)
-        except BaseException:
-            if handle is not None:
-                lib.shmtopo_topo_destroy(handle)
-            raise
-        finally:
-            # Everyone has adopted or given up: the mapping outlives the name.
-            if self.leader:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-        return handle, addr, length
-
-    def xml(self) -> Any:
-        """The leader exports XML; everyone (leader too) loads it."""
-        def export():
-            if self.base_error:
-                raise _Failed(self.base_error)
-            return _export_xml(self.base)
-
-        text, record = self._step(export) if self.leader else (None, None)
-        record, text = self.ex.bcast((record, text))
-        if record is not None:
-            raise _Failed(record)
-        handle, record = self._step(lambda: None if self.held is not None else _load_xml(text, here=True))
-        try:
-            self.agree(record)
-        except BaseException:
-            if handle is not None:
-                lib.shmtopo_topo_destroy(handle)
-            raise
-        return handle
-
-
-def _source_option(source: str | None) -> str:
-    chosen = source if source is not None else (os.environ.get("SHMTOPO_TOPO_SOURCE") or "auto")
-    if chosen not in ("auto",) + SOURCES:
-        raise ShmtopoValueError(f"topology source must be one of auto, {', '.join(SOURCES)}; not {chosen!r}")
-    return chosen
-
-
-def _conflict_option(conflict_rank: int | None) -> int | None:
-    if conflict_rank is not None:
-        return int(conflict_rank)
-    env = os.environ.get("SHMTOPO_TOPO_CONFLICT_RANK")
-    return int(env) if env else None
+def _share_opts(source: Any, attempts: Any, have: bool, conflict_rank: Any):
+    opts = ffi.new("shmtopo_topo_share_opts_t *")
+    opts.source = -1 if source is None else _source_number(source)
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 64:
+        raise ShmtopoValueError(f"attempts must be an integer in [1, 64], not {attempts!r}")
+    opts.attempts = attempts
+    opts.have = have
+    opts.conflict_rank = -1 if conflict_rank is None else int(conflict_rank)
+    return opts
 
 
 def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = ATTEMPTS,
@@ -662,11 +401,12 @@ def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = A
     """Collective over ``comm``: this node's topology, read-only.
 
     The leader (rank 0) loads it and writes it to a shared file under
-    ``/dev/shm`` (or ``$SHMTOPO_TOPO_DIR``), named after the hwloc version
-    and its pid; every rank maps it at one common address and the leader
+    ``/dev/shm`` (or ``$SHMTOPO_TOPO_DIR``), named after its pid and the
+    hwloc version; every rank maps it at one common address and the leader
     removes the name at once. On failure on any rank, all ranks retry at
     another address (``attempts`` in all), then share XML, then load
-    locally.
+    locally. The protocol runs in the native core, each step an agreement of
+    the comm: a bad argument or a failure on any rank is every rank's.
 
     source: "auto" (default, or ``$SHMTOPO_TOPO_SOURCE``) runs that chain;
         "shmem", "xml" or "local" takes only that path and raises if it fails.
@@ -677,51 +417,22 @@ def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = A
     calls return it with one more reference; ``close()`` each.
     """
     global _shared
-    chosen = _source_option(source)
-    conflict = _conflict_option(_conflict_rank)
     held = _shared if _shared is not None and not _shared.closed else None
-    share = _Share(comm, held, conflict)
-    states = share.ex.allgather((held is not None, chosen))
-    if len({s[1] for s in states}) != 1:
-        raise ShmtopoValueError(f"ranks asked for different topology sources: {[s[1] for s in states]}")
-    if all(s[0] for s in states):
-        held._refs += 1
-        return held
-
-    handle, how, address, length, tried = None, None, None, None, 0
-    last = None
-    share.prepare()
     try:
-        if chosen in ("auto", "shmem"):
-            for attempt in range(max(1, attempts)):
-                tried = attempt + 1
-                try:
-                    handle, address, length = share.shmem(attempt)
-                    how = "shmem"
-                    break
-                except _Failed as failed:
-                    last = failed.record
-        if how is None and chosen in ("auto", "xml"):
-            try:
-                handle, how = share.xml(), "xml"
-            except _Failed as failed:
-                last = failed.record
-    finally:
-        share.release()
-    if how is None and chosen in ("auto", "local"):
-        if held is None:
-            handle = _load_local()
-        how = "local"
-    if how is None:
-        _raise(last, f"share_topology(source={chosen!r}) failed")
-
+        opts = _share_opts(source, attempts, held is not None, _conflict_rank)
+    except Exception as exc:  # noqa: BLE001 - every rank hears of it
+        comm._refuse(lib.SHMTOPO_KIND_TOPO_SHARE, exc)
+    out = ffi.new("void **")
+    info = ffi.new("shmtopo_topo_share_info_t *")
+    check(lib.shmtopo_topo_share(comm.handle, opts, out, info))
     if held is not None:
         held._refs += 1
         return held
-    if how != "shmem":
-        address = length = None
-    topo = Topology(handle, how, address=address, length=length, attempts=tried,
-                    adopt_seconds=share.adopt_seconds if how == "shmem" else None)
+    how = SOURCES[info.source - 1]
+    shmem = how == "shmem"
+    topo = Topology(out[0], how, address=int(info.address) if shmem else None,
+                    length=int(info.length) if shmem else None, attempts=info.attempts,
+                    adopt_seconds=info.adopt_seconds if shmem else None)
     _shared = topo
     return topo
 
@@ -744,29 +455,3 @@ def split_color(topo: Topology, by: str) -> int:
         if where and where <= obj.cpuset:
             return i
     return len(objs)
-
-
-# -- python -m shmtopo topo ------------------------------------------------------------
-def topo_main(comm: "Comm") -> None:
-    """Collective over ``comm`` (one node): rank 0 prints the object counts,
-    each rank's source and the time of share_topology against a local load."""
-    t0 = time.perf_counter()
-    topo = share_topology(comm)
-    t_share = time.perf_counter() - t0
-    try:
-        counts = topo.counts()
-        row = (comm.rank, os.getpid(), topo.source, topo.address, t_share)
-    finally:
-        topo.close()
-    t0 = time.perf_counter()
-    Topology.load().close()
-    t_local = time.perf_counter() - t0
-    rows = _Exchange(comm).allgather(row + (t_local,))
-    if comm.rank != 0:
-        return
-    print(f"node {socket.gethostname()}: {comm.size} rank(s), hwloc {hwloc_version()}")
-    print("  " + "  ".join(f"{name} {n}" for name, n in counts.items()))
-    print(f"  {'rank':>4} {'pid':>8} {'source':>6} {'address':>16} {'share ms':>9} {'load ms':>9} {'ratio':>7}")
-    for rank, pid, source, address, ts, tl in rows:
-        where = f"{address:#x}" if address else "-"
-        print(f"  {rank:>4} {pid:>8} {source:>6} {where:>16} {ts * 1e3:>9.3f} {tl * 1e3:>9.3f} {tl / ts:>6.1f}x")

@@ -47,8 +47,7 @@ def shared_dir(comm):
 
 def leftovers(comm):
     """shmtopo topology files of this job's leader still in /dev/shm."""
-    leader = comm.pid(0)
-    return [p for p in glob.glob("/dev/shm/shmtopo-topo-*") if f"-{leader}-" in os.path.basename(p)]
+    return glob.glob(f"/dev/shm/shmtopo-topo.{comm.pid(0)}.*")
 
 
 def content(xml):
@@ -150,7 +149,7 @@ def test_shared_equals_local(comm, local):
                                 topo.counts(), topo.xml()))
         assert all(r[0] == "shmem" and r[3] == 1 for r in rows), rows
         assert len({(r[1], r[2]) for r in rows}) == 1  # one address for all
-        assert topo.address % T.ALIGN == 0
+        assert topo.address % (2 << 20) == 0  # 2 MiB-aligned
         assert all(r[4] == local.counts() and r[5] == local.xml() for r in rows)
         assert [c.cpuset for c in topo.objects("core")] == [c.cpuset for c in local.objects("core")]
         assert topo.get_cpubind() == local.get_cpubind()
@@ -170,15 +169,16 @@ def test_each_source(comm, local, source):
     assert leftovers(comm) == []
 
 
-def test_source_from_environment(comm, monkeypatch):
-    monkeypatch.setenv("SHMTOPO_TOPO_SOURCE", "xml")
-    with shmtopo.share_topology(comm) as topo:
-        assert set(allgather(comm, topo.source)) == {"xml"}
-    with shmtopo.share_topology(comm, source="local") as topo:  # the keyword wins
-        assert set(allgather(comm, topo.source)) == {"local"}
+def test_source_from_environment(monkeypatch):
+    monkeypatch.setenv("SHMTOPO_TOPO_SOURCE", "xml")  # read when a comm is made
+    with shmtopo.Comm.from_mpi() as comm:
+        with shmtopo.share_topology(comm) as topo:
+            assert set(allgather(comm, topo.source)) == {"xml"}
+        with shmtopo.share_topology(comm, source="local") as topo:  # the keyword wins
+            assert set(allgather(comm, topo.source)) == {"local"}
     monkeypatch.setenv("SHMTOPO_TOPO_SOURCE", "carrier-pigeon")
-    with pytest.raises(ShmtopoValueError):
-        shmtopo.share_topology(comm)
+    with pytest.raises(ShmtopoValueError, match="SHMTOPO_TOPO_SOURCE=carrier-pigeon"):
+        shmtopo.Comm.from_mpi()
 
 
 @pytest.mark.parametrize("who", ["last", "leader"])
@@ -192,9 +192,11 @@ def test_conflict_on_one_rank_retries_everywhere(comm, local, who):
     assert leftovers(comm) == []
 
 
-def test_conflict_from_environment(comm, monkeypatch):
-    monkeypatch.setenv("SHMTOPO_TOPO_CONFLICT_RANK", str(comm.size // 2))
-    with shmtopo.share_topology(comm) as topo:
+def test_conflict_from_environment(monkeypatch):
+    from mpi4py import MPI
+
+    monkeypatch.setenv("SHMTOPO_TOPO_CONFLICT_RANK", str(MPI.COMM_WORLD.size // 2))
+    with shmtopo.Comm.from_mpi() as comm, shmtopo.share_topology(comm) as topo:
         assert set(allgather(comm, (topo.source, topo.attempts))) == {("shmem", 2)}
 
 
@@ -215,8 +217,13 @@ def test_forced_shmem_failure_raises_on_every_rank(comm):
     assert leftovers(comm) == []
 
 
-def test_no_file_left_in_the_directory(comm, shared_dir, monkeypatch):
+def test_no_file_left_in_the_directory(shared_dir, monkeypatch):
     monkeypatch.setenv("SHMTOPO_TOPO_DIR", shared_dir)
+    with shmtopo.Comm.from_mpi() as comm:
+        _no_file_left(comm, shared_dir)
+
+
+def _no_file_left(comm, shared_dir):
     with shmtopo.share_topology(comm) as topo:
         assert topo.source == "shmem"
         comm.mpi.Barrier()  # the leader unlinks once it is past the last exchange
@@ -227,9 +234,14 @@ def test_no_file_left_in_the_directory(comm, shared_dir, monkeypatch):
     assert os.listdir(shared_dir) == []
 
 
-def test_unwritable_directory_falls_back(comm, shared_dir, monkeypatch, local):
+def test_unwritable_directory_falls_back(shared_dir, monkeypatch, local):
     # The leader cannot create the file: every rank must notice and take XML.
     monkeypatch.setenv("SHMTOPO_TOPO_DIR", os.path.join(shared_dir, "missing"))
+    with shmtopo.Comm.from_mpi() as comm:
+        _falls_back(comm, shared_dir, local)
+
+
+def _falls_back(comm, shared_dir, local):
     with shmtopo.share_topology(comm) as topo:
         rows = allgather(comm, (topo.source, topo.attempts))
         assert set(rows) == {("xml", T.ATTEMPTS)}
@@ -240,28 +252,27 @@ def test_unwritable_directory_falls_back(comm, shared_dir, monkeypatch, local):
 
 
 def test_stale_files_of_dead_leaders_are_removed(comm, shared_dir, monkeypatch):
+    """A leader killed between writing its file and unlinking it leaves the
+    file; the next comm made on the node removes it (the name carries the
+    creator's pid), and leaves files of live processes alone."""
     monkeypatch.setenv("SHMTOPO_TOPO_DIR", shared_dir)
     if comm.rank == 0:
         dead = subprocess.Popen(["true"])
         dead.wait()
         pids = (dead.pid, os.getppid())
     dead_pid, live_pid = comm.mpi.bcast(pids if comm.rank == 0 else None, root=0)
-    stale = os.path.join(shared_dir, f"shmtopo-topo-0.0.0-{dead_pid}-0")
-    young = os.path.join(shared_dir, f"shmtopo-topo-0.0.0-{dead_pid}-1")
-    alive = os.path.join(shared_dir, f"shmtopo-topo-0.0.0-{live_pid}-0")
+    stale = os.path.join(shared_dir, f"shmtopo-topo.{dead_pid}.0.hwloc-0.0.0")
+    alive = os.path.join(shared_dir, f"shmtopo-topo.{live_pid}.0.hwloc-0.0.0")
     if comm.rank == 0:
-        for path in (stale, young, alive):
+        for path in (stale, alive):
             open(path, "w").close()
-        os.utime(stale, (0, 0))
-        os.utime(alive, (0, 0))
     comm.mpi.Barrier()
-    with shmtopo.share_topology(comm) as topo:
-        assert topo.source == "shmem"
+    with shmtopo.Comm.from_mpi() as fresh:  # creation sweeps
+        fresh.barrier()
     comm.mpi.Barrier()
-    assert sorted(os.listdir(shared_dir)) == sorted(os.path.basename(p) for p in (young, alive))
+    assert sorted(os.listdir(shared_dir)) == [os.path.basename(alive)]
     comm.mpi.Barrier()
     if comm.rank == 0:
-        os.unlink(young)
         os.unlink(alive)
 
 
@@ -379,8 +390,10 @@ def test_split_rejects_unknown_type(comm):
         comm.split("bogus")
 
 
-def test_topo_main_prints(comm, capsys):
-    T.topo_main(comm)
+def test_topo_report_prints(comm, capsys):
+    from shmtopo.__main__ import topo_report
+
+    topo_report(comm)
     out = capsys.readouterr().out
     if comm.rank == 0:
         assert "pu " in out and "share ms" in out
