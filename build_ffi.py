@@ -2,8 +2,8 @@
 the one place that says how anything here is compiled and linked.
 
 The native core (``native/*.c``) is compiled once, by setup.py, into
-``shmtopo/lib/libshmtopo.so``; ``shmtopo._native`` and C programs written
-against the KUPL / KPCCL headers link that library.
+``shmtopo/lib/libshmtopo.so``; ``shmtopo._native``, ``shmtopo._fastpath`` and
+C programs written against the KUPL / KPCCL headers all link that library.
 So a process holds one copy of the core: one set of globals, and one
 thread-local last-error buffer, whichever entry made the failing call and
 whichever reads the message. The extensions find the library through an
@@ -61,14 +61,15 @@ def pkg_config(*args: str) -> list[str]:
 
 def flags() -> dict:
     """Compile and link flags of the core (libshmtopo.so): hwloc from
-    pkg-config, and the sanitizers when SHMTOPO_SANITIZE is set. The binding
-    starts from these (see linked_flags), so both are always built alike."""
+    pkg-config, and the sanitizers when SHMTOPO_SANITIZE is set. Everything
+    that links the core starts from these (see linked_flags), so the library
+    and both extensions are always built alike."""
     cflags, libs = pkg_config("--cflags"), pkg_config("--libs")
     extra_compile = ["-std=c11", "-O2", "-D_GNU_SOURCE", "-Wall", "-Wextra",
                      "-Wno-unused-parameter"]
     extra_link = []
-    # SHMTOPO_SANITIZE=address,undefined builds the library and the binding
-    # with sanitizers.
+    # SHMTOPO_SANITIZE=address,undefined builds the library and both
+    # extensions with sanitizers.
     sanitize = os.environ.get("SHMTOPO_SANITIZE")
     if sanitize:
         extra_compile += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer", "-g", "-O1"]

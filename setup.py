@@ -1,12 +1,14 @@
 # cffi_modules has no pyproject.toml spelling yet; everything else lives there.
 #
 # The native core (native/*.c) is compiled once, into shmtopo/lib/libshmtopo.so,
-# and the cffi binding shmtopo._native and C programs written against the
-# KUPL / KPCCL shm API (headers in shmtopo/include/, flags from
-# `python -m shmtopo --cflags --libs`) link that one library. One core per
-# process means one error state: the thread-local last-error message is the
-# same whichever entry made the call. How the library and the binding are
-# compiled and linked, sanitizers included, is said once, in build_ffi.py.
+# and everything else links that one library: the cffi binding
+# shmtopo._native, the small-collective entry shmtopo._fastpath, and C
+# programs written against the KUPL / KPCCL shm API (headers in
+# shmtopo/include/, flags from `python -m shmtopo --cflags --libs`). One core
+# per process means one error state (the thread-local last-error message is
+# the same whichever entry made the call) and one set of declarations (the
+# headers in native/). How each artifact is compiled and linked, sanitizers
+# included, is said once, in build_ffi.py.
 import sys
 from pathlib import Path
 
@@ -67,10 +69,10 @@ class build_ext_with_c_library(build_ext):
 
 
 # The small-collective entry point: numpy arrays through the buffer protocol
-# (native/cpython/fastpath.c); it calls the core through the addresses
-# shmtopo._native hands it.
+# (native/cpython/fastpath.c). It includes shmtopo.h and calls the core in
+# libshmtopo.so directly, like shmtopo._native does.
 fastpath = Extension("shmtopo._fastpath", ["native/cpython/fastpath.c"],
-                     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"])
+                     depends=["native/shmtopo.h"], **build_ffi.linked_flags())
 
 setup(cffi_modules=["build_ffi.py:ffibuilder"], ext_modules=[fastpath],
       cmdclass={"build_ext": build_ext_with_c_library})
