@@ -45,6 +45,11 @@ class build_ext_with_c_library(build_ext):
         for ext in self.extensions:
             if build_ffi.LIBRARY in ext.libraries and library_dir not in ext.library_dirs:
                 ext.library_dirs.insert(0, library_dir)
+                # Rebuilt with the library, always: setuptools would keep an
+                # extension in build/ that is newer than its sources, though
+                # built with other flags (a SHMTOPO_SANITIZE build after a
+                # plain one), and the three must be built alike.
+                ext.depends.append(str(self.c_library))
         # The extensions' one rpath is $ORIGIN/lib. An interpreter built with
         # an rpath in LDSHARED (pyenv, conda) would put its own in front,
         # where a stray libshmtopo.so could shadow the package's; extensions
