@@ -1,4 +1,14 @@
-"""cffi API-mode build of shmtopo's native core (``shmtopo._native``).
+"""cffi API-mode build of shmtopo's Python binding (``shmtopo._native``), and
+the one place that says how anything here is compiled and linked.
+
+The native core (``native/*.c``) is compiled once, by setup.py, into
+``shmtopo/lib/libshmtopo.so``; ``shmtopo._native``, ``shmtopo._fastpath`` and
+C programs written against the KUPL / KPCCL headers all link that library.
+So a process holds one copy of the core: one set of globals, and one
+thread-local last-error buffer, whichever entry made the failing call and
+whichever reads the message. The extensions find the library through an
+rpath of ``$ORIGIN/lib`` (it lies in ``lib/`` beside them, in the source tree
+for editable installs and in the wheel otherwise).
 
 The declarations come from the public headers in ``native/`` (the part between
 the CDEF markers), so the C side and the binding cannot drift apart. hwloc is
@@ -23,6 +33,12 @@ extern "Python" int _shmtopo_py_allgather(const void *, void *, size_t, void *);
 extern "Python" int _shmtopo_py_barrier(void *);
 extern "Python" int _shmtopo_py_interrupted(void);
 """
+# The core as a shared library: its sources, its name (-lshmtopo) and where
+# the extensions look for it at run time, relative to themselves.
+CORE_SOURCES = sorted(os.path.relpath(p, HERE) for p in NATIVE.glob("*.c"))
+LIBRARY = "shmtopo"
+SONAME = f"lib{LIBRARY}.so"
+RPATH = "$ORIGIN/lib"
 
 
 def cdef_block(header: Path) -> str:
@@ -45,11 +61,16 @@ def pkg_config(*args: str) -> list[str]:
 
 
 def flags() -> dict:
+    """Compile and link flags of the core (libshmtopo.so): hwloc from
+    pkg-config, and the sanitizers when SHMTOPO_SANITIZE is set. Everything
+    that links the core starts from these (see linked_flags), so the library
+    and both extensions are always built alike."""
     cflags, libs = pkg_config("--cflags"), pkg_config("--libs")
     extra_compile = ["-std=c11", "-O2", "-D_GNU_SOURCE", "-Wall", "-Wextra",
                      "-Wno-unused-parameter"]
     extra_link = []
-    # SHMTOPO_SANITIZE=address,undefined builds the core with sanitizers.
+    # SHMTOPO_SANITIZE=address,undefined builds the library and both
+    # extensions with sanitizers.
     sanitize = os.environ.get("SHMTOPO_SANITIZE")
     if sanitize:
         extra_compile += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer", "-g", "-O1"]
@@ -63,14 +84,33 @@ def flags() -> dict:
     }
 
 
+def linked_flags() -> dict:
+    """Flags of an extension that uses the core: the core's compile flags
+    (and its headers), linked to libshmtopo.so instead of compiling the core
+    again, with an rpath (a RUNPATH) of $ORIGIN/lib. hwloc is the library's
+    own dependency and not linked here. The directory libshmtopo.so is built
+    in depends on the build (source tree or build_lib), so setup.py adds it to
+    library_dirs once it has built the library."""
+    core = flags()
+    return {
+        "include_dirs": core["include_dirs"],
+        "library_dirs": [],
+        "libraries": [LIBRARY],
+        "extra_compile_args": core["extra_compile_args"],
+        "extra_link_args": core["extra_link_args"] + [f"-Wl,-rpath,{RPATH}", "-Wl,--enable-new-dtags"],
+    }
+
+
 ffibuilder = FFI()
 ffibuilder.cdef("".join(cdef_block(NATIVE / h) for h in HEADERS) + PYTHON_CALLBACKS)
+# No core sources: only the generated wrapper, linked to libshmtopo.so.
 ffibuilder.set_source(
     "shmtopo._native",
     "".join(f'#include "{h}"\n' for h in HEADERS),
-    sources=sorted(os.path.relpath(p, HERE) for p in NATIVE.glob("*.c")),
-    **flags(),
+    **linked_flags(),
 )
 
 if __name__ == "__main__":
-    ffibuilder.compile(verbose=True)
+    # shmtopo._native links libshmtopo.so, which setup.py builds first.
+    sys.exit(subprocess.call([sys.executable, str(HERE / "setup.py"), "build_ext", "--inplace"],
+                             cwd=HERE))

@@ -1,51 +1,83 @@
 # cffi_modules has no pyproject.toml spelling yet; everything else lives there.
 #
-# Besides the cffi extension, the build makes libshmtopo.so: the same native
-# core as a plain shared library, for C programs written against the KUPL /
-# KPCCL shm API (headers in shmtopo/include/, flags from
-# `python -m shmtopo --cflags --libs`).
+# The native core (native/*.c) is compiled once, into shmtopo/lib/libshmtopo.so,
+# and everything else links that one library: the cffi binding
+# shmtopo._native, the small-collective entry shmtopo._fastpath, and C
+# programs written against the KUPL / KPCCL shm API (headers in
+# shmtopo/include/, flags from `python -m shmtopo --cflags --libs`). One core
+# per process means one error state (the thread-local last-error message is
+# the same whichever entry made the call) and one set of declarations (the
+# headers in native/). How each artifact is compiled and linked, sanitizers
+# included, is said once, in build_ffi.py.
+import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # build_ffi, for its flags (build_meta does not add it)
+import build_ffi  # noqa: E402
+
+
+def without_rpaths(command: list) -> list:
+    return [arg for arg in command
+            if not arg.startswith(("-Wl,-rpath,", "-Wl,-rpath=", "-Wl,-R", "-R"))]
 
 
 class build_ext_with_c_library(build_ext):
-    """The normal build, then libshmtopo.so next to the cffi extension
-    (shmtopo/lib/), compiled with the same compiler and flags."""
+    """libshmtopo.so first, then the extensions, linked to it."""
 
     def run(self):
+        # Decided here: setuptools' run() clears inplace while it builds.
+        self.c_library = self.c_library_path()
         super().run()
-        self.build_c_library()
 
     def c_library_path(self) -> Path:
-        # Beside shmtopo._native wherever that goes: the source tree for
-        # editable installs (inplace), build_lib for wheels.
-        return Path(self.get_ext_fullpath("shmtopo._native")).parent / "lib" / "libshmtopo.so"
+        # Where the extensions go, in lib/ (their rpath is $ORIGIN/lib): the
+        # source tree for editable installs (inplace), build_lib for wheels.
+        return Path(self.get_ext_fullpath("shmtopo._native")).parent / "lib" / build_ffi.SONAME
 
-    def build_c_library(self):
-        ext = next(e for e in self.extensions if e.name == "shmtopo._native")
-        sources = sorted(str(p.relative_to(HERE)) for p in (HERE / "native").glob("*.c"))
+    def build_extensions(self):
+        # self.compiler exists from here on.
+        self.build_c_library(self.c_library)
+        library_dir = str(self.c_library.parent)
+        for ext in self.extensions:
+            if build_ffi.LIBRARY in ext.libraries and library_dir not in ext.library_dirs:
+                ext.library_dirs.insert(0, library_dir)
+                # Rebuilt with the library, always: setuptools would keep an
+                # extension in build/ that is newer than its sources, though
+                # built with other flags (a SHMTOPO_SANITIZE build after a
+                # plain one), and the three must be built alike.
+                ext.depends.append(str(self.c_library))
+        # The extensions' one rpath is $ORIGIN/lib. An interpreter built with
+        # an rpath in LDSHARED (pyenv, conda) would put its own in front,
+        # where a stray libshmtopo.so could shadow the package's; extensions
+        # need nothing from it (they do not link libpython). The library
+        # keeps it: its hwloc may live there.
+        self.compiler.set_executable("linker_so", without_rpaths(self.compiler.linker_so))
+        super().build_extensions()
+
+    def build_c_library(self, target: Path):
+        core = build_ffi.flags()
         objects = self.compiler.compile(
-            sources, output_dir=str(Path(self.build_temp) / "libshmtopo"),
-            include_dirs=ext.include_dirs, extra_postargs=ext.extra_compile_args + ["-fPIC"],
-            depends=ext.depends)
-        target = self.c_library_path()
+            build_ffi.CORE_SOURCES, output_dir=str(Path(self.build_temp) / "libshmtopo"),
+            include_dirs=core["include_dirs"], extra_postargs=core["extra_compile_args"] + ["-fPIC"],
+            depends=[str(p.relative_to(HERE)) for p in build_ffi.NATIVE.glob("*.h")])
         target.parent.mkdir(parents=True, exist_ok=True)
         self.compiler.link_shared_object(
-            objects, str(target), libraries=ext.libraries, library_dirs=ext.library_dirs,
-            extra_postargs=ext.extra_link_args + ["-Wl,-soname,libshmtopo.so"])
+            objects, str(target), libraries=core["libraries"], library_dirs=core["library_dirs"],
+            extra_postargs=core["extra_link_args"] + [f"-Wl,-soname,{build_ffi.SONAME}"])
 
     def get_outputs(self):
         return super().get_outputs() + [str(self.c_library_path())]
 
 
 # The small-collective entry point: numpy arrays through the buffer protocol
-# (native/cpython/fastpath.c); it calls the core inside shmtopo._native.
+# (native/cpython/fastpath.c). It includes shmtopo.h and calls the core in
+# libshmtopo.so directly, like shmtopo._native does.
 fastpath = Extension("shmtopo._fastpath", ["native/cpython/fastpath.c"],
-                     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"])
+                     depends=["native/shmtopo.h"], **build_ffi.linked_flags())
 
 setup(cffi_modules=["build_ffi.py:ffibuilder"], ext_modules=[fastpath],
       cmdclass={"build_ext": build_ext_with_c_library})

@@ -49,10 +49,9 @@ _barrier = lib.shmtopo_barrier
 WINDOW_MIN = 64 * 1024  # smaller arrays: the copy path is as fast, and finding the window costs
 
 # Arrays below WINDOW_MIN on a single-node comm go through _fastpath, which
-# calls the same native functions without cffi's per-call Python costs.
-_fastpath.bind(*(int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in
-                 ("shmtopo_allreduce", "shmtopo_reduce", "shmtopo_bcast", "shmtopo_allgather")),
-               np.ndarray, np.empty_like, OPS, WINDOW_MIN,
+# calls the same native functions (the one libshmtopo.so both modules link)
+# without cffi's per-call Python costs.
+_fastpath.bind(np.ndarray, np.empty_like, OPS, WINDOW_MIN,
                tuple(sorted(DTYPES, key=DTYPES.__getitem__)), last_error)
 _fast_allreduce, _fast_reduce = _fastpath.allreduce, _fastpath.reduce
 _fast_bcast, _fast_allgather = _fastpath.bcast, _fastpath.allgather

@@ -3,9 +3,12 @@
  * A small allreduce costs about 0.4 us in shared memory, and going through
  * cffi (two ffi.from_buffer calls, dtype and op lookups) added 1-2 us of
  * Python on top. This module takes numpy arrays straight through the buffer
- * protocol and calls the native core, whose functions it gets as addresses
- * from shmtopo._native (bind), so the process holds one copy of the core
- * and its error state.
+ * protocol and calls the native core directly. The declarations are the
+ * core's own (shmtopo.h), and the core is the one libshmtopo.so that
+ * shmtopo._native and C programs link too (found through the rpath
+ * $ORIGIN/lib), so the process holds one copy of the core and of its
+ * thread-local error state: the message of a failure here is the one
+ * shmtopo.errors.last_error reads through cffi.
  *
  * Every function returns None, having done nothing, when the arguments are
  * not the plain case (exact ndarrays, C-contiguous, native byte order, a
@@ -16,22 +19,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
-#include <stdint.h>
 #include <string.h>
 
-typedef struct shmtopo_comm shmtopo_comm_t;
-#define NDTYPES 10 /* enum shmtopo_dtype */
-static const Py_ssize_t dtype_sizes[NDTYPES] = {1, 2, 4, 8, 1, 2, 4, 8, 4, 8};
-typedef int (*allreduce_fn)(shmtopo_comm_t *, const void *, void *, size_t, int, int, int);
-typedef int (*reduce_fn)(shmtopo_comm_t *, const void *, void *, size_t, int, int, int, int);
-typedef int (*bcast_fn)(shmtopo_comm_t *, void *, size_t, int, int);
-typedef int (*allgather_fn)(shmtopo_comm_t *, const void *, void *, size_t, int);
+#include "shmtopo.h"
+
+#define NDTYPES (SHMTOPO_FLOAT64 + 1) /* enum shmtopo_dtype: codes 0 .. SHMTOPO_FLOAT64 */
 
 static struct {
-    allreduce_fn allreduce;
-    reduce_fn reduce;
-    bcast_fn bcast;
-    allgather_fn allgather;
     PyObject *ndarray;      /* numpy.ndarray */
     PyObject *empty_like;   /* numpy.empty_like */
     PyObject *ops;          /* {"sum": code, ...} */
@@ -48,7 +42,7 @@ static PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
 }
 
 /* The element type's shmtopo_dtype code: numpy's built-in native-order
- * dtypes are singletons, so an identity scan of the ten bound at start finds
+ * dtypes are singletons, so an identity scan of the ones bound at start finds
  * them (asking the buffer for its format string would make numpy build that
  * string on every call). -1 for anything else: the general path decides. */
 static int dtype_code(PyObject *array)
@@ -88,6 +82,12 @@ static int array_view(PyObject *obj, Py_buffer *view, int writable, int *code, P
 static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
 {
     return array_view(obj, view, writable, code, bound.max_bytes);
+}
+
+/* Elements in a view of an array whose type has code `code`. */
+static size_t count_of(const Py_buffer *view, int code)
+{
+    return (size_t)view->len / shmtopo_dtype_size(code);
 }
 
 static shmtopo_comm_t *comm_of(PyObject *handle)
@@ -167,7 +167,7 @@ static PyObject *fast_allreduce(PyObject *self, PyObject *const *args, Py_ssize_
     }
     int rc, err;
     Py_BEGIN_ALLOW_THREADS
-    rc = bound.allreduce(comm, in.buf, out.buf, (size_t)(in.len / dtype_sizes[code]), code, op, 0);
+    rc = shmtopo_allreduce(comm, in.buf, out.buf, count_of(&in, code), code, op, SHMTOPO_COLL_AUTO);
     err = errno;
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
@@ -197,7 +197,7 @@ static PyObject *fast_reduce(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_INCREF(result);
     int rc, err;
     Py_BEGIN_ALLOW_THREADS
-    rc = bound.reduce(comm, in.buf, out.buf, (size_t)(in.len / dtype_sizes[code]), code, op, root, 0);
+    rc = shmtopo_reduce(comm, in.buf, out.buf, count_of(&in, code), code, op, root, SHMTOPO_COLL_AUTO);
     err = errno;
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
@@ -220,7 +220,7 @@ static PyObject *fast_bcast(PyObject *self, PyObject *const *args, Py_ssize_t na
         return not_handled();
     int rc, err;
     Py_BEGIN_ALLOW_THREADS
-    rc = bound.bcast(comm, buf.buf, (size_t)(buf.len / dtype_sizes[code]), code, root);
+    rc = shmtopo_bcast(comm, buf.buf, count_of(&buf, code), code, root);
     err = errno;
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
@@ -251,7 +251,7 @@ static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_
     }
     int rc, err;
     Py_BEGIN_ALLOW_THREADS
-    rc = bound.allgather(comm, in.buf, out.buf, (size_t)(in.len / dtype_sizes[code]), code);
+    rc = shmtopo_allgather(comm, in.buf, out.buf, count_of(&in, code), code);
     err = errno;
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&in);
@@ -259,47 +259,36 @@ static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_
     return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
 }
 
-static void *address(PyObject *value)
-{
-    return (void *)(uintptr_t)PyLong_AsUnsignedLongLong(value);
-}
-
-/* bind(allreduce, reduce, bcast, allgather, ndarray, empty_like, ops, max_bytes, dtypes,
- *      last_error): the native functions as addresses, numpy's type and
- * constructor, the op-name table, the size limit, the dtypes in
- * shmtopo_dtype order and the maker of failures' exceptions. */
+/* bind(ndarray, empty_like, ops, max_bytes, dtypes, last_error): numpy's
+ * type and constructor, the op-name table, the size limit, the dtypes in
+ * shmtopo_dtype order and the maker of failures' exceptions. The native
+ * functions need no binding: they are linked. */
 static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 10)
-        return PyErr_Format(PyExc_TypeError, "bind takes 10 arguments"), NULL;
-    bound.allreduce = (allreduce_fn)address(args[0]);
-    bound.reduce = (reduce_fn)address(args[1]);
-    bound.bcast = (bcast_fn)address(args[2]);
-    bound.allgather = (allgather_fn)address(args[3]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (!PyType_Check(args[4]) || !PyDict_Check(args[6]))
+    if (nargs != 6)
+        return PyErr_Format(PyExc_TypeError, "bind takes 6 arguments"), NULL;
+    if (!PyType_Check(args[0]) || !PyDict_Check(args[2]))
         return PyErr_Format(PyExc_TypeError, "bind: expected a type and a dict"), NULL;
-    Py_XSETREF(bound.ndarray, new_ref(args[4]));
-    Py_XSETREF(bound.empty_like, new_ref(args[5]));
-    Py_XSETREF(bound.ops, new_ref(args[6]));
-    bound.max_bytes = PyLong_AsSsize_t(args[7]);
+    Py_XSETREF(bound.ndarray, new_ref(args[0]));
+    Py_XSETREF(bound.empty_like, new_ref(args[1]));
+    Py_XSETREF(bound.ops, new_ref(args[2]));
+    bound.max_bytes = PyLong_AsSsize_t(args[3]);
     if (PyErr_Occurred())
         return NULL;
-    if (!PyTuple_Check(args[8]) || PyTuple_GET_SIZE(args[8]) != NDTYPES)
+    if (!PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) != NDTYPES)
         return PyErr_Format(PyExc_TypeError, "bind: expected a tuple of %d dtypes", NDTYPES), NULL;
     for (int i = 0; i < NDTYPES; i++)
-        Py_XSETREF(bound.dtypes[i], new_ref(PyTuple_GET_ITEM(args[8], i)));
+        Py_XSETREF(bound.dtypes[i], new_ref(PyTuple_GET_ITEM(args[4], i)));
     if (!bound.dtype_name && !(bound.dtype_name = PyUnicode_InternFromString("dtype")))
         return NULL;
-    if (!PyCallable_Check(args[9]))
+    if (!PyCallable_Check(args[5]))
         return PyErr_Format(PyExc_TypeError, "bind: last_error must be callable"), NULL;
-    Py_XSETREF(bound.last_error, new_ref(args[9]));
+    Py_XSETREF(bound.last_error, new_ref(args[5]));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Bind the native core (shmtopo internal)."},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Bind numpy, the op table, the size limit and the error maker (shmtopo internal)."},
     {"allreduce", (PyCFunction)(void (*)(void))fast_allreduce, METH_FASTCALL, "allreduce(handle, array, out, op)"},
     {"reduce", (PyCFunction)(void (*)(void))fast_reduce, METH_FASTCALL, "reduce(handle, array, out, op, root, is_root)"},
     {"bcast", (PyCFunction)(void (*)(void))fast_bcast, METH_FASTCALL, "bcast(handle, array, root)"},
