@@ -186,6 +186,8 @@ int shmtopo_config_compat(const char *api, int *backendp, int *fence_algp, char 
 unsigned long long shmtopo_process_starttime(pid_t pid);
 /* 1 if the process with this pid and start time still runs (not a zombie). */
 int shmtopo_process_alive(pid_t pid, unsigned long long starttime);
+/* 1 while a process with this pid runs (a zombie does not), whoever it is. */
+int shmtopo_pid_running(pid_t pid);
 /* First rank of the comm whose process is gone, or -1. */
 int shmtopo_comm_find_dead(const shmtopo_comm_t *comm);
 

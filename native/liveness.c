@@ -58,6 +58,15 @@ int shmtopo_process_alive(pid_t pid, unsigned long long starttime)
     return state != 'Z' && state != 'X';
 }
 
+int shmtopo_pid_running(pid_t pid)
+{
+    if (kill(pid, 0) < 0 && errno != EPERM)
+        return 0;
+    char state = '?';
+    /* a zombie is dead: only its parent has not reaped it yet */
+    return read_stat(pid, &state) == 0 || (state != 'Z' && state != 'X');
+}
+
 int shmtopo_comm_find_dead(const shmtopo_comm_t *comm)
 {
     for (int r = 0; r < comm->size; r++)

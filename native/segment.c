@@ -362,7 +362,7 @@ static int sweep(const char *dir, const char *prefix)
             continue;
         char *end;
         long pid = strtol(e->d_name + n, &end, 10);
-        if (pid <= 0 || *end != '.' || (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+        if (pid <= 0 || *end != '.' || shmtopo_pid_running((pid_t)pid))
             continue;
         if (unlinkat(dirfd(d), e->d_name, 0) == 0)
             removed++;
