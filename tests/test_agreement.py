@@ -1,0 +1,368 @@
+"""One agreement (issue 10): the misuse matrix.
+
+One rank (the culprit) passes a bad or disagreeing argument, or the ranks'
+environments differ, and every rank must raise the same exception (class and
+message) within a bounded time, on one node and across simulated nodes; the
+comm stays usable after an argument error and nothing is left in /dev/shm.
+Then: orders that can never match (timeouts, no hang), ranks SIGKILLed inside
+share_topology / comm creation / the first collective, memory admission
+inside a memory cgroup, and misuse that must be detected (a fork child using
+the parent's comm, KeyboardInterrupt in a callback, SIGINT in a fence).
+
+The MPI cases run tests/scripts/misuse.py under mpiexec, many cases per job,
+with SHMTOPO_TIMEOUT=2; a case not over on every rank after 4 s counts as a
+hang: the driver's watchdog ends the job and a new job runs the cases after
+it. Once a case hung with one culprit its other culprits are skipped (each
+hang costs a job); MISUSE_FULL=1 runs them all. Jobs run MISUSE_JOBS (4) at a
+time. Set MISUSE_REPORT=FILE to append one JSON line per case with its
+verdict (tests/scripts/misuse_table.py turns them into a table).
+
+All serial: every test starts its own mpiexec or processes.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shmtopo
+from conftest import CLEAN_ENV, mpiexec_command
+from test_hardening import OOB_LIMIT, Ranks, shm_names_of, sysv_segments_of
+
+pytestmark = pytest.mark.serial
+HERE = Path(__file__).resolve().parent
+DRIVER = HERE / "scripts" / "misuse.py"
+
+# SHMTOPO_TIMEOUT in every job: a wait that cannot complete fails after this
+# many seconds. A case must be over on every rank within DEADLINE seconds
+# (the driver's watchdog), else it counts as a hang.
+TIMEOUT = float(os.environ.get("MISUSE_TIMEOUT", "2"))
+DEADLINE = float(os.environ.get("MISUSE_DEADLINE", str(2 * TIMEOUT)))
+REPORT = os.environ.get("MISUSE_REPORT")
+FULL = os.environ.get("MISUSE_FULL") == "1"
+
+# (id, ranks, node_size): one node, and simulated nodes
+LAYOUTS = [("1node-2", 2, None), ("1node-3", 3, None), ("1node-4", 4, None),
+           ("nodes2-4", 4, 2), ("nodes1-3", 3, 1), ("nodes2-3", 3, 2)]
+
+
+def _load_driver():
+    spec = importlib.util.spec_from_file_location("misuse_driver", DRIVER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CASES = _load_driver().CASES
+
+
+def culprits(ws: int, node_size: int | None) -> list[int]:
+    """First, middle and last rank, and the leader of another node."""
+    found = {0, (ws - 1) // 2, ws - 1}
+    if node_size and node_size < ws:
+        found.add(node_size)
+    return sorted(found)
+
+
+def job_env(**extra) -> dict:
+    """CLEAN_ENV without the variables these tests set, plus theirs."""
+    env = {k: v for k, v in CLEAN_ENV.items()
+           if not (k.startswith("SHMTOPO_") or k.startswith("KUPL_") or k.startswith("KPCCL_"))
+           or k in ("SHMTOPO_MPIEXEC", "SHMTOPO_TOPO_DIR")}
+    env.update(SHMTOPO_TIMEOUT=str(TIMEOUT), MISUSE_DEADLINE=str(DEADLINE))
+    env.update(extra)
+    return env
+
+
+# ---- running jobs -------------------------------------------------------------------
+
+def run_job(argv: list, env: dict, timeout: float):
+    """Run mpiexec + argv in its own session, the ranks writing their lines
+    into a fresh directory (MISUSE_OUT); on timeout kill that session
+    (mpiexec and its ranks). Returns (events, stderr, returncode)."""
+    out_dir = tempfile.mkdtemp(prefix="misuse-")
+    # Open MPI's own shared-memory files: in there too, so that a job the
+    # watchdog ended leaves none in /dev/shm
+    env = dict(env, MISUSE_OUT=out_dir, OMPI_MCA_btl_vader_backing_directory=out_dir)
+    try:
+        proc = subprocess.Popen(mpiexec_command() + [str(a) for a in argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            err += f"\n[test] job killed after {timeout:.0f} s"
+        try:  # ranks the watchdog ended may leave orphans in the session
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        events = []
+        for name in sorted(os.listdir(out_dir)):
+            if name.startswith("rank") and name.endswith(".jsonl"):
+                for line in Path(out_dir, name).read_text().splitlines():
+                    try:
+                        events.append(json.loads(line[7:]))
+                    except ValueError:
+                        pass
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    pids = {str(e["pid"]) for e in events if e.get("ev") == "hello"}
+    for name in os.listdir("/dev/shm"):  # left by ranks the end of the job killed
+        parts = name.split(".") if name.startswith("shmtopo.") else name.rsplit("-", 2)
+        if name.startswith(("shmtopo.", "shmtopo-topo-")) and len(parts) > 2 and parts[1] in pids:
+            try:
+                os.unlink(f"/dev/shm/{name}")
+            except OSError:
+                pass
+    return events, (out[-1500:] + err)[-3000:], proc.returncode
+
+
+def collect(n: int, events: list, case_ids: list, err: str) -> tuple[dict, list]:
+    """Results of the cases this job got through, and the ids it did not
+    reach. The first case without an end line from every rank hung (or the
+    job died in it)."""
+    results = {}
+    for i, cid in enumerate(case_ids):
+        mine = [e for e in events if e.get("case") == cid]
+        ends = {e["rank"]: e for e in mine if e["ev"] == "end"}
+        left = [e for e in mine if e["ev"] == "leftover"]
+        entry = {"ranks": ends, "leftover": left[0]["names"] if left else []}
+        if len(ends) == n:
+            results[cid] = entry
+            continue
+        hung = {e["rank"]: e for e in mine if e["ev"] == "hang"}
+        started = {e["rank"] for e in mine if e["ev"] == "start"}
+        for r in range(n):
+            if r not in ends:
+                if r in hung:
+                    ends[r] = {"outcome": "hang", "phase": hung[r].get("phase")}
+                else:
+                    ends[r] = {"outcome": "no report", "started": r in started}
+        entry["stderr"] = err[-1500:]
+        results[cid] = entry
+        return results, case_ids[i + 1:]
+    return results, []
+
+
+def run_layout(layout: tuple) -> dict:
+    """Every case of the matrix for one layout, in as few jobs as hangs
+    allow. After a case hangs with one culprit, its other culprits are
+    skipped (each hang costs a job), unless MISUSE_FULL=1."""
+    _, n, node_size = layout
+    ids = []
+    for name, spec in CASES.items():
+        if spec["kind"] == "all":
+            ids.append(f"{name}@*")
+        else:
+            ids += [f"{name}@{c}" for c in culprits(n, node_size)]
+    results, remaining = {}, ids
+    while remaining:
+        argv = ["-n", n, sys.executable, DRIVER, "cases", node_size or "-"] + remaining
+        events, err, rc = run_job(argv, job_env(), timeout=30 + len(remaining) * (DEADLINE + 3))
+        got, remaining = collect(n, events, remaining, err)
+        if not got:  # the job never got to its first case
+            raise AssertionError(f"misuse driver did not start (rc {rc}):\n{err}")
+        results.update(got)
+        hung = [cid for cid, entry in got.items() if "stderr" in entry]
+        if hung and not FULL:
+            name = hung[0].split("@")[0]
+            for cid in [c for c in remaining if c.split("@")[0] == name]:
+                results[cid] = {"skipped": f"not run: {hung[0]} hung"}
+            remaining = [c for c in remaining if c.split("@")[0] != name]
+    return results
+
+
+# Jobs run MISUSE_JOBS at a time (most of a job that hangs is waiting), the
+# ones the selected tests need, started when the first of them runs.
+_POOL = ThreadPoolExecutor(max(1, int(os.environ.get("MISUSE_JOBS", "4"))))
+_FUTURES: dict = {}
+
+
+def _submit(key, fn, *args):
+    if key not in _FUTURES:
+        _FUTURES[key] = _POOL.submit(fn, *args)
+    return _FUTURES[key]
+
+
+def _env_job(item):
+    """(key, function, arguments) of the env job(s) of one collected test item."""
+    params = item.callspec.params
+    lay, var, value = params["layout"], params["var"], params["value"]
+    if item.originalname == "test_env_differs_on_one_rank":
+        key = (lay[1], lay[2], var, _mismatched_value(lay, var, value))
+        return ("env-group",) + key, run_env_group, key
+    key = (lay[1], lay[2], var, value, params["culprit"])
+    return ("env",) + key, run_env_case, key
+
+
+@pytest.fixture(scope="session")
+def misuse_jobs(request):
+    """Starts every job the selected tests need (MISUSE_JOBS at a time)."""
+    items = [i for i in request.session.items if getattr(i, "callspec", None) is not None]
+    for item in items:
+        if item.originalname == "test_misuse":
+            lay = item.callspec.params["layout"]
+            _submit(("layout", lay), run_layout, lay)
+    for item in items:
+        if item.originalname in ("test_env_differs_on_one_rank", "test_invalid_env"):
+            key, fn, args = _env_job(item)
+            _submit(key, fn, *args)
+    yield lambda key, fn, *args: _submit(key, fn, *args).result()
+    for future in _FUTURES.values():
+        future.cancel()
+
+
+# ---- judging one case -------------------------------------------------------------------
+
+def _doubled(msg: str, width: int = 25) -> bool:
+    """True when some stretch of `width` characters appears twice."""
+    return any(msg.find(msg[i:i + width], i + 1) >= 0 for i in range(len(msg) - width))
+
+
+def _short(rec: dict) -> str:
+    if rec["outcome"] == "raised":
+        return f"{rec['cls']}({rec['msg']!r}, rank={rec['exc_rank']})"
+    if rec["outcome"] == "returned":
+        extra = "" if rec.get("correct") is None else (" correct" if rec["correct"] else " WRONG")
+        return f"returned {rec.get('value')}{extra}"
+    return rec["outcome"] + (f" in {rec['phase']}" if rec.get("phase") else "")
+
+
+def _ranks(rs) -> str:
+    return ",".join(str(r) for r in sorted(rs))
+
+
+def judge(spec: dict, entry: dict, culprit, ws: int) -> tuple[str, list]:
+    """(summary for the table, list of contract violations)."""
+    ranks = entry["ranks"]
+    problems = []
+    hung = [r for r, rec in ranks.items() if rec["outcome"] not in ("raised", "returned")]
+    raised = {r: rec for r, rec in ranks.items() if rec["outcome"] == "raised"}
+    returned = {r: rec for r, rec in ranks.items() if rec["outcome"] == "returned"}
+    expect = spec["expect"]
+    if hung:
+        others = {r: _short(rec) for r, rec in ranks.items() if r not in hung}
+        summary = f"hang (ranks {_ranks(hung)})"
+        problems.append(f"{summary}; the others: {others}")
+        return summary, problems
+    if not raised:
+        wrong = [r for r, rec in returned.items() if rec.get("correct") is False]
+        if expect == "value_error_or_correct" and all(rec.get("correct") for rec in returned.values()):
+            summary = "pass"
+        elif wrong:
+            summary = f"wrong result (ranks {_ranks(wrong)})"
+        else:
+            summary = "no error (returned on every rank)"
+            whose = {rec.get("value", {}).get("data_of_rank") if isinstance(rec.get("value"), dict) else None
+                     for rec in returned.values()}
+            if len(whose) == 1 and None not in whose:
+                summary = f"no error: every rank returned rank {whose.pop()}'s data"
+        if summary != "pass":
+            problems.append(f"{summary}: " + "; ".join(f"{r}: {_short(rec)}" for r, rec in sorted(ranks.items())))
+    elif returned:
+        if culprit != "*" and set(raised) == {culprit}:
+            summary = f"raised on culprit only ({raised[culprit]['cls']})"
+        else:
+            summary = f"raised on ranks {_ranks(raised)} only ({'/'.join(sorted({x['cls'] for x in raised.values()}))})"
+        wrong = [r for r, rec in returned.items() if rec.get("correct") is False]
+        if wrong:
+            summary += f", wrong result on ranks {_ranks(wrong)}"
+        problems.append(f"{summary}: " + "; ".join(f"{r}: {_short(rec)}" for r, rec in sorted(ranks.items())))
+    else:
+        classes = {rec["cls"] for rec in raised.values()}
+        if expect == "abort":
+            ok = {"ShmtopoTimeoutError", "PeerAbortedError", "ShmtopoValueError"}
+            bad = {r: rec for r, rec in raised.items() if rec["cls"] not in ok}
+        else:
+            bad = {r: rec for r, rec in raised.items() if rec["cls"] != "ShmtopoValueError"}
+        if bad:
+            by_cls = {}
+            for r, rec in bad.items():
+                by_cls.setdefault(rec["cls"], []).append(r)
+            summary = "wrong exception (" + "; ".join(f"{c} on ranks {_ranks(rs)}" for c, rs in by_cls.items()) + ")"
+            problems.append(f"{summary}: " + "; ".join(f"{r}: {_short(rec)}" for r, rec in sorted(ranks.items())))
+        else:
+            summary = "pass"
+            if expect != "abort":
+                details = []
+                if len(classes) > 1 or len({rec["msg"] for rec in raised.values()}) > 1:
+                    details.append("messages differ")
+                if culprit != "*":
+                    if any(not re.search(rf"\brank {culprit}\b", rec["msg"]) for rec in raised.values()):
+                        details.append(f"message lacks 'rank {culprit}'")
+                    if any(rec["exc_rank"] != culprit for rec in raised.values()):
+                        details.append("exc.rank != culprit")
+                for word in spec.get("mentions", ()):
+                    if any(word not in rec["msg"] for rec in raised.values()):
+                        details.append(f"message lacks {word!r}")
+                if spec.get("usable"):
+                    unusable = [r for r, rec in raised.items() if not rec.get("usable")]
+                    if unusable:
+                        details.append(f"comm unusable after on ranks {_ranks(unusable)}")
+                if details:
+                    summary = "ShmtopoValueError everywhere, but " + ", ".join(details)
+                    problems.append(f"{summary}: " + "; ".join(
+                        f"{r}: {_short(rec)}" + ("" if rec.get("usable", True) else
+                                                 f" [after: {rec.get('usable_detail')}]")
+                        for r, rec in sorted(ranks.items())))
+    slow = {r: rec["elapsed"] for r, rec in ranks.items() if rec.get("elapsed", 0) > DEADLINE}
+    if slow:
+        problems.append(f"slower than {DEADLINE} s: {slow}")
+    if spec.get("usable") and not raised:
+        unusable = [r for r, rec in returned.items() if not rec.get("usable")]
+        if unusable:
+            problems.append(f"comm unusable after on ranks {_ranks(unusable)}")
+    if entry.get("leftover"):
+        problems.append(f"left in /dev/shm: {entry['leftover']}")
+        if summary == "pass":
+            summary = "left names in /dev/shm"
+    return summary, problems
+
+
+def _record(layout_id: str, case_id: str, summary: str, problems: list) -> None:
+    if not REPORT:
+        return
+    with open(REPORT, "a") as f:
+        f.write(json.dumps({"mpi": " ".join(mpiexec_command()), "layout": layout_id, "case": case_id,
+                            "summary": summary, "problems": problems}) + "\n")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("layout", LAYOUTS, ids=[lay[0] for lay in LAYOUTS])
+def test_misuse(misuse_jobs, layout, name):
+    """Cases 1-9 and 12 of the issue, every culprit of the layout."""
+    layout_id, n, node_size = layout
+    spec = CASES[name]
+    results = misuse_jobs(("layout", layout), run_layout, layout)
+    failures = []
+    for cid, entry in results.items():
+        case_name, culprit = cid.split("@")
+        if case_name != name:
+            continue
+        if "skipped" in entry:
+            _record(layout_id, cid, "not run", [entry["skipped"]])
+            failures.append(f"{cid}: {entry['skipped']}")
+            continue
+        culprit = "*" if culprit == "*" else int(culprit)
+        summary, problems = judge(spec, entry, culprit, n)
+        _record(layout_id, cid, summary, problems)
+        if problems:
+            failures.append(f"{cid} ({n} ranks, node_size={node_size}): " + "\n    ".join(problems)
+                            + (f"\n    job output: {entry['stderr'][-600:]}" if entry.get("stderr") else ""))
+    assert not failures, "\n".join(failures)
