@@ -366,3 +366,173 @@ def test_misuse(misuse_jobs, layout, name):
             failures.append(f"{cid} ({n} ranks, node_size={node_size}): " + "\n    ".join(problems)
                             + (f"\n    job output: {entry['stderr'][-600:]}" if entry.get("stderr") else ""))
     assert not failures, "\n".join(failures)
+
+
+# ---- per-rank environments (MPMD) ------------------------------------------------------
+
+#: 10: the same variable, another value on the culprit only
+MISMATCHED_ENV = [("SHMTOPO_COLL_ALGORITHM", "flat"), ("SHMTOPO_COLL_BUFFER", "8192"),
+                  ("SHMTOPO_SHM_TYPE", "memfd"), ("SHMTOPO_NODE_SIZE", "2")]
+#: 11: values that are invalid
+INVALID_ENV = [("SHMTOPO_TIMEOUT", "nan"), ("SHMTOPO_TIMEOUT", "1e400"), ("SHMTOPO_TIMEOUT", "-1"),
+               ("SHMTOPO_SPIN_NS", "-1"), ("SHMTOPO_YIELD_NS", "banana"), ("SHMTOPO_SHM_TYPE", "bogus"),
+               ("SHMTOPO_NODE_SIZE", "abc"), ("SHMTOPO_NODE_SIZE", "0"), ("SHMTOPO_COLL_BUFFER", "12")]
+ENV_LAYOUTS = [("1node-3", 3, None), ("nodes2-4", 4, 2)]
+ENV_ALL_LAYOUTS = [("1node-2", 2, None), ("nodes2-4", 4, 2)]
+
+
+def run_env_case(n: int, node_size, var: str, value: str, culprit) -> dict:
+    """One job: `var=value` in the environment of the culprit (of every rank
+    for '*'); the layout's node size comes from SHMTOPO_NODE_SIZE on all."""
+    base = {"SHMTOPO_NODE_SIZE": str(node_size)} if node_size else {}
+    cid = f"{var}={value}@{culprit}"
+    script = [sys.executable, DRIVER, "env", cid]
+    if culprit == "*":
+        argv, env = ["-n", n] + script, job_env(**base, **{var: value})
+    else:
+        groups = []
+        if culprit > 0:
+            groups.append((culprit, []))
+        groups.append((1, ["env", f"{var}={value}"]))
+        if n - culprit - 1 > 0:
+            groups.append((n - culprit - 1, []))
+        argv = []
+        for count, prefix in groups:
+            argv += ([":"] if argv else []) + ["-n", count] + prefix + script
+        env = job_env(**base)
+    events, err, rc = run_job(argv, env, timeout=DEADLINE + 25)
+    got, _ = collect(n, events, [cid], err)
+    return got[cid]
+
+
+def run_env_group(n: int, node_size, var: str, value: str) -> dict:
+    """run_env_case for every culprit in turn; after one hangs, the others
+    are skipped unless MISUSE_FULL=1."""
+    out = {}
+    for culprit in culprits(n, node_size):
+        entry = run_env_case(n, node_size, var, value, culprit)
+        out[culprit] = entry
+        if "stderr" in entry and not FULL:
+            for other in culprits(n, node_size):
+                out.setdefault(other, {"skipped": f"not run: {var}={value} on rank {culprit} hung"})
+            break
+    return out
+
+
+def judge_env(entry: dict, var: str, value: str, culprit, invalid: bool) -> tuple[str, list]:
+    ranks = entry["ranks"]
+    problems = []
+    hung = [r for r, rec in ranks.items() if rec["outcome"] not in ("raised", "returned")]
+    raised = {r: rec for r, rec in ranks.items() if rec["outcome"] == "raised"}
+    returned = {r: rec for r, rec in ranks.items() if rec["outcome"] == "returned"}
+
+    def listing():
+        return "; ".join(f"{r}: " + (_short(rec) + (f" at {rec['step']}" if rec.get("step") else ""))
+                         for r, rec in sorted(ranks.items()))
+
+    if hung:
+        summary = f"hang (ranks {_ranks(hung)})"
+    elif not raised:
+        wrong = [r for r, rec in returned.items() if not rec.get("correct")]
+        summary = f"wrong result (ranks {_ranks(wrong)})" if wrong else "no error (returned on every rank)"
+    elif returned:
+        steps = "/".join(sorted({rec["step"] for rec in raised.values()}))
+        if culprit != "*" and set(raised) == {culprit}:
+            summary = f"raised on culprit only ({raised[culprit]['cls']} at {steps})"
+        else:
+            summary = f"raised on ranks {_ranks(raised)} only ({'/'.join(sorted({x['cls'] for x in raised.values()}))} at {steps})"
+    else:
+        by_cls = {}
+        for r, rec in raised.items():
+            by_cls.setdefault(rec["cls"], []).append(r)
+        steps = {rec["step"] for rec in raised.values()}
+        if set(by_cls) != {"ShmtopoValueError"}:
+            summary = "wrong exception (" + "; ".join(f"{c} on ranks {_ranks(rs)}" for c, rs in by_cls.items()) \
+                + f" at {'/'.join(sorted(steps))})"
+        else:
+            details = []
+            msgs = {rec["msg"] for rec in raised.values()}
+            if len(msgs) > 1:
+                details.append("messages differ")
+            if len(steps) > 1:
+                details.append(f"raised at different steps ({'/'.join(sorted(steps))})")
+            if invalid:
+                allowed = {"from_mpi", "allocate"} if var == "SHMTOPO_SHM_TYPE" else {"from_mpi"}
+                if not steps <= allowed:
+                    details.append(f"raised at {'/'.join(sorted(steps))}, not at {'/'.join(sorted(allowed))}")
+                for m in msgs:
+                    if f"{var}={value}" not in m:
+                        details.append(f"message lacks '{var}={value}'")
+                    if "expected" not in m:
+                        details.append("message lacks 'expected'")
+                    if "ckend" in m or _doubled(m):
+                        details.append("garbled or doubled message")
+            elif any(var not in m for m in msgs):
+                details.append(f"message lacks '{var}'")
+            if culprit != "*":
+                if any(not re.search(rf"\brank {culprit}\b", m) for m in msgs):
+                    details.append(f"message lacks 'rank {culprit}'")
+                if any(rec["exc_rank"] != culprit for rec in raised.values()):
+                    details.append("exc.rank != culprit")
+            summary = "pass" if not details else \
+                f"ShmtopoValueError at {'/'.join(sorted(steps))}, but " + ", ".join(sorted(set(details)))
+    if summary != "pass":
+        problems.append(f"{summary}: {listing()}" + (f"\n    stderr: {entry['stderr'][-600:]}"
+                                                     if entry.get("stderr") else ""))
+    return summary, problems
+
+
+def _env_params():
+    for lay in ENV_LAYOUTS:
+        for var, value in MISMATCHED_ENV:
+            yield pytest.param(lay, var, value, id=f"{lay[0]}-{var}={value}")
+
+
+def _mismatched_value(layout, var, value):
+    if var == "SHMTOPO_NODE_SIZE" and layout[2] == 2:
+        return "1"  # the layout has 2 already
+    return value
+
+
+@pytest.mark.parametrize("layout,var,value", list(_env_params()))
+def test_env_differs_on_one_rank(misuse_jobs, layout, var, value):
+    """10: one rank's environment differs: ShmtopoValueError on every rank,
+    naming the variable, at Comm.from_mpi or the first operation that
+    depends on it (the same on every rank)."""
+    layout_id, n, node_size = layout
+    value = _mismatched_value(layout, var, value)
+    failures = []
+    key = (n, node_size, var, value)
+    for culprit, entry in misuse_jobs(("env-group",) + key, run_env_group, *key).items():
+        if "skipped" in entry:
+            _record(layout_id, f"env {var}={value}@{culprit}", "not run", [entry["skipped"]])
+            failures.append(entry["skipped"])
+            continue
+        summary, problems = judge_env(entry, var, value, culprit, invalid=False)
+        _record(layout_id, f"env {var}={value}@{culprit}", summary, problems)
+        failures += [f"{var}={value} on rank {culprit} only: {p}" for p in problems]
+    assert not failures, "\n".join(failures)
+
+
+def _invalid_params():
+    for lay in ENV_ALL_LAYOUTS:
+        for var, value in INVALID_ENV:
+            yield pytest.param(lay, var, value, "*", id=f"{lay[0]}-{var}={value}-all")
+    for lay in ENV_LAYOUTS:
+        cs = culprits(lay[1], lay[2])
+        for i, (var, value) in enumerate(INVALID_ENV):
+            c = cs[i % len(cs)]  # every culprit position, over the values
+            yield pytest.param(lay, var, value, c, id=f"{lay[0]}-{var}={value}-rank{c}")
+
+
+@pytest.mark.parametrize("layout,var,value,culprit", list(_invalid_params()))
+def test_invalid_env(misuse_jobs, layout, var, value, culprit):
+    """11: an invalid value, on every rank or on one: Comm.from_mpi (the
+    first allocation for SHMTOPO_SHM_TYPE) raises ShmtopoValueError on every
+    rank; the message quotes VAR=value and says what is expected."""
+    layout_id, n, node_size = layout
+    key = (n, node_size, var, value, culprit)
+    entry = misuse_jobs(("env",) + key, run_env_case, *key)
+    summary, problems = judge_env(entry, var, value, culprit, invalid=True)
+    _record(layout_id, f"env {var}={value}@{culprit}", summary, problems)
+    assert not problems, "\n".join(problems)
