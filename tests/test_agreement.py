@@ -536,3 +536,170 @@ def test_invalid_env(misuse_jobs, layout, var, value, culprit):
     summary, problems = judge_env(entry, var, value, culprit, invalid=True)
     _record(layout_id, f"env {var}={value}@{culprit}", summary, problems)
     assert not problems, "\n".join(problems)
+
+
+# ---- 13. a rank SIGKILLed inside share_topology, comm creation, the first collective ----
+
+SHMTOPO_ERRORS = {cls.__name__ for cls in vars(shmtopo).values()
+                  if isinstance(cls, type) and issubclass(cls, shmtopo.ShmtopoError)}
+
+
+def _arm_kill(comm, rng, mode, topo_dir=None):
+    """On the victim: SIGKILL itself at the mode's moment. 'random': after a
+    random delay (0-40 ms); 'file': as soon as its topology file exists (the
+    leader between writing and unlinking it); 'call:K': at the start of the
+    K-th out-of-band callback from now."""
+    me = os.getpid()
+    if mode == "random":
+        delay = rng.uniform(0.0, 0.04)
+
+        def later():
+            time.sleep(delay)
+            os.kill(me, signal.SIGKILL)
+        threading.Thread(target=later, daemon=True).start()
+    elif mode == "file":
+        def watch():
+            while not any(n.startswith("shmtopo-topo-") for n in os.listdir(topo_dir)):
+                time.sleep(0.0002)
+            os.kill(me, signal.SIGKILL)
+        threading.Thread(target=watch, daemon=True).start()
+    else:
+        count, k = [0], int(mode.split(":")[1])
+        transport = comm._transport
+        inner_allgather, inner_barrier = transport.allgather, transport.barrier
+
+        def tick():
+            count[0] += 1
+            if count[0] == k:
+                os.kill(me, signal.SIGKILL)
+
+        def allgather(send, recv):
+            tick()
+            inner_allgather(send, recv)
+
+        def barrier():
+            tick()
+            inner_barrier()
+        transport.allgather, transport.barrier = allgather, barrier
+
+
+def _share_until_killed(comm, ready, victim, mode, topo_dir, seed):
+    os.environ["SHMTOPO_TOPO_DIR"] = topo_dir
+    ready.release()
+    if comm.rank == victim:
+        _arm_kill(comm, random.Random(seed), mode, topo_dir)
+    deadline = time.monotonic() + 10
+    shares = 0
+    while time.monotonic() < deadline:  # until the victim's death fails a share
+        topo = shmtopo.share_topology(comm)
+        topo.close()
+        shares += 1
+    return shares
+
+
+def _create_until_killed(comm, ready, victim, mode, seed):
+    """Comms over the same transport, made and freed until the victim dies."""
+    ready.release()
+    transport = comm._transport
+    if comm.rank == victim:
+        _arm_kill(comm, random.Random(seed), mode)
+    deadline = time.monotonic() + 10
+    made = 0
+    while time.monotonic() < deadline:
+        c = shmtopo.Comm.from_callbacks(comm.size, comm.rank, allgather=lambda s, r: transport.allgather(s, r),
+                                        barrier=lambda: transport.barrier())
+        c.free()
+        made += 1
+    return made
+
+
+def _first_collective_killed(comm, ready, victim, mode, seed):
+    ready.release()
+    if comm.rank == victim:
+        _arm_kill(comm, random.Random(seed), mode)
+    comm.barrier()  # the comm's first collective: sets up its scratch window
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        comm.allreduce(np.ones(4))
+    return "victim never died"
+
+
+def _kill_run(fn, victim, mode, seed, *args):
+    """3 ranks run fn; rank `victim` kills itself. Returns the survivors'
+    results, the time of death and the pids."""
+    ranks = Ranks(3, fn, victim, mode, *args, seed)
+    from multiprocessing.connection import wait
+    try:
+        ranks.wait_ready()
+        died = wait([ranks.procs[victim].sentinel], timeout=20)
+        died_at = time.monotonic()
+    finally:
+        out = ranks.finish(timeout=OOB_LIMIT + 6)
+    assert died, f"the victim (rank {victim}, {mode}) never died: {out}"
+    assert victim not in out, out
+    problems = []
+    for rank, (status, value, when) in sorted(out.items()):
+        if status not in SHMTOPO_ERRORS:
+            problems.append(f"rank {rank}: {status} {value!r} (wanted a shmtopo.ShmtopoError)")
+        elif when - died_at > OOB_LIMIT:
+            problems.append(f"rank {rank}: {status} only {when - died_at:.2f} s after the death")
+    return out, problems, ranks.pids
+
+
+# One share_topology over callbacks makes 16 out-of-band calls; the leader's
+# file exists from the 9th on (it writes between the 8th and the 9th).
+KILL_SHARE = [("leader-after-write", 0, "file"), ("leader-random", 0, "random"),
+              ("nonleader-random", 1, "random"), ("leader-callback-9", 0, "call:9"),
+              ("nonleader-callback-9", 2, "call:9"), ("nonleader-callback-13", 1, "call:13")]
+
+
+@pytest.mark.parametrize("victim,mode", [(v, m) for _, v, m in KILL_SHARE], ids=[i for i, _, _ in KILL_SHARE])
+def test_sigkill_inside_share_topology(tmp_path, victim, mode):
+    """13: survivors raise a ShmtopoError within a few seconds, and no
+    topology file is left once they have returned (a few runs each)."""
+    failures = []
+    for run in range(2 if mode in ("random", "file") else 1):
+        topo_dir = tmp_path / f"run{run}"
+        topo_dir.mkdir()
+        out, problems, pids = _kill_run(_share_until_killed, victim, mode, 1000 * run + victim, str(topo_dir))
+        left = sorted(n for n in os.listdir(topo_dir) if n.startswith("shmtopo-topo-"))
+        if left:
+            problems.append(f"left {left} in $SHMTOPO_TOPO_DIR after the survivors returned")
+        for name in os.listdir(topo_dir):
+            os.unlink(topo_dir / name)
+        failures += [f"run {run}: {p}" for p in problems]
+    assert not failures, "\n".join(failures)
+
+
+# call:K: at the K-th out-of-band callback (comm creation: 2 allgathers, then
+# the barrier of its free; the first collective: 4 allgathers of its window)
+KILL_CREATE = [("random", 1, "random"), ("callback-1", 2, "call:1"), ("callback-2", 0, "call:2"),
+               ("callback-3", 1, "call:3")]
+
+
+@pytest.mark.parametrize("victim,mode", [(v, m) for _, v, m in KILL_CREATE], ids=[i for i, _, _ in KILL_CREATE])
+def test_sigkill_during_comm_creation(victim, mode):
+    """13: a rank dies while Comm.from_callbacks builds a comm: the others
+    raise a ShmtopoError within a few seconds and leave nothing."""
+    out, problems, pids = _kill_run(_create_until_killed, victim, mode, 7 + victim)
+    survivors = [p for r, p in enumerate(pids) if r != victim]
+    left = shm_names_of(survivors) | sysv_segments_of(survivors)
+    if left:
+        problems.append(f"survivors left {sorted(left)}")
+    for name in shm_names_of(pids):
+        os.unlink(f"/dev/shm/{name}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("victim,mode", [(v, m) for _, v, m in KILL_CREATE], ids=[i for i, _, _ in KILL_CREATE])
+def test_sigkill_during_first_collective(victim, mode):
+    """13: a rank dies inside the comm's first collective (which sets up the
+    scratch window): the others raise a ShmtopoError within a few seconds."""
+    out, problems, pids = _kill_run(_first_collective_killed, victim, mode, 11 + victim)
+    survivors = [p for r, p in enumerate(pids) if r != victim]
+    left = shm_names_of(survivors) | sysv_segments_of(survivors)
+    if left:
+        problems.append(f"survivors left {sorted(left)}")
+    for name in shm_names_of(pids):  # the victim's own name: the known gap of test_hardening
+        os.unlink(f"/dev/shm/{name}")
+    assert not problems, "\n".join(problems)
