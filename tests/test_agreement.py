@@ -703,3 +703,141 @@ def test_sigkill_during_first_collective(victim, mode):
     for name in shm_names_of(pids):  # the victim's own name: the known gap of test_hardening
         os.unlink(f"/dev/shm/{name}")
     assert not problems, "\n".join(problems)
+
+
+# ---- 14. memory admission inside a memory cgroup -----------------------------------------
+
+CGROUP_LIMIT = 256 << 20
+
+
+def _own_cgroup(controller: str | None) -> str:
+    """This process's cgroup path in the v1 hierarchy of `controller` (None: v2)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if (controller is None and controllers == "") or controller in controllers.split(","):
+            return path
+    return "/"
+
+
+def _cgroup_candidates():
+    """(directory to create the cgroup in, version) to try, nested in our
+    own cgroup first."""
+    mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for fields in mounts:
+        if fields[2] == "cgroup" and "memory" in fields[3].split(","):
+            own = _own_cgroup("memory").lstrip("/")
+            for parent in ([os.path.join(fields[1], own)] if own else []) + [fields[1]]:
+                yield parent, 1
+    for fields in mounts:
+        if fields[2] == "cgroup2":
+            own = _own_cgroup(None).lstrip("/")
+            for parent in ([os.path.join(fields[1], own)] if own else []) + [fields[1]]:
+                yield parent, 2
+
+
+class MemoryCgroup:
+    """A memory cgroup of our own with a hard limit and no swap; removed on exit."""
+
+    def __init__(self, limit: int):
+        self.path = None
+        errors = []
+        for parent, version in _cgroup_candidates():
+            path = os.path.join(parent, f"shmtopo-agreement-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            try:
+                if version == 2:
+                    controllers = Path(parent, "cgroup.controllers").read_text().split()
+                    if "memory" not in controllers:
+                        raise OSError(f"no memory controller in {parent}")
+                    if "memory" not in Path(parent, "cgroup.subtree_control").read_text().split():
+                        Path(parent, "cgroup.subtree_control").write_text("+memory")
+                os.mkdir(path)
+            except OSError as exc:
+                errors.append(f"{parent}: {exc}")
+                continue
+            self.path, self.version = path, version
+            try:
+                if version == 1:
+                    Path(path, "memory.limit_in_bytes").write_text(str(limit))
+                    if Path(path, "memory.memsw.limit_in_bytes").exists():
+                        Path(path, "memory.memsw.limit_in_bytes").write_text(str(limit))
+                else:
+                    Path(path, "memory.max").write_text(str(limit))
+                    if Path(path, "memory.swap.max").exists():
+                        Path(path, "memory.swap.max").write_text("0")
+            except OSError as exc:
+                self.remove()
+                errors.append(f"{path}: {exc}")
+                continue
+            return
+        pytest.skip("no writable memory cgroup: " + "; ".join(errors))
+
+    def add(self, pid: int) -> None:
+        Path(self.path, "cgroup.procs").write_text(str(pid))
+
+    def oom_kills(self) -> str:
+        try:
+            if self.version == 1:
+                return Path(self.path, "memory.oom_control").read_text().replace("\n", " ")
+            return Path(self.path, "memory.events").read_text().replace("\n", " ")
+        except OSError:
+            return "?"
+
+    def remove(self) -> None:
+        if self.path is None:
+            return
+        for _ in range(100):  # only processes this test started can be in it
+            try:
+                pids = [int(p) for p in Path(self.path, "cgroup.procs").read_text().split()]
+            except OSError:
+                pids = []
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                os.rmdir(self.path)
+                self.path = None
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"could not remove the cgroup {self.path}")
+
+
+@pytest.mark.parametrize("mode,nbytes", [("one", 1 << 30), ("two", 512 << 20)], ids=["1-rank-1GiB", "2-ranks-512MiB"])
+def test_window_beyond_memory_limit_raises_memory_error(mode, nbytes):
+    """14: in a 256 MiB memory cgroup, a window of 1 GiB in all fails with
+    ShmtopoMemoryError on every rank instead of the OOM killer."""
+    script = HERE / "scripts" / "memory_admission.py"
+    cgroup = MemoryCgroup(CGROUP_LIMIT)
+    out, err, left = "", "", set()
+    try:
+        proc = subprocess.Popen([sys.executable, script, mode, str(nbytes), "posix"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=job_env(), start_new_session=True)
+        try:
+            first = proc.stdout.readline().split()
+            assert first[:1] == ["ready"], first
+            cgroup.add(proc.pid)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        oom = cgroup.oom_kills()
+    finally:
+        pids = {int(line.split()[1]) for line in out.splitlines()
+                if line.startswith("pid ") and line.split()[1].isdigit()}
+        left = shm_names_of(pids)
+        for name in left:
+            os.unlink(f"/dev/shm/{name}")
+        cgroup.remove()
+    results = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
+    want = 1 if mode == "one" else 2
+    status = f"exit status {proc.returncode}, cgroup: {oom}; stdout: {out[-800:]!r}; stderr: {err[-800:]!r}"
+    assert len(results) == want, f"{want - len(results)} rank(s) reported nothing (OOM-killed?): {status}"
+    for r in results:
+        assert r["cls"] == "ShmtopoMemoryError", f"rank {r['rank']}: {r['cls']} {r['msg']!r}; {status}"
+    assert not left, f"left in /dev/shm: {sorted(left)}"
