@@ -841,3 +841,164 @@ def test_window_beyond_memory_limit_raises_memory_error(mode, nbytes):
     for r in results:
         assert r["cls"] == "ShmtopoMemoryError", f"rank {r['rank']}: {r['cls']} {r['msg']!r}; {status}"
     assert not left, f"left in /dev/shm: {sorted(left)}"
+
+
+# ---- 15. misuse that must be detected ------------------------------------------------------
+
+def _fork_child_uses_comm(comm, ready, what):
+    """Rank 0 forks; the child calls `what` on the parent's comm/window and
+    reports; then the parent and rank 1 go on as if nothing happened."""
+    os.environ["SHMTOPO_TIMEOUT"] = "3"  # read when the scratch window is made
+    win = comm.allocate(shape=(4,), dtype=np.float64, timeout=3)
+    comm.allreduce(np.ones(3))  # the scratch window exists before the fork
+    ready.release()
+    if comm.rank == 1:
+        if what == "fence":
+            win.fence()
+            seen = float(win.query(0)[0])  # the parent stores 42 before its fence
+            got = comm.allreduce(np.ones(3))
+        else:
+            got = comm.allreduce(np.ones(3))  # the parent contributes 2
+            win.fence()
+            seen = float(win.query(0)[0])
+        win.free()
+        return {"seen": seen, "sum": got.tolist()}
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        t0 = time.monotonic()
+        try:
+            if what == "fence":
+                win.fence()
+            else:
+                comm.allreduce(np.full(3, 100.0))
+            report = {"cls": None}
+        except BaseException as exc:  # noqa: BLE001
+            report = {"cls": type(exc).__name__, "shmtopo": isinstance(exc, shmtopo.ShmtopoError),
+                      "timeout": isinstance(exc, TimeoutError), "msg": str(exc)}
+        report["elapsed"] = time.monotonic() - t0
+        os.write(w, json.dumps(report).encode())
+        os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + 8
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.01)
+    raw = os.read(r, 65536)
+    os.close(r)
+    child = json.loads(raw) if raw else {"cls": "hang (killed after 8 s)"}
+    win.local[0] = 42.0
+    if what == "fence":
+        win.fence()
+        got = comm.allreduce(np.full(3, 2.0))
+    else:
+        got = comm.allreduce(np.full(3, 2.0))
+        win.fence()
+    win.free()
+    return {"child": child, "sum": got.tolist()}
+
+
+@pytest.mark.parametrize("what", ["fence", "allreduce"])
+def test_fork_child_cannot_act_as_the_rank(what):
+    """15a: a fork() child using its parent's comm gets a clear ShmtopoError
+    (at once, not a timeout); the parent and its peer are unaffected."""
+    ranks = Ranks(2, _fork_child_uses_comm, what)
+    out = ranks.finish(timeout=30)
+    assert out[0][0] == "ok" and out[1][0] == "ok", out
+    child = out[0][1]["child"]
+    assert child.get("shmtopo") and not child.get("timeout") and child["elapsed"] < 2.0, \
+        f"the fork child's {what}: {child}"
+    assert out[1][1]["seen"] == 42.0, f"rank 1 did not see the parent's store: {out[1][1]} (child: {child})"
+    assert out[0][1]["sum"] == [3.0] * 3 and out[1][1]["sum"] == [3.0] * 3, (out, child)
+
+
+class _Interrupt:
+    """Out-of-band callbacks of a 1-rank comm that raise `exc` at `where`."""
+
+    def __init__(self, exc, where):
+        self.exc, self.where, self.armed, self.fired = exc, where, False, False
+
+    def allgather(self, send, recv):
+        if self.armed and self.where != "barrier":
+            self.fired = True
+            raise self.exc()
+        recv[:] = send
+
+    def barrier(self):
+        if self.armed and self.where == "barrier":
+            self.fired = True
+            raise self.exc()
+
+
+@pytest.mark.parametrize("where", ["create", "allocate", "first-collective", "free"])
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_interrupt_in_callback_comes_out_unchanged(exc, where):
+    """15b: KeyboardInterrupt / SystemExit raised by an out-of-band callback
+    comes out of the shmtopo call as itself, not as CallbackError."""
+    cb = _Interrupt(exc, "barrier" if where == "free" else "allgather")
+    cb.armed = where == "create"
+    comm = None
+    got = None
+    try:
+        comm = shmtopo.Comm.from_callbacks(1, 0, allgather=cb.allgather, barrier=cb.barrier)
+        cb.armed = True
+        if where == "allocate":
+            comm.allocate(4096)
+        elif where == "first-collective":
+            comm.allreduce(np.ones(3))
+        elif where == "free":
+            comm.free()
+    except BaseException as e:  # noqa: BLE001 - the class is the point
+        got = e
+    finally:
+        cb.armed = False
+        if comm is not None and not comm.freed:
+            comm.abandon()
+    assert cb.fired, "the callback was never called there"
+    assert type(got) is exc, f"wanted {exc.__name__}, got {type(got).__name__}: {got!r}"
+
+
+def _sigint_in_fence(comm, ready):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if comm.rank == 0:
+        try:
+            with comm.allocate(64, timeout=30) as win:
+                ready.release()
+                win.fence()  # rank 1 sleeps: only SIGINT can end this
+            return ("fence returned", time.monotonic())
+        except KeyboardInterrupt:
+            return ("KeyboardInterrupt", time.monotonic())
+    with comm.allocate(64, timeout=30) as win:
+        ready.release()
+        time.sleep(4.0)
+        outcomes = []
+        for _ in range(2):  # rank 0 posted its arrival at the first before it left
+            try:
+                win.fence()
+                outcomes.append("returned")
+            except BaseException as exc:  # noqa: BLE001
+                outcomes.append(type(exc).__name__)
+                break
+        return outcomes
+
+
+def test_sigint_ends_a_fence_wait():
+    """15c: SIGINT to a rank waiting in a fence that cannot complete ends the
+    wait with KeyboardInterrupt within ~2 s; its peer's next wait then raises
+    PeerAbortedError."""
+    ranks = Ranks(2, _sigint_in_fence)
+    try:
+        ranks.wait_ready()
+        time.sleep(0.3)
+        os.kill(ranks.pids[0], signal.SIGINT)
+        sent = time.monotonic()
+    finally:
+        out = ranks.finish(timeout=20)
+    status, value, _ = out[0]
+    assert status == "ok" and value[0] == "KeyboardInterrupt", out
+    assert value[1] - sent < 2.0, f"KeyboardInterrupt {value[1] - sent:.2f} s after SIGINT"
+    status, outcomes, _ = out[1]
+    assert status == "ok" and outcomes in (["PeerAbortedError"], ["returned", "PeerAbortedError"]), out
