@@ -60,6 +60,12 @@ static const char *const var_names[SHMTOPO_NVARS] = {
 };
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* What each kind of name accepts, in messages about arguments and variables. */
+#define BACKENDS_ACCEPTED "expected posix, memfd, sysv or xpmem"
+#define FENCES_ACCEPTED "expected auto, linear, rd, dissemination, 1 or 2"
+#define SOURCES_ACCEPTED "expected auto, shmem, xml or local"
+#define COLL_ALGS_ACCEPTED "expected auto, flat or rsag"
 #define DEFAULT_COLL_BUFFER (256 * 1024)
 
 static const char *name_of(const char *const *names, int n, int i)
@@ -100,7 +106,7 @@ int shmtopo_backend_from_name(const char *name, int *backendp)
 {
     int i = lookup(backend_names, SHMTOPO_BACKEND_POSIX, COUNT(backend_names), name);
     if (i < 0)
-        return shmtopo_fail(EINVAL, -1, "unknown shared-memory backend '%s' (expected posix, memfd, sysv or xpmem)",
+        return shmtopo_fail(EINVAL, -1, "unknown shared-memory backend '%s' (" BACKENDS_ACCEPTED ")",
                             name ? name : "(null)");
     *backendp = i;
     return 0;
@@ -116,7 +122,7 @@ int shmtopo_fence_alg_from_name(const char *name, int *algp)
         i = SHMTOPO_FENCE_RD;
     if (i < 0)
         return shmtopo_fail(EINVAL, -1,
-                            "unknown fence algorithm '%s' (expected auto, linear, rd, dissemination, 1 or 2)",
+                            "unknown fence algorithm '%s' (" FENCES_ACCEPTED ")",
                             name ? name : "(null)");
     *algp = i;
     return 0;
@@ -126,7 +132,7 @@ int shmtopo_topo_source_from_name(const char *name, int *sourcep)
 {
     int i = lookup(source_names, 0, COUNT(source_names), name);
     if (i < 0)
-        return shmtopo_fail(EINVAL, -1, "unknown topology source '%s' (expected auto, shmem, xml or local)",
+        return shmtopo_fail(EINVAL, -1, "unknown topology source '%s' (" SOURCES_ACCEPTED ")",
                             name ? name : "(null)");
     *sourcep = i;
     return 0;
@@ -136,7 +142,7 @@ int shmtopo_coll_alg_from_name(const char *name, int *algp)
 {
     int i = lookup(coll_alg_names, 0, COUNT(coll_alg_names), name);
     if (i < 0)
-        return shmtopo_fail(EINVAL, -1, "unknown collective algorithm '%s' (expected auto, flat or rsag)",
+        return shmtopo_fail(EINVAL, -1, "unknown collective algorithm '%s' (" COLL_ALGS_ACCEPTED ")",
                             name ? name : "(null)");
     *algp = i;
     return 0;
@@ -149,15 +155,6 @@ int shmtopo_coll_alg_from_name(const char *name, int *algp)
 static int bad_value(int var, const char *value, const char *why)
 {
     return shmtopo_fail(EINVAL, -1, "%s=%s: %s", var_names[var], value, why);
-}
-
-/* A name parser's complaint ("unknown backend 'x' (expected ...)") moved out
- * of the last-error buffer before bad_value rewrites it. */
-static int bad_name(int var, const char *value)
-{
-    char why[256];
-    snprintf(why, sizeof(why), "%s", shmtopo_last_error());
-    return bad_value(var, value, why);
 }
 
 /* A decimal integer in [lo, hi], the whole string, no sign games. */
@@ -217,22 +214,22 @@ static int read_var(shmtopo_config_t *cfg, int var)
     switch (var) {
     case SHMTOPO_VAR_SHM_TYPE:
         if (shmtopo_backend_from_name(v, &i) < 0)
-            return bad_name(var, v);
+            return bad_value(var, v, BACKENDS_ACCEPTED);
         cfg->backend = i;
         return 0;
     case SHMTOPO_VAR_FENCE_ALGORITHM:
         if (shmtopo_fence_alg_from_name(v, &i) < 0)
-            return bad_name(var, v);
+            return bad_value(var, v, FENCES_ACCEPTED);
         cfg->fence_alg = i;
         return 0;
     case SHMTOPO_VAR_COLL_ALGORITHM:
         if (shmtopo_coll_alg_from_name(v, &i) < 0)
-            return bad_name(var, v);
+            return bad_value(var, v, COLL_ALGS_ACCEPTED);
         cfg->coll_alg = i;
         return 0;
     case SHMTOPO_VAR_TOPO_SOURCE:
         if (shmtopo_topo_source_from_name(v, &i) < 0)
-            return bad_name(var, v);
+            return bad_value(var, v, SOURCES_ACCEPTED);
         cfg->topo_source = i;
         return 0;
     case SHMTOPO_VAR_COLL_BUFFER:
@@ -320,16 +317,28 @@ int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks
 {
     for (int k = 0; k < COUNT(must_agree); k++) {
         const int var = must_agree[k];
-        for (int i = 1; i < n; i++) {
-            if (same_setting(&cfgs[0], &cfgs[i], var))
+        /* the setting most ranks have (ties: the lowest rank's); blame the
+         * first rank with another one */
+        int ref = 0, best = 0;
+        for (int i = 0; i < n; i++) {
+            int alike = 0;
+            for (int j = 0; j < n; j++)
+                alike += same_setting(&cfgs[i], &cfgs[j], var);
+            if (alike > best) {
+                best = alike;
+                ref = i;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            if (same_setting(&cfgs[ref], &cfgs[i], var))
                 continue;
-            const char *a = cfgs[0].text[var][0] ? cfgs[0].text[var] : "unset";
-            const char *b = cfgs[i].text[var][0] ? cfgs[i].text[var] : "unset";
-            const int ra = ranks ? ranks[0] : 0, rb = ranks ? ranks[i] : i;
-            return shmtopo_fail(EINVAL, rb,
+            const char *a = cfgs[i].text[var][0] ? cfgs[i].text[var] : "unset";
+            const char *b = cfgs[ref].text[var][0] ? cfgs[ref].text[var] : "unset";
+            const int ri = ranks ? ranks[i] : i, rr = ranks ? ranks[ref] : ref;
+            return shmtopo_fail(EINVAL, ri,
                                 "%s differs between ranks: rank %d has %s, rank %d has %s "
                                 "(every rank must set it alike)",
-                                var_names[var], ra, a, rb, b);
+                                var_names[var], ri, a, rr, b);
         }
     }
     return 0;

@@ -66,14 +66,6 @@ class Settings:
     timeout: float
 
 
-def _config_bytes() -> tuple[bytes, str | None]:
-    cfg = ffi.new("shmtopo_config_t *")
-    problem = None
-    if lib.shmtopo_config_read(cfg) < 0:
-        problem = str(last_error())
-    return bytes(ffi.buffer(cfg)), problem
-
-
 def _raise_everywhere(records: list, what: str) -> None:
     """Raise the first rank's problem (the same text on every rank)."""
     for rank, problem in enumerate(records):
@@ -86,15 +78,18 @@ def job_bootstrap(parent: Any, node_size: Any, timeout: Any) -> Settings:
     compared: a bad or differing one raises ShmtopoValueError on every rank."""
     from .comm import _as_timeout
 
-    cfg_bytes, problem = _config_bytes()
-    cfg = ffi.cast("shmtopo_config_t *", ffi.from_buffer(cfg_bytes))
-    size = None
+    cfg = ffi.new("shmtopo_config_t *")
+    problem = None
+    if lib.shmtopo_config_read(cfg) < 0:
+        problem = str(last_error())
     seconds = float(cfg.timeout)
     try:
         if node_size is not None:
             if isinstance(node_size, bool) or int(node_size) != node_size or int(node_size) < 1:
                 raise ValueError
-            size = int(node_size)
+            # the keyword stands in for the variable, and is compared as it
+            cfg.node_size = int(node_size)
+            cfg.text[lib.SHMTOPO_VAR_NODE_SIZE] = f"node_size={int(node_size)}".encode()[:47]
     except (TypeError, ValueError, OverflowError):
         problem = problem or f"node_size must be a positive number of ranks, not {node_size!r}"
     try:
@@ -102,9 +97,8 @@ def job_bootstrap(parent: Any, node_size: Any, timeout: Any) -> Settings:
             seconds = _as_timeout(timeout)
     except ShmtopoValueError as exc:
         problem = problem or str(exc)
-    effective = size if size is not None else int(cfg.node_size)
     # The exchange itself can only wait as long as this rank's own setting.
-    records = _oob.allgather_objects(parent, (problem, cfg_bytes, size), seconds,
+    records = _oob.allgather_objects(parent, (problem, bytes(ffi.buffer(cfg))), seconds,
                                      "Comm.from_mpi's exchange of settings")
     _raise_everywhere([r[0] for r in records], "Comm.from_mpi")
     cfgs = ffi.new("shmtopo_config_t[]", len(records))
@@ -112,12 +106,7 @@ def job_bootstrap(parent: Any, node_size: Any, timeout: Any) -> Settings:
         ffi.memmove(ffi.addressof(cfgs, i), r[1], ffi.sizeof("shmtopo_config_t"))
     if lib.shmtopo_config_compare(cfgs, len(records), ffi.NULL) < 0:
         raise last_error()
-    sizes = [r[2] for r in records]
-    if len(set(sizes)) > 1:
-        odd = next(r for r, s in enumerate(sizes) if s != sizes[0])
-        raise ShmtopoValueError(f"node_size differs between ranks: rank 0 passed {sizes[0]}, "
-                                f"rank {odd} passed {sizes[odd]}", 22, odd)
-    return Settings(effective, seconds)
+    return Settings(int(cfg.node_size), seconds)
 
 
 def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: float) -> NodePlan:

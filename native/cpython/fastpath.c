@@ -130,6 +130,18 @@ static int op_code(PyObject *op)
     return code ? (int)PyLong_AsLong(code) : (PyErr_Clear(), -1);
 }
 
+/* A root the core can take as it is: an int in C int's range; anything
+ * else (2**32 would wrap to 0) goes to the general path, which refuses it
+ * on every rank. -1 with no error set when it does not fit. */
+static int root_of(PyObject *value)
+{
+    int overflow = 0;
+    long v = PyLong_Check(value) ? PyLong_AsLongAndOverflow(value, &overflow) : -1;
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    return overflow || v < 0 || v > INT_MAX ? -1 : (int)v;
+}
+
 static PyObject *not_handled(void)
 {
     if (PyErr_Occurred())
@@ -182,11 +194,11 @@ static PyObject *fast_reduce(PyObject *self, PyObject *const *args, Py_ssize_t n
         return PyErr_Format(PyExc_TypeError, "reduce takes 6 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, op = op_code(args[3]);
-    int root = (int)PyLong_AsLong(args[4]), is_root = PyObject_IsTrue(args[5]);
+    int root = root_of(args[4]), is_root = PyObject_IsTrue(args[5]);
     Py_buffer in, out = {0};
     if (PyErr_Occurred())
         PyErr_Clear(), comm = NULL;
-    if (!comm || op < 0 || !view_of(args[1], &in, 0, &code))
+    if (!comm || op < 0 || root < 0 || !view_of(args[1], &in, 0, &code))
         return PyErr_Occurred() ? NULL : new_ref(Py_NotImplemented);
     PyObject *result = Py_None;
     if (is_root && !(result = result_of(args[2], args[1], &in, code, &out))) {
@@ -212,11 +224,11 @@ static PyObject *fast_bcast(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError, "bcast takes 3 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, root = (int)PyLong_AsLong(args[2]);
+    int code, root = root_of(args[2]);
     Py_buffer buf;
     if (PyErr_Occurred())
         PyErr_Clear(), comm = NULL;
-    if (!comm || !view_of(args[1], &buf, 1, &code))
+    if (!comm || root < 0 || !view_of(args[1], &buf, 1, &code))
         return not_handled();
     int rc, err;
     Py_BEGIN_ALLOW_THREADS

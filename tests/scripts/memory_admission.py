@@ -17,10 +17,15 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
+def say(line: str) -> None:
+    """One write per line: two ranks share this stdout."""
+    os.write(1, (line + "\n").encode())
+
+
 def allocate(comm, nbytes, backend):
     import shmtopo
 
-    print(f"pid {os.getpid()}", flush=True)
+    say(f"pid {os.getpid()}")
     try:
         win = comm.allocate(nbytes, backend=backend)
     except BaseException as exc:  # noqa: BLE001 - reported
@@ -29,7 +34,7 @@ def allocate(comm, nbytes, backend):
     else:
         result = {"rank": comm.rank, "cls": None, "msg": f"allocated {win.nbytes} bytes"}
         win.free()
-    print("RESULT " + json.dumps(result), flush=True)
+    say("RESULT " + json.dumps(result))
     return result
 
 

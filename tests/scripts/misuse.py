@@ -433,11 +433,7 @@ def run_case(case_id: str, pids) -> None:
         if everyone:
             c.free()
         else:
-            mpi_comms = [c._mpi, c._leaders, getattr(c, "_world", None)]
-            c.abandon()
-            for m in mpi_comms:
-                if m is not None and m != MPI.COMM_NULL:
-                    m.Free()
+            c.abandon()  # also frees its MPI communicators
     WORLD.Barrier()
     if ME == 0:
         left = shm_leftovers(pids)
