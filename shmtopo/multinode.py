@@ -50,10 +50,8 @@ class NodePlan:
         return cls(rank, size, 1, 0, [0] * size, list(range(size)), [size], list(range(size)))
 
     def free(self) -> None:
-        from mpi4py import MPI
-
         for c in (self.leaders, self.world):
-            if c is not None and c != MPI.COMM_NULL:
+            if c is not None:  # never COMM_NULL: job_verdict keeps None instead
                 c.Free()
         self.leaders = self.world = None
 
