@@ -36,7 +36,7 @@ typedef struct chan_line {
     int32_t err;             /* 0, or errno: the poster's arguments or set-up failed */
     int32_t origin;          /* the job rank that failure is about */
     uint32_t vote;           /* ANDed over the job by shmtopo_agree_vote */
-    unsigned char data[SHMTOPO_INLINE];
+    _Alignas(16) unsigned char data[SHMTOPO_INLINE]; /* aligned for any element type */
 } chan_line_t;
 
 typedef struct chan_detail {

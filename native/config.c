@@ -102,50 +102,44 @@ static int lookup(const char *const *names, int first, int n, const char *name)
     return -1;
 }
 
+/* names[first..n) by name into *outp, or EINVAL saying what is accepted. */
+static int parse_name(const char *const *names, int first, int n, const char *name, const char *what,
+                      const char *accepted, int *outp)
+{
+    int i = lookup(names, first, n, name);
+    if (i < 0)
+        return shmtopo_fail(EINVAL, -1, "unknown %s '%s' (%s)", what, name ? name : "(null)", accepted);
+    *outp = i;
+    return 0;
+}
+
 int shmtopo_backend_from_name(const char *name, int *backendp)
 {
-    int i = lookup(backend_names, SHMTOPO_BACKEND_POSIX, COUNT(backend_names), name);
-    if (i < 0)
-        return shmtopo_fail(EINVAL, -1, "unknown shared-memory backend '%s' (" BACKENDS_ACCEPTED ")",
-                            name ? name : "(null)");
-    *backendp = i;
-    return 0;
+    return parse_name(backend_names, SHMTOPO_BACKEND_POSIX, COUNT(backend_names), name,
+                      "shared-memory backend", BACKENDS_ACCEPTED, backendp);
 }
 
 int shmtopo_fence_alg_from_name(const char *name, int *algp)
 {
-    int i = lookup(fence_alg_names, SHMTOPO_FENCE_AUTO, COUNT(fence_alg_names), name);
     /* KUPL's numbers: 1 linear, 2 recursive doubling */
-    if (i < 0 && name && strcmp(name, "1") == 0)
-        i = SHMTOPO_FENCE_LINEAR;
-    if (i < 0 && name && (strcmp(name, "2") == 0 || strcasecmp(name, "recursive_doubling") == 0))
-        i = SHMTOPO_FENCE_RD;
-    if (i < 0)
-        return shmtopo_fail(EINVAL, -1,
-                            "unknown fence algorithm '%s' (" FENCES_ACCEPTED ")",
-                            name ? name : "(null)");
-    *algp = i;
-    return 0;
+    if (name && strcmp(name, "1") == 0)
+        return *algp = SHMTOPO_FENCE_LINEAR, 0;
+    if (name && (strcmp(name, "2") == 0 || strcasecmp(name, "recursive_doubling") == 0))
+        return *algp = SHMTOPO_FENCE_RD, 0;
+    return parse_name(fence_alg_names, SHMTOPO_FENCE_AUTO, COUNT(fence_alg_names), name,
+                      "fence algorithm", FENCES_ACCEPTED, algp);
 }
 
 int shmtopo_topo_source_from_name(const char *name, int *sourcep)
 {
-    int i = lookup(source_names, 0, COUNT(source_names), name);
-    if (i < 0)
-        return shmtopo_fail(EINVAL, -1, "unknown topology source '%s' (" SOURCES_ACCEPTED ")",
-                            name ? name : "(null)");
-    *sourcep = i;
-    return 0;
+    return parse_name(source_names, 0, COUNT(source_names), name, "topology source", SOURCES_ACCEPTED,
+                      sourcep);
 }
 
 int shmtopo_coll_alg_from_name(const char *name, int *algp)
 {
-    int i = lookup(coll_alg_names, 0, COUNT(coll_alg_names), name);
-    if (i < 0)
-        return shmtopo_fail(EINVAL, -1, "unknown collective algorithm '%s' (" COLL_ALGS_ACCEPTED ")",
-                            name ? name : "(null)");
-    *algp = i;
-    return 0;
+    return parse_name(coll_alg_names, 0, COUNT(coll_alg_names), name, "collective algorithm",
+                      COLL_ALGS_ACCEPTED, algp);
 }
 
 /* ---- parsing one variable ------------------------------------------------ */

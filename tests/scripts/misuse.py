@@ -174,45 +174,31 @@ def _(comm, cx):
     return comm.reduce(data(4), op="bogus" if cx.bad else "sum", root=0)
 
 
-# 2. different counts on one rank (5, or 100000 to cross the chunk size)
-def _count_cases():
-    for big in (5, 100000):
-        def mk(kind, big=big):
-            def fn(comm, cx):
-                a = data(big if cx.bad else 4)
-                if kind == "allreduce":
-                    return comm.allreduce(a)
-                if kind == "reduce":
-                    return comm.reduce(a, root=0)
-                if kind == "bcast":
-                    return comm.bcast(a, root=0)
-                return comm.allgather(a)
-            return fn
-        for kind in ("allreduce", "reduce", "bcast", "allgather"):
-            case(f"{kind}_count_{big}")(mk(kind))
+def _call(comm, kind, a):
+    """The collective `kind` on array a, with its default arguments."""
+    if kind == "allreduce":
+        return comm.allreduce(a)
+    if kind == "reduce":
+        return comm.reduce(a, root=0)
+    if kind == "bcast":
+        return comm.bcast(a, root=0)
+    return comm.allgather(a)
 
 
-_count_cases()
-
-
-# 3. a different dtype, a different operation
-def _dtype_cases():
-    def mk(kind):
-        def fn(comm, cx):
-            a = data(4, np.float32 if cx.bad else np.float64)
-            if kind == "allreduce":
-                return comm.allreduce(a)
-            if kind == "reduce":
-                return comm.reduce(a, root=0)
-            if kind == "bcast":
-                return comm.bcast(a, root=0)
-            return comm.allgather(a)
-        return fn
+# 2. different counts on one rank (5, or 100000 to cross the chunk size);
+# 3. a different dtype
+def _count_and_dtype_cases():
     for kind in ("allreduce", "reduce", "bcast", "allgather"):
-        case(f"{kind}_dtype_f32")(mk(kind))
+        for big in (5, 100000):
+            case(f"{kind}_count_{big}")(lambda comm, cx, kind=kind, big=big: _call(comm, kind, data(big if cx.bad else 4)))
+        case(f"{kind}_dtype_f32")(
+            lambda comm, cx, kind=kind: _call(comm, kind, data(4, np.float32 if cx.bad else np.float64)))
 
 
-_dtype_cases()
+_count_and_dtype_cases()
+
+
+# 3. a different operation
 
 
 @case("allreduce_op_max")
