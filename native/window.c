@@ -140,8 +140,16 @@ static int alloc_steps(shmtopo_win_t *win, size_t size, int err, shmtopo_exchang
     err = 0;
     for (int r = 0; r < win->nsegs && !err; r++) {
         const int creator = win->contiguous ? 0 : r;
-        if (creator != win->rank && shmtopo_seg_attach(&keys[creator], &win->segs[r]) < 0)
-            err = errno;
+        if (creator == win->rank || shmtopo_seg_attach(&keys[creator], &win->segs[r]) == 0)
+            continue;
+        err = errno;
+        /* a creator that died after publishing its key took the segment (its
+         * memfd, or its name) along: say so, as a wait would have */
+        if (!shmtopo_process_alive(win->comm->pids[creator], win->comm->starttimes[creator]))
+            shmtopo_fail(err = EOWNERDEAD, shmtopo_world(win->comm, creator),
+                         "rank %d (pid %d) exited while rank %d mapped its segment",
+                         shmtopo_world(win->comm, creator), (int)win->comm->pids[creator],
+                         shmtopo_world(win->comm, win->rank));
     }
     if (exchange(win->comm, &sig, err, NULL, NULL, 0) < 0)
         goto out;
