@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _fastpath, multinode
+from .agreement import agree, normalised
 from ._native import ffi, lib
 from .errors import ShmtopoValueError, last_error
 
@@ -58,18 +59,6 @@ _fast_bcast, _fast_allgather = _fastpath.bcast, _fastpath.allgather
 
 
 # ---- normalising one rank's arguments ------------------------------------------
-
-def _normalised(comm: "Comm", kind: int, normalise, *args):
-    """normalise(*args) on this rank; if it fails, this rank takes part in
-    the call's agreement as invalid, so every rank raises (here too)."""
-    try:
-        return normalise(*args)
-    except Exception as exc:  # noqa: BLE001 - whatever it was, every rank hears of it
-        comm._refuse(kind, exc)
-    except BaseException:
-        comm._leave()  # Ctrl-C between the checks: peers must not wait for us
-        raise
-
 
 def _contiguous(array: Any) -> np.ndarray:
     a = np.asarray(array)
@@ -269,7 +258,7 @@ def barrier(comm: "Comm") -> None:
     if comm.nnodes == 1:
         _run(_barrier(comm._h))
         return
-    comm._agree(BARRIER)  # an agreement over the job is a barrier over it
+    agree(comm, BARRIER)  # an agreement over the job is a barrier over it
 
 
 def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
@@ -282,12 +271,12 @@ def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
         result = _fast_allreduce(comm._fast, array, out, op)
         if result is not None:
             return result
-    a, code, opc, alg, _, result = _normalised(comm, ALLREDUCE, _reduce_args, comm, "allreduce",
+    a, code, opc, alg, _, result = normalised(comm, ALLREDUCE, _reduce_args, comm, "allreduce",
                                                array, op, out, algorithm, None)
     if comm.nnodes == 1:
         node_reduce(comm, a, result, opc, -1, alg)
         return result
-    comm._agree(ALLREDUCE, a.size, code, opc, -1, alg)
+    agree(comm, ALLREDUCE, a.size, code, opc, -1, alg)
     multinode.across(comm, _hier_allreduce, a, result, opc, alg)
     return result
 
@@ -299,12 +288,12 @@ def reduce(comm: "Comm", array: Any, op: str = "sum", root: int = 0, *, out: Any
         result = _fast_reduce(comm._fast, array, out, op, root, root == comm.world_rank)
         if result is not NotImplemented:
             return result
-    a, code, opc, alg, r, result = _normalised(comm, REDUCE, _reduce_args, comm, "reduce",
+    a, code, opc, alg, r, result = normalised(comm, REDUCE, _reduce_args, comm, "reduce",
                                                array, op, out, algorithm, root)
     if comm.nnodes == 1:
         node_reduce(comm, a, result, opc, r, alg)
         return result
-    comm._agree(REDUCE, a.size, code, opc, r, alg)
+    agree(comm, REDUCE, a.size, code, opc, r, alg)
     multinode.across(comm, _hier_reduce, a, result, opc, r, alg)
     return result if comm.world_rank == r else None
 
@@ -316,7 +305,7 @@ def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.nda
         result = _fast_bcast(comm._fast, array, root)
         if result is not None:
             return result
-    a, code, r, result = _normalised(comm, BCAST, _bcast_args, comm, array, root, out)
+    a, code, r, result = normalised(comm, BCAST, _bcast_args, comm, array, root, out)
     if comm.nnodes == 1:
         if _in_window(comm, a):
             node_bcast(comm, result, r, source=a)
@@ -325,7 +314,7 @@ def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.nda
             result[...] = a
         node_bcast(comm, result, r)
         return result
-    comm._agree(BCAST, a.size, code, -1, r)
+    agree(comm, BCAST, a.size, code, -1, r)
     if result is not a and comm.world_rank == r:
         result[...] = a
     multinode.across(comm, _hier_bcast, result, r)
@@ -338,9 +327,9 @@ def allgather(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
         result = _fast_allgather(comm._fast, array, out, comm.world_size)
         if result is not None:
             return result
-    a, code, result = _normalised(comm, ALLGATHER, _allgather_args, comm, array, out)
+    a, code, result = normalised(comm, ALLGATHER, _allgather_args, comm, array, out)
     if comm.nnodes > 1:
-        comm._agree(ALLGATHER, a.size, code)
+        agree(comm, ALLGATHER, a.size, code)
         multinode.across(comm, _hier_allgather, a, result)
         return result
     found = _in_window(comm, a)
@@ -355,12 +344,12 @@ def allgather(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
 def reduce_scatter(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None) -> np.ndarray:
     """Collective: array's first axis splits into nranks equal blocks; rank r
     gets the reduction of everybody's block r."""
-    a, code, opc, block, result = _normalised(comm, REDUCE_SCATTER, _blocks_args, comm, "reduce_scatter",
+    a, code, opc, block, result = normalised(comm, REDUCE_SCATTER, _blocks_args, comm, "reduce_scatter",
                                               array, op, out)
     if comm.nnodes == 1:
         _run(lib.shmtopo_reduce_scatter(comm.handle, _buf(a), _buf(result), result.size, code, opc))
         return result
-    comm._agree(REDUCE_SCATTER, result.size, code, opc)
+    agree(comm, REDUCE_SCATTER, result.size, code, opc)
     total = np.empty_like(a)
     multinode.across(comm, _hier_allreduce, a, total, opc, lib.SHMTOPO_COLL_AUTO)
     result[...] = total.reshape((comm.world_size,) + block)[comm.world_rank]
@@ -370,11 +359,11 @@ def reduce_scatter(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None
 def alltoall(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
     """Collective: block p of the result is block `rank` of rank p's array
     (first axis split into nranks equal blocks)."""
-    a, code, _, block, result = _normalised(comm, ALLTOALL, _blocks_args, comm, "alltoall", array, None, out)
+    a, code, _, block, result = normalised(comm, ALLTOALL, _blocks_args, comm, "alltoall", array, None, out)
     count = math.prod(block)
     if comm.nnodes == 1:
         _run(lib.shmtopo_alltoall(comm.handle, _buf(a), _buf(result), count, code))
         return result
-    comm._agree(ALLTOALL, count, code)
+    agree(comm, ALLTOALL, count, code)
     multinode.across(comm, multinode.world_alltoall, a, result)
     return result

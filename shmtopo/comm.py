@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _oob, collectives, request
+from . import _oob, agreement, collectives, request
 from ._lifetime import Collective
 from ._native import ffi, lib
 from .errors import FreedError, ShmtopoValueError, check, last_error
@@ -117,17 +117,14 @@ class Comm(Collective):
         comm = cls(_oob.Transport(int(size), allgather, barrier), int(size), int(rank))
         # The options are agreed like any call: a bad one on one rank fails all.
         try:
-            seconds = None if timeout is None else _as_timeout(timeout)
-        except Exception as exc:  # noqa: BLE001
-            comm._refuse(lib.SHMTOPO_KIND_COMM_CREATE, exc, abandon=True)
-        if timeout is not None:
-            check(lib.shmtopo_comm_set_timeout(comm._h, seconds))
-        sig = ffi.new("shmtopo_sig_t *", {"kind": lib.SHMTOPO_KIND_COMM_CREATE, "dtype": -1, "op": -1,
-                                           "root": -1, "alg": -1})
-        if lib.shmtopo_agree_call(comm._h, sig) < 0:
-            exc = last_error()
+            seconds = agreement.normalised(comm, lib.SHMTOPO_KIND_COMM_CREATE,
+                                           lambda: None if timeout is None else agreement.as_timeout(timeout))
+            agreement.agree(comm, lib.SHMTOPO_KIND_COMM_CREATE)
+        except BaseException:
             comm.abandon()
-            raise exc
+            raise
+        if seconds is not None:
+            check(lib.shmtopo_comm_set_timeout(comm._h, seconds))
         return comm
 
     # -- plumbing ---------------------------------------------------------
@@ -136,30 +133,6 @@ class Comm(Collective):
         if self._h == ffi.NULL:
             raise FreedError("the comm has been freed", 9)
         return self._h
-
-    def _refuse(self, kind: int, exc: BaseException, abandon: bool = False) -> None:
-        """This rank's arguments to a collective call could not be used:
-        fail the call on every rank through its agreement (raises)."""
-        reason = str(exc) or type(exc).__name__
-        lib.shmtopo_reject(self.handle, kind, reason.encode(errors="replace"))
-        err = last_error()
-        if abandon:
-            self.abandon()
-        raise err from None
-
-    def _leave(self) -> None:
-        """An exception left a collective half done on this rank: stop taking
-        part, so that peers fail instead of waiting for us."""
-        if self._h != ffi.NULL:
-            lib.shmtopo_comm_leave(self._h)
-
-    def _agree(self, kind: int, count: int = 0, dtype: int = -1, op: int = -1, root: int = -1,
-               alg: int = -1) -> None:
-        """Agreement on a call over the whole job, before data crosses nodes."""
-        sig = ffi.new("shmtopo_sig_t *", {"kind": kind, "count": count, "dtype": dtype, "op": op,
-                                           "root": root, "alg": alg})
-        if lib.shmtopo_agree_call(self.handle, sig) < 0:
-            raise last_error()
 
     # -- queries ----------------------------------------------------------
     @property
@@ -245,18 +218,19 @@ class Comm(Collective):
         timeout: seconds any wait may last before raising TimeoutError;
             default the comm's.
         """
-        try:
-            dt, shape, nbytes = _layout(nbytes, dtype, shape)
+        def normalise():
+            dt, dims, size = _layout(nbytes, dtype, shape)
             attr = ffi.new("shmtopo_win_attr_t *")
             attr.backend = backend_number(backend)
             attr.fence_alg = fence_number(fence)
             attr.contiguous = _as_flag(contiguous, "contiguous")
             attr.symmetric = _as_flag(symmetric, "symmetric")
             if timeout is not None:
-                attr.timeout = _as_timeout(timeout)
-        except Exception as exc:  # noqa: BLE001 - any conversion failure fails every rank
-            self._refuse(lib.SHMTOPO_KIND_WIN_ALLOC, exc)
-        win = Window._allocate(self, nbytes, attr, dt, shape)
+                attr.timeout = agreement.as_timeout(timeout)
+            return dt, dims, size, attr
+
+        dt, dims, size, attr = agreement.normalised(self, lib.SHMTOPO_KIND_WIN_ALLOC, normalise)
+        win = Window._allocate(self, size, attr, dt, dims)
         self._windows.append(win)
         return win
 
@@ -353,15 +327,15 @@ class Comm(Collective):
         it is only known at the moment of the split)."""
         from .topology import share_topology, type_number
 
-        try:
+        def normalise():
             type_number(by)
             if self._mpi is None:
                 raise ShmtopoValueError("split needs a comm made with Comm.from_mpi")
             if self.nnodes > 1:
                 raise ShmtopoValueError("split works on single-node comms")
-        except Exception as exc:  # noqa: BLE001
-            self._refuse(lib.SHMTOPO_KIND_SPLIT, exc)
-        self._agree(lib.SHMTOPO_KIND_SPLIT)
+
+        agreement.normalised(self, lib.SHMTOPO_KIND_SPLIT, normalise)
+        agreement.agree(self, lib.SHMTOPO_KIND_SPLIT)
         with share_topology(self) as topo:
             color = topo.color_of_this_process(by)
         sub = self._mpi.Split(color, key=self.rank)
@@ -376,16 +350,6 @@ def _freed_by_failure(exc: BaseException) -> bool:
     """Whether a failed comm_destroy freed the comm anyway: every failure but
     a mismatch (ShmtopoValueError, the comm stays) comes from a wait."""
     return not isinstance(exc, ShmtopoValueError)
-
-
-def _as_timeout(value: Any) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ShmtopoValueError(f"timeout must be a number of seconds, not {value!r}") from None
-    if not math.isfinite(seconds) or seconds < 0 or seconds > 1e9:
-        raise ShmtopoValueError(f"timeout must be a finite number of seconds >= 0 (0: forever), not {value!r}")
-    return seconds
 
 
 def _as_flag(value: Any, what: str) -> bool:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _oob
+from . import _oob, agreement
 from ._native import ffi, lib
 from .errors import ShmtopoValueError, from_errno, last_error
 
@@ -74,8 +74,6 @@ def _raise_everywhere(records: list, what: str) -> None:
 def job_bootstrap(parent: Any, node_size: Any, timeout: Any) -> Settings:
     """Every rank's settings and options, checked on its own rank, then
     compared: a bad or differing one raises ShmtopoValueError on every rank."""
-    from .comm import _as_timeout
-
     cfg = ffi.new("shmtopo_config_t *")
     problem = None
     if lib.shmtopo_config_read(cfg) < 0:
@@ -92,7 +90,7 @@ def job_bootstrap(parent: Any, node_size: Any, timeout: Any) -> Settings:
         problem = problem or f"node_size must be a positive number of ranks, not {node_size!r}"
     try:
         if timeout is not None:
-            seconds = _as_timeout(timeout)
+            seconds = agreement.as_timeout(timeout)
     except ShmtopoValueError as exc:
         problem = problem or str(exc)
     # The exchange itself can only wait as long as this rank's own setting.
@@ -163,7 +161,7 @@ def across(comm: "Comm", fn, *args):
     try:
         return fn(comm, *args)
     except BaseException:
-        comm._leave()
+        agreement.leave(comm)
         raise
 
 

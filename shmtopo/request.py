@@ -83,9 +83,10 @@ def _allreduce_args(comm, send, recv, op, algorithm):
 
 def allreduce_init(comm: "Comm", send: Any, recv: Any, op: str = "sum",
                    algorithm: str | None = None) -> Request:
-    from .collectives import ALLREDUCE, _normalised
+    from .agreement import normalised
+    from .collectives import ALLREDUCE
 
-    s, r, codes = _normalised(comm, ALLREDUCE, _allreduce_args, comm, send, recv, op, algorithm)
+    s, r, codes = normalised(comm, ALLREDUCE, _allreduce_args, comm, send, recv, op, algorithm)
     return Request(comm, lib.shmtopo_allreduce_init, (s, r), *codes)
 
 
@@ -98,9 +99,10 @@ def _bcast_args(comm, buf, root):
 
 
 def bcast_init(comm: "Comm", buf: Any, root: int = 0) -> Request:
-    from .collectives import BCAST, _normalised
+    from .agreement import normalised
+    from .collectives import BCAST
 
-    b, code, r = _normalised(comm, BCAST, _bcast_args, comm, buf, root)
+    b, code, r = normalised(comm, BCAST, _bcast_args, comm, buf, root)
     return Request(comm, lib.shmtopo_bcast_init, (b,), b.size, code, r)
 
 
@@ -116,7 +118,8 @@ def _alltoall_args(comm, send, recv):
 
 
 def alltoall_init(comm: "Comm", send: Any, recv: Any) -> Request:
-    from .collectives import ALLTOALL, _normalised
+    from .agreement import normalised
+    from .collectives import ALLTOALL
 
-    s, r, code = _normalised(comm, ALLTOALL, _alltoall_args, comm, send, recv)
+    s, r, code = normalised(comm, ALLTOALL, _alltoall_args, comm, send, recv)
     return Request(comm, lib.shmtopo_alltoall_init, (s, r), s.size // comm.size, code)

@@ -418,10 +418,10 @@ def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = A
     """
     global _shared
     held = _shared if _shared is not None and not _shared.closed else None
-    try:
-        opts = _share_opts(source, attempts, held is not None, _conflict_rank)
-    except Exception as exc:  # noqa: BLE001 - every rank hears of it
-        comm._refuse(lib.SHMTOPO_KIND_TOPO_SHARE, exc)
+    from .agreement import normalised
+
+    opts = normalised(comm, lib.SHMTOPO_KIND_TOPO_SHARE, _share_opts, source, attempts, held is not None,
+                      _conflict_rank)
     out = ffi.new("void **")
     info = ffi.new("shmtopo_topo_share_info_t *")
     check(lib.shmtopo_topo_share(comm.handle, opts, out, info))

@@ -1,0 +1,72 @@
+"""The agreement, from Python: every collective call on a comm goes through
+it (native/agree.c), so that a bad or disagreeing argument on any rank
+raises the same exception on every rank.
+
+Arguments are normalised on their own rank first; whatever cannot be
+converted does not raise there (:func:`normalised`): the rank takes part in
+the call's agreement as invalid (:func:`refuse`), and every rank raises that
+rank's reason. Calls whose data crosses nodes agree first (:func:`agree`);
+node-local calls agree in their first step inside the core. An exception
+that leaves a call half done on this rank (Ctrl-C) makes it leave the comm
+(:func:`leave`), so that peers fail instead of waiting for it.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from ._native import ffi, lib
+from .errors import ShmtopoValueError, last_error
+
+if TYPE_CHECKING:
+    from .comm import Comm
+
+T = TypeVar("T")
+
+
+def refuse(comm: "Comm", kind: int, exc: BaseException) -> None:
+    """This rank's arguments to a call of `kind` could not be used: fail the
+    call on every rank through its agreement. Always raises."""
+    reason = str(exc) or type(exc).__name__
+    lib.shmtopo_reject(comm.handle, kind, reason.encode(errors="replace"))
+    raise last_error() from None
+
+
+def normalised(comm: "Comm", kind: int, normalise: Callable[..., T], *args: Any) -> T:
+    """normalise(*args) on this rank; if it fails, refuse the call."""
+    try:
+        return normalise(*args)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, every rank hears of it
+        refuse(comm, kind, exc)
+        raise  # not reached: refuse raises
+    except BaseException:
+        leave(comm)  # Ctrl-C between the checks: peers must not wait for us
+        raise
+
+
+def agree(comm: "Comm", kind: int, count: int = 0, dtype: int = -1, op: int = -1, root: int = -1,
+          alg: int = -1) -> None:
+    """Agreement on a call over the whole job, before its data moves by
+    other means (across nodes). Raises the job's verdict."""
+    sig = ffi.new("shmtopo_sig_t *", {"kind": kind, "count": count, "dtype": dtype, "op": op,
+                                       "root": root, "alg": alg})
+    if lib.shmtopo_agree_call(comm.handle, sig) < 0:
+        raise last_error()
+
+
+def leave(comm: "Comm") -> None:
+    """Stop taking part in the comm after an exception left a call half
+    done here: peers waiting on this rank fail instead of hanging."""
+    if not comm.freed:
+        lib.shmtopo_comm_leave(comm.handle)
+
+
+def as_timeout(value: Any) -> float:
+    """A timeout in seconds: finite, >= 0 (0: forever)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ShmtopoValueError(f"timeout must be a number of seconds, not {value!r}") from None
+    if not math.isfinite(seconds) or seconds < 0 or seconds > 1e9:
+        raise ShmtopoValueError(f"timeout must be a finite number of seconds >= 0 (0: forever), not {value!r}")
+    return seconds
