@@ -72,10 +72,6 @@ const void *shmtopo_step_data(const shmtopo_comm_t *comm, int rank)
     return header(comm, rank)->line[comm->chan.step & 1].data;
 }
 
-shmtopo_sig_t shmtopo_sig(int kind)
-{
-    return (shmtopo_sig_t){.kind = kind, .dtype = -1, .op = -1, .root = -1, .alg = -1};
-}
 
 /* ---- describing a call ---------------------------------------------------- */
 
@@ -147,22 +143,18 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
 #undef FIELD
 }
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    return h * 0xbf58476d1ce4e5b9ull;
-}
+_Static_assert(sizeof(shmtopo_sig_t) == 40, "a signature is five 64-bit words");
 
-static uint64_t sig_hash(const shmtopo_sig_t *s)
+/* The signature's five words, mixed (multiply-xor): every field changes it.
+ * On the path of every step, so kept to a few instructions. */
+static inline uint64_t sig_hash(const shmtopo_sig_t *s)
 {
-    uint64_t h = mix(0, (uint64_t)s->kind);
-    h = mix(h, (uint64_t)(uint32_t)s->dtype);
-    h = mix(h, (uint64_t)(uint32_t)s->op);
-    h = mix(h, (uint64_t)(uint32_t)s->root);
-    h = mix(h, (uint64_t)(uint32_t)s->alg);
-    h = mix(h, (uint64_t)(uint32_t)s->flags);
-    h = mix(h, s->count);
-    return mix(h, s->extra);
+    uint64_t w[5];
+    memcpy(w, s, sizeof(w));
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 5; i++)
+        h = (h ^ w[i]) * 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 31);
 }
 
 /* ---- deciding ------------------------------------------------------------------ */
@@ -253,7 +245,7 @@ static int verdict(const summary_t *sum)
 /* Post, wait for every rank, sum up. `message`: the whole text of this
  * rank's failure (err != 0), as every rank will raise it. 0, or -1 when a
  * wait failed (the comm is then broken). */
-static int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int origin,
+static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int origin,
                            const char *message, uint32_t vote, const void *data, size_t n, summary_t *sum)
 {
     shmtopo_chan_t *chan = &comm->chan;
@@ -279,6 +271,24 @@ static int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int e
             return -1;
         }
     }
+    /* The common case, decided from the lines alone: every rank fine and
+     * posting this signature (no summary to build). */
+    const uint64_t hash = line->hash;
+    uint32_t all_votes = 1;
+    int clean = 1;
+    for (int r = 0; r < comm->size; r++) {
+        const chan_line_t *l = &header(comm, r)->line[s & 1];
+        clean &= !l->err && l->hash == hash;
+        all_votes &= l->vote;
+    }
+    if (clean) {
+        sum->err = 0;
+        sum->vote = all_votes;
+        sum->ngroups = 1;
+        if (comm->nnodes > 1) /* only the leaders' exchange reads the group */
+            sum->groups[0] = (sig_group_t){hash, comm->size, shmtopo_world(comm, 0), *sig};
+        return 0;
+    }
     summarize(comm, s, sum);
     /* a transport failure a leader forwards leaves the leaders out of step */
     if (sum->err == ECOMM || sum->err == ETIMEDOUT)
@@ -286,10 +296,11 @@ static int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int e
     return 0;
 }
 
-static int step_summary(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, uint32_t vote,
+static inline int step_summary(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, uint32_t vote,
                         const void *data, size_t n, summary_t *sum)
 {
-    char message[MESSAGE] = "";
+    char message[MESSAGE]; /* not "" -initialised: that would clear it all on every step */
+    message[0] = '\0';
     if (err)
         snprintf(message, sizeof(message), "rank %d: %s", shmtopo_world(comm, comm->rank),
                  shmtopo_last_error());
@@ -302,7 +313,7 @@ int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const 
     summary_t sum;
     if (step_summary(comm, sig, err, 1, data, n, &sum) < 0)
         return -1;
-    return verdict(&sum);
+    return sum.err == 0 && sum.ngroups == 1 ? 0 : verdict(&sum);
 }
 
 /* ---- across nodes ------------------------------------------------------------------ */
@@ -313,7 +324,8 @@ static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *vo
 {
     int err = 0, origin = -1;
     uint32_t vote = 1;
-    char message[MESSAGE] = "";
+    char message[MESSAGE];
+    message[0] = '\0';
     if (comm->rank == 0) {
         summary_t *all = calloc((size_t)comm->nnodes, sizeof(*all));
         int cb = all ? comm->leaders.allgather(node, all, sizeof(*node), comm->leaders.group) : -1;

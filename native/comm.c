@@ -22,11 +22,11 @@
 /* Bumped in every fork child: a comm remembers the value of the process that
  * made it, so a child (which inherits the mappings, not the rank) is told
  * apart with a load instead of a getpid() system call per operation. */
-static _Atomic unsigned fork_generation;
+_Atomic unsigned shmtopo_fork_generation;
 
 static void forked(void)
 {
-    atomic_fetch_add(&fork_generation, 1);
+    atomic_fetch_add(&shmtopo_fork_generation, 1);
 }
 
 __attribute__((constructor)) static void watch_forks(void)
@@ -36,7 +36,7 @@ __attribute__((constructor)) static void watch_forks(void)
 
 int shmtopo_comm_same_process(const shmtopo_comm_t *comm)
 {
-    if (comm->fork_generation == atomic_load_explicit(&fork_generation, memory_order_relaxed))
+    if (comm->fork_generation == atomic_load_explicit(&shmtopo_fork_generation, memory_order_relaxed))
         return 0;
     return shmtopo_fail(ESRCH, -1,
                         "this process (pid %d) is a fork of rank %d's process (pid %d): a forked "
@@ -44,7 +44,7 @@ int shmtopo_comm_same_process(const shmtopo_comm_t *comm)
                         (int)getpid(), shmtopo_world(comm, comm->rank), (int)comm->pids[comm->rank]);
 }
 
-int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *what)
+int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what)
 {
     if (!comm || !comm->chan.win)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
@@ -52,7 +52,7 @@ int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *what)
         return -1;
     if (comm->broken)
         return shmtopo_fail(EPIPE, -1, "%s: the comm is unusable after a failed wait; free it", what);
-    return 0;
+    return 0; /* usable after all (not reached through shmtopo_comm_usable) */
 }
 
 /* ---- the out-of-band bootstrap ----------------------------------------------- */
@@ -223,7 +223,7 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_co
     comm->size = size;
     comm->rank = rank;
     comm->oob = *oob;
-    comm->fork_generation = atomic_load(&fork_generation);
+    comm->fork_generation = atomic_load(&shmtopo_fork_generation);
     comm->world_size = size;
     comm->nnodes = 1;
     comm->pids = calloc((size_t)size, sizeof(*comm->pids));

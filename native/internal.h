@@ -127,12 +127,25 @@ static inline int shmtopo_world(const shmtopo_comm_t *comm, int rank)
     return comm->world_ranks && rank >= 0 && rank < comm->size ? comm->world_ranks[rank] : rank;
 }
 
-/* 0 when this process may act as the comm's rank now: a comm exists, this is
- * the process that made it (not a fork child) and no wait broke it; else -1
- * (EBADF, ESRCH, EPIPE). `what` names the call for the message. */
-int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *what);
+/* Bumped in every fork child (comm.c): a comm remembers the value of the
+ * process that made it. */
+extern _Atomic unsigned shmtopo_fork_generation;
+/* The failure of shmtopo_comm_usable (EBADF, ESRCH, EPIPE). */
+int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what);
 /* 0 in the process that made the comm, -1/ESRCH in a fork child of it. */
 int shmtopo_comm_same_process(const shmtopo_comm_t *comm);
+
+/* 0 when this process may act as the comm's rank now: a comm exists, this is
+ * the process that made it (not a fork child) and no wait broke it; else -1
+ * (EBADF, ESRCH, EPIPE). `what` names the call for the message. On the path
+ * of every collective: the common case is a few loads. */
+static inline int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *what)
+{
+    if (comm && comm->chan.win && !comm->broken &&
+        comm->fork_generation == atomic_load_explicit(&shmtopo_fork_generation, memory_order_relaxed))
+        return 0;
+    return shmtopo_comm_unusable(comm, what);
+}
 
 /* ---- agree.c --------------------------------------------------------------- */
 
@@ -157,7 +170,10 @@ int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const
  * (*allp), so that all ranks take the same turn on a local fact. */
 int shmtopo_agree_vote(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int vote, int *allp);
 /* A signature of `kind` with every other field unused. */
-shmtopo_sig_t shmtopo_sig(int kind);
+static inline shmtopo_sig_t shmtopo_sig(int kind)
+{
+    return (shmtopo_sig_t){.kind = kind, .dtype = -1, .op = -1, .root = -1, .alg = -1};
+}
 /* Scratch buffer `which` (0..2) of a rank, and the one a chunk starting at
  * the next step uses. */
 char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);

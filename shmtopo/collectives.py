@@ -255,10 +255,11 @@ def _hier_allgather(comm: "Comm", a: np.ndarray, result: np.ndarray) -> None:
 
 def barrier(comm: "Comm") -> None:
     """Collective: no rank leaves before every rank arrived."""
-    if comm.nnodes == 1:
-        _run(_barrier(comm._h))
-        return
-    agree(comm, BARRIER)  # an agreement over the job is a barrier over it
+    if comm._fast or comm.plan.nnodes == 1:  # _fast: a live single-node comm
+        if _barrier(comm._h) < 0:
+            raise last_error()
+    else:
+        agree(comm, BARRIER)  # an agreement over the job is a barrier over it
 
 
 def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
