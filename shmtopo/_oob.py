@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable
 
 from ._native import ffi, lib
-from .errors import keep
+from .errors import ShmtopoTimeoutError, keep
 
 AllgatherFn = Callable[[memoryview, memoryview], None]
 BarrierFn = Callable[[], None]
@@ -80,8 +80,9 @@ _abandoned: list = []
 
 def wait(request: Any, timeout: float, what: str, *keep_alive: Any) -> None:
     """Complete an mpi4py request: spin briefly, then poll with growing
-    sleeps (Ctrl-C is handled between polls). TimeoutError after `timeout`
-    seconds (0: never); the request is then abandoned with its buffers."""
+    sleeps (Ctrl-C is handled between polls). ShmtopoTimeoutError after
+    `timeout` seconds (0: never); the request is then abandoned with its
+    buffers."""
     if request.Test():
         return
     start = time.monotonic()
@@ -93,7 +94,8 @@ def wait(request: Any, timeout: float, what: str, *keep_alive: Any) -> None:
         now = time.monotonic()
         if timeout and now - start >= timeout:
             _abandoned.append((request, keep_alive))
-            raise TimeoutError(f"{what} timed out after {timeout:g} s (a rank did not take part)")
+            raise ShmtopoTimeoutError(f"{what} timed out after {timeout:g} s (a rank did not take part)",
+                                      _errno.ETIMEDOUT)
         time.sleep(delay)
         delay = min(delay * 2, 1e-3)
 

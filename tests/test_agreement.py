@@ -1025,3 +1025,43 @@ def test_sigint_ends_a_fence_wait():
     assert value[1] - sent < 2.0, f"KeyboardInterrupt {value[1] - sent:.2f} s after SIGINT"
     status, outcomes, _ = out[1]
     assert status == "ok" and outcomes in (["PeerAbortedError"], ["returned", "PeerAbortedError"]), out
+
+
+def _timing_out_allgather(send, recv):
+    raise TimeoutError("the transport gave up")
+
+
+def test_transport_timeout_is_a_shmtopo_timeout():
+    """4: a transport that gives up (TimeoutError in the callback) fails the
+    comm's creation with ShmtopoTimeoutError, the transport's error chained."""
+    with pytest.raises(shmtopo.ShmtopoTimeoutError) as info:
+        shmtopo.Comm.from_callbacks(1, 0, allgather=_timing_out_allgather, barrier=lambda: None)
+    assert isinstance(info.value.__cause__, TimeoutError), repr(info.value.__cause__)
+
+
+SKIP_FROM_MPI = """
+import sys, time
+from mpi4py import MPI
+import shmtopo
+if MPI.COMM_WORLD.rank == 1:
+    time.sleep(4)  # never calls from_mpi in time
+    print("rank 1 done", flush=True)
+    sys.exit(0)
+t0 = time.monotonic()
+try:
+    shmtopo.Comm.from_mpi(timeout=1)
+except shmtopo.ShmtopoTimeoutError as exc:
+    print(f"rank 0 ShmtopoTimeoutError after {time.monotonic() - t0:.1f} s: {exc}", flush=True)
+"""
+
+
+def test_from_mpi_waits_only_as_long_as_its_timeout(tmp_path):
+    """4: Comm.from_mpi's own exchanges over MPI run under the timeout: a rank
+    that never joins makes the others raise ShmtopoTimeoutError, not hang."""
+    script = tmp_path / "skip.py"
+    script.write_text(SKIP_FROM_MPI)
+    proc = subprocess.run(mpiexec_command() + ["-n", "2", sys.executable, str(script)], capture_output=True,
+                          text=True, timeout=60, env=job_env())
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("rank 0")), "")
+    assert "ShmtopoTimeoutError" in line, proc.stdout + proc.stderr
+    assert float(line.split("after ")[1].split(" s")[0]) < 3.0, line
