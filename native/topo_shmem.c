@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,19 +308,46 @@ void shmtopo_topo_destroy(void *topo)
         hwloc_topology_destroy(topo);
 }
 
+/* The running library's own version: hwloc records it in the root object's
+ * "hwlocVersion" info of every topology it loads (a one-PU synthetic one
+ * costs microseconds); hwloc_get_api_version() gives only the API level. */
+static char library_version[32];
+static pthread_once_t library_once = PTHREAD_ONCE_INIT;
+
+static void find_library_version(void)
+{
+    hwloc_topology_t topo;
+    const char *v = NULL;
+    if (hwloc_topology_init(&topo) == 0) {
+        if (hwloc_topology_set_synthetic(topo, "pu:1") == 0 && hwloc_topology_load(topo) == 0)
+            v = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topo), "hwlocVersion");
+        if (v)
+            snprintf(library_version, sizeof(library_version), "%s", v);
+        hwloc_topology_destroy(topo);
+    }
+    if (!library_version[0]) { /* an hwloc that records no version: its API level */
+        unsigned run = hwloc_get_api_version();
+        snprintf(library_version, sizeof(library_version), "%u.%u.%u", run >> 16, (run >> 8) & 0xff,
+                 run & 0xff);
+    }
+}
+
 const char *shmtopo_hwloc_version(void)
 {
-    /* Per thread, so concurrent first calls do not race on the buffer. */
-    static _Thread_local char buf[48];
-    unsigned run = hwloc_get_api_version();
-    unsigned built = HWLOC_API_VERSION;
+    pthread_once(&library_once, find_library_version);
+    return library_version;
+}
 
-    if (run == built)
-        snprintf(buf, sizeof(buf), "%u.%u.%u", run >> 16, (run >> 8) & 0xff,
-                 run & 0xff);
-    else
-        snprintf(buf, sizeof(buf), "%u.%u.%u-c%u.%u.%u", run >> 16,
-                 (run >> 8) & 0xff, run & 0xff, built >> 16,
-                 (built >> 8) & 0xff, built & 0xff);
-    return buf;
+static void api_string(unsigned v, char *buf, size_t len)
+{
+    snprintf(buf, len, "%u.%u.%u", v >> 16, (v >> 8) & 0xff, v & 0xff);
+}
+
+int shmtopo_hwloc_api_versions(char *runp, char *builtp, size_t len)
+{
+    if (!runp || !builtp || len < 12)
+        return shmtopo_fail(EINVAL, -1, "hwloc_api_versions: buffers of 12 bytes or more needed");
+    api_string(hwloc_get_api_version(), runp, len);
+    api_string(HWLOC_API_VERSION, builtp, len);
+    return 0;
 }

@@ -39,9 +39,12 @@ int shmtopo_topo_shmem_adopt(const char *path, uintptr_t addr, size_t length,
                              void **topop);
 /* Destroy a local or adopted topology (adopted: unmapped). NULL: no-op. */
 void shmtopo_topo_destroy(void *topo);
-/* hwloc API version at run time, "2.8.0"; "-c" and the compile-time
- * HWLOC_API_VERSION are appended when the two differ. */
+/* The version of the hwloc library in use, "2.9.0" (all ranks of a node
+ * must share it: it is part of the topology file's name). */
 const char *shmtopo_hwloc_version(void);
+/* hwloc's API level at run time (hwloc_get_api_version) and the one shmtopo
+ * was built against (HWLOC_API_VERSION), "2.8.0", into buffers of len. */
+int shmtopo_hwloc_api_versions(char *runp, char *builtp, size_t len);
 
 /* How share_topology goes about it. */
 typedef struct shmtopo_topo_share_opts {

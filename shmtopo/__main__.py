@@ -1,56 +1,92 @@
-"""``python -m shmtopo``: info, bench (under mpiexec), topo (under mpiexec)."""
+"""python -m shmtopo: what this machine offers shmtopo, benchmarks, the shared
+topology, and the compiler flags of C programs written for the KUPL API.
+
+Run info, bench and topo under mpiexec to see a whole node (mpi4py needed:
+pip install 'shmtopo[mpi]'; as root, Open MPI also wants
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, and --oversubscribe
+for more ranks than cores).
+"""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import Any
 
 
-def _mpi_library() -> str | None:
+def _need(module: str, extra: str, what: str) -> Any:
+    """Import an optional dependency, or exit saying which extra installs it."""
     try:
-        from mpi4py import MPI
+        return __import__(module, fromlist=["_"])
     except ImportError:
-        return None
-    return MPI.Get_library_version().strip().splitlines()[0]
+        sys.exit(f"python -m shmtopo {what} needs {module.split('.')[0]}: pip install 'shmtopo[{extra}]'")
 
 
-def info(args: argparse.Namespace) -> None:
-    """Versions, usable backends, fence default, CPUs and oversubscription."""
+def _info_lines(comm: Any) -> list[tuple[str, str]]:
+    """(field, value) rows describing this rank's view of the machine."""
     import shmtopo
     from shmtopo._native import ffi, lib
     from shmtopo.errors import ShmtopoError, check
 
-    print(f"shmtopo     {shmtopo.__version__}")
-    print(f"hwloc       {ffi.string(lib.shmtopo_hwloc_version()).decode()}")
-    print(f"MPI         {_mpi_library() or 'mpi4py not importable'}")
+    run, built = ffi.new("char[32]"), ffi.new("char[32]")
+    check(lib.shmtopo_hwloc_api_versions(run, built, 32))
+    rows = [("shmtopo", shmtopo.__version__),
+            ("hwloc", f"{ffi.string(lib.shmtopo_hwloc_version()).decode()} "
+                      f"(API {ffi.string(run).decode()}, built against API {ffi.string(built).decode()})")]
+    try:
+        from mpi4py import MPI
+
+        rows.append(("MPI", MPI.Get_library_version().strip().splitlines()[0].strip()))
+    except ImportError:
+        rows.append(("MPI", "mpi4py not installed (pip install 'shmtopo[mpi]')"))
     for name in shmtopo.BACKENDS:
         number = ffi.new("int *")
         check(lib.shmtopo_backend_from_name(name.encode(), number))
         ok = lib.shmtopo_backend_probe(number[0]) == 0
         why = "" if ok else " (" + ffi.string(lib.shmtopo_last_error()).decode() + ")"
-        print(f"backend     {name:6} {'usable' if ok else 'unusable'}{why}")
+        rows.append((f"backend {name}", "usable" if ok else "unusable" + why))
     cfg = ffi.new("shmtopo_config_t *")
     try:
         check(lib.shmtopo_config_read(cfg))
-        print(f"default     backend {ffi.string(lib.shmtopo_backend_name(cfg.backend)).decode()}, "
-              f"fence {ffi.string(lib.shmtopo_fence_alg_name(cfg.fence_alg)).decode()}")
+        rows.append(("default", f"backend {ffi.string(lib.shmtopo_backend_name(cfg.backend)).decode()}, "
+                                f"fence {ffi.string(lib.shmtopo_fence_alg_name(cfg.fence_alg)).decode()}"))
     except ShmtopoError as exc:
-        print(f"default     invalid environment: {exc}")
-    print(f"cpus        {len(os.sched_getaffinity(0))} in this process's affinity mask")
+        rows.append(("default", f"invalid environment: {exc}"))
+    rows.append(("cpus", f"{len(os.sched_getaffinity(0))} in this process's affinity mask"))
+    if comm is not None:
+        rows.append(("node", f"{comm.size} rank(s) on {comm.ncpus} CPU(s): "
+                             f"{'oversubscribed' if comm.oversubscribed else 'not oversubscribed'}"))
+    return rows
+
+
+def info(args: argparse.Namespace) -> None:
+    """Versions, usable backends, defaults, CPUs. Under mpiexec rank 0
+    prints each line once, and a line per rank only where ranks differ."""
     try:
         from mpi4py import MPI
-
-        comm = shmtopo.Comm.from_mpi(MPI.COMM_WORLD)
     except ImportError:
-        print("node        oversubscription unknown (no mpi4py)")
+        for field, value in _info_lines(None):
+            print(f"{field:<16}{value}")
         return
-    with comm:
-        if comm.rank == 0:
-            print(f"node        {comm.size} rank(s) on {comm.ncpus} CPU(s): "
-                  f"{'oversubscribed' if comm.oversubscribed else 'not oversubscribed'}")
+    import shmtopo
+
+    with shmtopo.Comm.from_mpi(MPI.COMM_WORLD) as comm:
+        everyone = MPI.COMM_WORLD.gather(_info_lines(comm), root=0)
+    if MPI.COMM_WORLD.rank != 0:
+        return
+    for i, (field, value) in enumerate(everyone[0]):
+        values = [r[i][1] if i < len(r) else "" for r in everyone]
+        if len(set(values)) == 1:
+            print(f"{field:<16}{value}")
+        else:
+            for rank, v in enumerate(values):
+                print(f"{field:<16}rank {rank}: {v}")
 
 
 def bench(args: argparse.Namespace) -> None:
+    _need("mpi4py.MPI", "mpi", "bench")
+    if args.plot:
+        _need("matplotlib", "plot", "bench --plot")  # before the run, not after it
     from shmtopo.bench import run_collective_bench, run_fence_bench
 
     if args.collectives:
@@ -60,15 +96,14 @@ def bench(args: argparse.Namespace) -> None:
 
 
 def topo(args: argparse.Namespace) -> None:
-    from mpi4py import MPI
-
+    MPI = _need("mpi4py.MPI", "mpi", "topo")
     import shmtopo
 
     with shmtopo.Comm.from_mpi(MPI.COMM_WORLD) as comm:
         topo_report(comm)
 
 
-def topo_report(comm) -> None:
+def topo_report(comm: Any) -> None:
     """Collective over ``comm`` (one node): rank 0 prints the object counts,
     each rank's source and the time of share_topology against a local load."""
     import socket
@@ -95,30 +130,50 @@ def topo_report(comm) -> None:
         print(f"  {rank:>4} {pid:>8} {source:>6} {where:>16} {ts * 1e3:>9.3f} {tl * 1e3:>9.3f} {tl / ts:>6.1f}x")
 
 
-def main(argv: list[str] | None = None) -> None:
-    flags = sys.argv[1:] if argv is None else argv
-    if flags and set(flags) <= {"--cflags", "--libs"}:  # for C programs: see shmtopo/capi.py
-        from shmtopo.capi import compile_flags
+def c_flags(args: argparse.Namespace) -> None:
+    from shmtopo.capi import compile_flags
 
-        try:
-            print(compile_flags(cflags="--cflags" in flags, libs="--libs" in flags))
-        except FileNotFoundError as exc:
-            sys.exit(f"python -m shmtopo: {exc}")
-        return
-    parser = argparse.ArgumentParser(prog="python -m shmtopo", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="versions, backends, defaults, CPUs").set_defaults(fn=info)
-    p = sub.add_parser("bench", help="fence latency against mpi4py (run under mpiexec)")
-    p.add_argument("--seconds", type=float, default=0.3, help="time per measurement (default 0.3)")
-    p.add_argument("--collectives", action="store_true",
+    try:
+        print(compile_flags(cflags=args.cflags, libs=args.libs))
+    except FileNotFoundError as exc:
+        sys.exit(f"python -m shmtopo: {exc}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m shmtopo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cflags", action="store_true",
+                   help="print the compiler flags of C programs using kupl.h / kpccl.h")
+    p.add_argument("--libs", action="store_true", help="print the linker flags for libshmtopo.so")
+    sub = p.add_subparsers(dest="command")
+    sub.add_parser("info", help="versions, backends, defaults, CPUs (under mpiexec: the whole node)"
+                   ).set_defaults(fn=info)
+    b = sub.add_parser("bench", help="fences (or --collectives) against mpi4py; run under mpiexec")
+    b.add_argument("--seconds", type=float, default=0.3, help="time per measurement (default 0.3)")
+    b.add_argument("--collectives", action="store_true",
                    help="allreduce, bcast, reduce, allgather from 8 B up, instead of fences")
-    p.add_argument("--max-bytes", type=int, default=16 << 20, help="largest message (default 16 MiB)")
-    p.add_argument("--plot", metavar="PNG", help="with --collectives: write a latency plot (needs matplotlib)")
-    p.set_defaults(fn=bench)
-    sub.add_parser("topo", help="share the hwloc topology (run under mpiexec)").set_defaults(fn=topo)
-    args = parser.parse_args(argv)
-    args.fn(args)
+    b.add_argument("--max-bytes", type=int, default=16 << 20, help="largest message (default 16 MiB)")
+    b.add_argument("--plot", metavar="PNG",
+                   help="with --collectives: write a latency plot (needs matplotlib: pip install 'shmtopo[plot]')")
+    b.set_defaults(fn=bench)
+    sub.add_parser("topo", help="share the hwloc topology and time it against a load; run under mpiexec"
+                   ).set_defaults(fn=topo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.cflags or args.libs:
+        if args.command:
+            p.error("--cflags/--libs take no command")
+        c_flags(args)
+    elif not args.command:
+        p.print_help()
+        sys.exit(2)
+    else:
+        args.fn(args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

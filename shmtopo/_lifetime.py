@@ -1,12 +1,40 @@
 """Lifetime rules shared by collective objects (Comm, Window): freed
 explicitly on every rank, or abandoned locally when a ``with`` block ends by
 an exception (the other ranks may never reach their free), never by the
-garbage collector, which only warns."""
+garbage collector, which only warns.
+
+A process that exits with comms still open (an uncaught exception on one
+rank, say) leaves them first, so that peers waiting on it raise
+PeerAbortedError at once instead of waiting for the process to be gone,
+which MPI_Finalize may delay forever while the peers wait.
+"""
 from __future__ import annotations
 
+import atexit
 import warnings
+import weakref
 
-from ._native import ffi
+from ._native import ffi, lib
+
+_open_comms: "weakref.WeakSet" = weakref.WeakSet()
+_hooked = False
+
+
+def opened(comm) -> None:
+    """Note a comm this process made. The exit hook is registered at the
+    first one, after mpi4py's (which from_mpi imports first): atexit runs
+    the last registered first, so it runs before MPI_Finalize."""
+    global _hooked
+    _open_comms.add(comm)
+    if not _hooked:
+        atexit.register(_leave_open_comms)
+        _hooked = True
+
+
+def _leave_open_comms() -> None:
+    for comm in list(_open_comms):
+        if comm._h != ffi.NULL:
+            lib.shmtopo_comm_leave(comm._h)
 
 
 class Collective:

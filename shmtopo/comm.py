@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _oob, agreement, collectives, request
-from ._lifetime import Collective
+from ._lifetime import Collective, opened
 from ._native import ffi, lib
 from .errors import FreedError, ShmtopoValueError, check, last_error
 from .multinode import NodePlan
@@ -36,6 +36,7 @@ class Comm(Collective):
         handle = ffi.new("shmtopo_comm_t **")
         check(lib.shmtopo_comm_create(size, rank, transport.oob, handle))
         self._h = handle[0]
+        opened(self)
         # The handle as a number for the small-collective entry point (0 when
         # that path must not be taken: freed, or collectives span nodes).
         self._fast = int(ffi.cast("uintptr_t", self._h))
@@ -55,7 +56,11 @@ class Comm(Collective):
         Every rank must ask for the same node_size; bad or differing options
         raise ShmtopoValueError on every rank.
         """
-        from mpi4py import MPI
+        try:
+            from mpi4py import MPI
+        except ImportError:
+            raise ImportError("Comm.from_mpi needs mpi4py: pip install 'shmtopo[mpi]' "
+                              "(or use Comm.from_callbacks with a transport of your own)") from None
 
         from .multinode import job_bootstrap, job_verdict
 

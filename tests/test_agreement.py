@@ -1065,3 +1065,29 @@ def test_from_mpi_waits_only_as_long_as_its_timeout(tmp_path):
     line = next((x for x in proc.stdout.splitlines() if x.startswith("rank 0")), "")
     assert "ShmtopoTimeoutError" in line, proc.stdout + proc.stderr
     assert float(line.split("after ")[1].split(" s")[0]) < 3.0, line
+
+
+UNCAUGHT = """
+import numpy as np
+from mpi4py import MPI
+import shmtopo
+comm = shmtopo.Comm.from_mpi(MPI.COMM_WORLD)
+if comm.rank == comm.size - 1:
+    raise RuntimeError("a bug on the last rank")
+try:
+    comm.allreduce(np.ones(3))
+except shmtopo.ShmtopoError as exc:
+    print(f"rank {comm.rank}: {type(exc).__name__}", flush=True)
+"""
+
+
+def test_uncaught_exception_on_one_rank_ends_the_others_waits(tmp_path):
+    """A rank that exits by an uncaught exception leaves its open comms, so
+    that peers waiting on it raise PeerAbortedError at once, instead of
+    waiting for it to exit, which MPI_Finalize may hold up forever."""
+    script = tmp_path / "uncaught.py"
+    script.write_text(UNCAUGHT)
+    proc = subprocess.run(mpiexec_command() + ["-n", "3", sys.executable, str(script)], capture_output=True,
+                          text=True, timeout=60, env=job_env(SHMTOPO_TIMEOUT="0"))
+    for rank in (0, 1):
+        assert f"rank {rank}: PeerAbortedError" in proc.stdout, proc.stdout + proc.stderr
