@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _fastpath
 from ._lifetime import Collective
 from ._native import ffi, lib
 from .errors import FreedError, ShmtopoValueError, check, last_error
@@ -13,8 +14,10 @@ from .errors import FreedError, ShmtopoValueError, check, last_error
 if TYPE_CHECKING:
     from .comm import Comm
 
-_fence = lib.shmtopo_win_fence
-_peer_fence = lib.shmtopo_win_peer_fence
+# Fences enter the core through _fastpath: one builtin call instead of cffi's
+# argument handling, which cost more than a fence itself.
+_fence = _fastpath.fence
+_peer_fence = _fastpath.peer_fence
 
 BACKENDS = ("posix", "memfd", "sysv", "xpmem")
 FENCE_ALGORITHMS = ("auto", "linear", "rd", "dissemination")
@@ -60,7 +63,7 @@ class Window(Collective):
     @classmethod
     def _allocate(cls, comm: "Comm", nbytes: int, attr, dtype: np.dtype, shape: tuple) -> "Window":
         self = object.__new__(cls)
-        self._h = ffi.NULL
+        self._h, self._fast = ffi.NULL, 0
         self.comm = comm
         self.dtype = dtype
         self.shape = shape
@@ -68,6 +71,7 @@ class Window(Collective):
         handle = ffi.new("shmtopo_win_t **")
         check(lib.shmtopo_win_alloc(comm.handle, nbytes, attr, base, handle))
         self._h = handle[0]
+        self._fast = int(ffi.cast("uintptr_t", self._h))  # for _fastpath; 0 once freed
         self.rank = comm.rank
         self.size = comm.size
         self.contiguous = bool(attr.contiguous)
@@ -146,14 +150,13 @@ class Window(Collective):
     def fence(self) -> None:
         """Collective: every store any rank made before the fence is visible
         to every rank after it. Releases the GIL while waiting."""
-        if _fence(self._h):
-            raise last_error()
+        _fence(self._fast)
 
     def peer_fence(self, rank: int) -> None:
         """Two-sided: this rank and ``rank`` both call it naming each other;
         each one's earlier stores are then visible to the other."""
-        if _peer_fence(self._h, rank):
-            raise last_error()
+        if _peer_fence(self._fast, rank) is NotImplemented:
+            raise ShmtopoValueError(f"peer rank must be an integer rank, not {rank!r}", 22)
 
     def fence_loop(self, count: int) -> None:
         """Fence ``count`` times inside the native core (for benchmarks)."""
@@ -200,11 +203,9 @@ class Window(Collective):
             exc = last_error()
             if not lib.shmtopo_comm_broken(self.comm.handle):
                 raise exc  # a rank called something else: the window stays
-            self._h = ffi.NULL  # a wait failed: freed here anyway
-            self.comm._forget(self)
+            self._forget()  # a wait failed: freed here anyway
             raise exc
-        self._h = ffi.NULL
-        self.comm._forget(self)
+        self._forget()
 
     def abandon(self, _origin: int | None = None) -> None:
         """Local: leave the window after an error on this rank, without
@@ -212,10 +213,14 @@ class Window(Collective):
         instead of hanging. No-op on a freed window."""
         if self._h == ffi.NULL:
             return
-        handle, self._h = self._h, ffi.NULL
-        self.comm._forget(self)
+        handle = self._h
+        self._forget()
         origin = _origin if isinstance(_origin, int) else -1
         check(lib.shmtopo_win_abandon_because(handle, origin))
+
+    def _forget(self) -> None:
+        self._h, self._fast = ffi.NULL, 0
+        self.comm._forget(self)
 
     def __repr__(self) -> str:
         state = "freed" if self.freed else f"rank {self.rank} of {self.size}"
