@@ -322,4 +322,20 @@ int shmtopo_common_free_ranges(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, i
  * the same in all ranks (segments in order, back to back). */
 int shmtopo_win_make_symmetric(shmtopo_win_t *win, shmtopo_exchange_fn exchange);
 
+/* ---- kupl_attach.c: the KUPL layer's attach by address ------------------------ */
+
+/* Collective: remember the comm for attach (gathers every rank's XPMEM
+ * segment, -1 where XPMEM is unavailable). Untrack before freeing it. */
+int shmtopo_attach_track_comm(shmtopo_comm_t *comm);
+void shmtopo_attach_untrack_comm(const shmtopo_comm_t *comm);
+/* Collective: remember the window for attach (gathers every rank's address
+ * of its own part). Untrack before freeing it. */
+int shmtopo_attach_track_win(shmtopo_win_t *win);
+void shmtopo_attach_untrack_win(const shmtopo_win_t *win);
+/* Map [src_addr, src_addr + size) of process src_pid here: NULL with the
+ * reason (shmtopo_last_error) when neither a tracked window nor XPMEM can. */
+void *shmtopo_attach(pid_t src_pid, const void *src_addr, size_t size);
+/* Unmap what shmtopo_attach returned. */
+int shmtopo_detach(void *ptr);
+
 #endif /* SHMTOPO_INTERNAL_H */

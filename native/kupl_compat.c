@@ -8,8 +8,11 @@
  * print: this layer is the API boundary that has no other error channel). */
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "../shmtopo/include/kupl.h"
@@ -64,17 +67,90 @@ static int compat_refuse(const char *fn, shmtopo_comm_t *comm, int kind, const c
     return compat_error(fn, "%s", comm ? shmtopo_last_error() : why);
 }
 
+/* shm_info_set(SHM_INFO_IS_CONTIG, v): a setting of the library for every
+ * later allocation, whichever prefix set it (as in KUPL, a process-wide one). */
+static _Atomic int compat_contig;
+
+static int compat_info_set(const char *fn, const char *api, int flag, uint32_t value)
+{
+    if (flag != KUPL_SHM_INFO_IS_CONTIG)
+        return compat_error(fn, "info_flag %d is not a setting (%s_SHM_INFO_IS_CONTIG is %d)", flag, api,
+                            (int)KUPL_SHM_INFO_IS_CONTIG);
+    if (value > 1)
+        return compat_error(fn, "%s_SHM_INFO_IS_CONTIG takes 0 or 1, not %u", api, (unsigned)value);
+    atomic_store(&compat_contig, (int)value);
+    return 0;
+}
+
 /* Collective window allocation; `invalid` (non-NULL) is a bad argument
- * found on this rank. */
+ * found on this rank. The window is tracked for attach (a second collective
+ * step, gathering where each rank has its own part). */
 static int compat_win_alloc(const char *fn, shmtopo_comm_t *comm, int backend, int fence_alg,
                             size_t size, const char *invalid, void **basep, shmtopo_win_t **winp)
 {
     if (invalid)
         return compat_refuse(fn, comm, SHMTOPO_KIND_WIN_ALLOC, invalid);
-    shmtopo_win_attr_t attr = {.backend = backend, .fence_alg = fence_alg};
+    shmtopo_win_attr_t attr = {.backend = backend, .fence_alg = fence_alg,
+                               .contiguous = atomic_load(&compat_contig)};
     if (shmtopo_win_alloc(comm, size, &attr, basep, winp) < 0)
         return compat_fail(fn);
+    if (shmtopo_attach_track_win(*winp) < 0) {
+        int rc = compat_fail(fn);
+        shmtopo_win_abandon(*winp);
+        return rc;
+    }
     return 0;
+}
+
+/* Collective: free a window. 1 when it is gone (freed, or left after a
+ * failed wait), 0 when the free failed and the window is still there (ranks
+ * freed different windows: the agreement refused). */
+static int compat_win_release(const char *fn, shmtopo_comm_t *comm, shmtopo_win_t *win, int *failedp)
+{
+    shmtopo_attach_untrack_win(win);
+    int rc = shmtopo_win_free(win);
+    *failedp = rc < 0;
+    if (rc < 0)
+        compat_fail(fn);
+    return rc == 0 || shmtopo_comm_broken(comm);
+}
+
+/* The kit's logging call: "<API> ERROR: message\n" in one write. */
+static void compat_log(const char *api, const char *fmt, va_list ap)
+{
+    char line[1024];
+    int len = snprintf(line, sizeof(line), "%s ERROR: ", api);
+    if (len >= 0 && len < (int)sizeof(line) - 1 && fmt)
+        len += vsnprintf(line + len, sizeof(line) - 1 - (size_t)len, fmt, ap);
+    if (len < 0)
+        return;
+    if (len > (int)sizeof(line) - 2)
+        len = (int)sizeof(line) - 2;
+    if (len == 0 || line[len - 1] != '\n')
+        line[len++] = '\n';
+    fwrite(line, 1, (size_t)len, stderr);
+}
+
+static int compat_memcpy(const char *fn, void *dst, const void *src, size_t count)
+{
+    if (count && (!dst || !src))
+        return compat_error(fn, "dst and src must not be NULL (count %zu)", count);
+    if (count)
+        memmove(dst, src, count);
+    return 0;
+}
+
+/* shm_attach: addr's fields checked here, the mapping made by kupl_attach.c. */
+static void *compat_attach(const char *fn, void *src_addr, int src_pid, int dst_pid, size_t size)
+{
+    if (dst_pid != (int)getpid()) {
+        compat_error(fn, "dst_pid %d is not this process (%d)", dst_pid, (int)getpid());
+        return NULL;
+    }
+    void *p = shmtopo_attach(src_pid, src_addr, size);
+    if (!p)
+        compat_fail(fn);
+    return p;
 }
 
 /* The core's allgather passes bytes; the program's callback takes a count

@@ -42,6 +42,13 @@ int N(shm_comm_create)(int size, int rank, int pid, N(shm_oob_cb_h) oob_cbs, voi
         free(c);
         return compat_fail(__func__);
     }
+    /* collective, like the creation: fails on every rank alike */
+    if (shmtopo_attach_track_comm(c->impl) < 0) {
+        compat_fail(__func__);
+        shmtopo_comm_destroy(c->impl);
+        free(c);
+        return SHMTOPO_COMPAT_CONST(ERROR);
+    }
     c->rank = rank;
     c->size = size;
     compat_settings(SHMTOPO_COMPAT_API, rank, &c->backend, &c->fence_alg);
@@ -49,13 +56,56 @@ int N(shm_comm_create)(int size, int rank, int pid, N(shm_oob_cb_h) oob_cbs, voi
     return SHMTOPO_COMPAT_CONST(OK);
 }
 
+static void N(compat_win_unlink)(N(shm_win_h) w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        w->comm->wins = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+}
+
+/* Forward: comm_destroy frees the requests left. */
+static void N(compat_request_drop)(N(shm_request_h) r);
+
 int N(shm_comm_destroy)(N(shm_comm_h) comm)
 {
     if (!comm)
         return compat_error(__func__, "comm is NULL");
-    int rc = shmtopo_comm_destroy(comm->impl);
+    int failed = 0;
+    /* What the program left, as KUPL frees it: requests (local), then
+     * windows, oldest first, so every rank frees them in the same order. */
+    while (comm->requests)
+        N(compat_request_drop)(comm->requests);
+    N(shm_win_h) w = comm->wins;
+    while (w && w->next)
+        w = w->next;
+    while (w) {
+        N(shm_win_h) newer = w->prev;
+        int err = 0;
+        if (failed || !compat_win_release(__func__, comm->impl, w->impl, &err)) {
+            /* ranks hold different windows: leave the rest without waiting
+             * for anyone, so that the comm itself can still be freed */
+            if (!failed)
+                compat_error(__func__, "ranks still hold different windows; leaving them");
+            shmtopo_win_abandon(w->impl);
+            failed = 1;
+        }
+        failed |= err;
+        N(compat_win_unlink)(w);
+        free(w);
+        w = newer;
+    }
+    shmtopo_attach_untrack_comm(comm->impl);
+    if (shmtopo_comm_destroy(comm->impl) < 0) {
+        compat_fail(__func__);
+        if (!shmtopo_comm_broken(comm->impl))
+            return SHMTOPO_COMPAT_CONST(ERROR); /* a rank called something else: still there */
+        failed = 1;
+    }
     free(comm);
-    return rc < 0 ? compat_fail(__func__) : SHMTOPO_COMPAT_CONST(OK);
+    return failed ? SHMTOPO_COMPAT_CONST(ERROR) : SHMTOPO_COMPAT_CONST(OK);
 }
 
 int N(shm_comm_rank)(N(shm_comm_h) comm, int *rank)
@@ -72,6 +122,11 @@ int N(shm_comm_size)(N(shm_comm_h) comm, int *size)
         return compat_error(__func__, "comm and size must not be NULL");
     *size = comm->size;
     return SHMTOPO_COMPAT_CONST(OK);
+}
+
+int N(shm_info_set)(N(info_flag_t) info_flag, uint32_t value)
+{
+    return compat_info_set(__func__, SHMTOPO_COMPAT_API, (int)info_flag, value);
 }
 
 int N(shm_win_alloc)(size_t size, N(shm_comm_h) comm, void **baseptr, N(shm_win_h) *win)
@@ -95,6 +150,10 @@ int N(shm_win_alloc)(size_t size, N(shm_comm_h) comm, void **baseptr, N(shm_win_
     w->bytes = size;
     w->comm = comm;
     w->impl = impl;
+    w->next = comm->wins;
+    if (w->next)
+        w->next->prev = w;
+    comm->wins = w;
     *baseptr = base;
     *win = w;
     return SHMTOPO_COMPAT_CONST(OK);
@@ -113,9 +172,12 @@ int N(shm_win_free)(N(shm_win_h) win)
 {
     if (!win)
         return compat_error(__func__, "win is NULL");
-    int rc = shmtopo_win_free(win->impl);
+    int failed;
+    if (!compat_win_release(__func__, win->comm->impl, win->impl, &failed))
+        return SHMTOPO_COMPAT_CONST(ERROR); /* ranks freed different windows: still there */
+    N(compat_win_unlink)(win);
     free(win);
-    return rc < 0 ? compat_fail(__func__) : SHMTOPO_COMPAT_CONST(OK);
+    return failed ? SHMTOPO_COMPAT_CONST(ERROR) : SHMTOPO_COMPAT_CONST(OK);
 }
 
 int N(shm_fence)(N(shm_win_h) win)
@@ -136,13 +198,53 @@ int N(shm_peer_fence)(N(shm_win_h) win, int remote_rank)
     return SHMTOPO_COMPAT_CONST(OK);
 }
 
+void *N(shm_attach)(N(shm_addr_t) addr, size_t size)
+{
+    return compat_attach(__func__, addr.src_addr, addr.src_pid, addr.dst_pid, size);
+}
+
+void N(shm_detach)(void *ptr)
+{
+    if (shmtopo_detach(ptr) < 0)
+        compat_fail(__func__);
+}
+
+int N(memcpy)(void *dst, const void *src, size_t count)
+{
+    return compat_memcpy(__func__, dst, src, count) < 0 ? SHMTOPO_COMPAT_CONST(ERROR)
+                                                        : SHMTOPO_COMPAT_CONST(OK);
+}
+
+void N(error)(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    compat_log(SHMTOPO_COMPAT_API, fmt, ap);
+    va_end(ap);
+}
+
 /* Persistent collectives: a handle around the core's request. */
 struct N(shm_request) {
     shmtopo_request_t *impl;
+    N(shm_comm_h) comm;
+    struct N(shm_request) *prev, *next; /* in comm->requests */
 };
 
+/* Unlink from the comm and free (request_free, comm_destroy). */
+static void N(compat_request_drop)(N(shm_request_h) r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        r->comm->requests = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    shmtopo_request_free(r->impl);
+    free(r);
+}
+
 /* Finish an *_init: rc is the core's, impl its request. */
-static int N(compat_request)(const char *fn, int rc, shmtopo_request_t *impl,
+static int N(compat_request)(const char *fn, N(shm_comm_h) comm, int rc, shmtopo_request_t *impl,
                              N(shm_request_h) *request)
 {
     if (rc < 0)
@@ -153,6 +255,12 @@ static int N(compat_request)(const char *fn, int rc, shmtopo_request_t *impl,
         return compat_error(fn, "out of memory");
     }
     r->impl = impl;
+    r->comm = comm;
+    r->prev = NULL;
+    r->next = comm->requests;
+    if (r->next)
+        r->next->prev = r;
+    comm->requests = r;
     *request = r;
     return SHMTOPO_COMPAT_CONST(OK);
 }
@@ -172,7 +280,7 @@ int N(shm_allreduce_init)(const void *sendbuf, void *recvbuf, int count,
     shmtopo_request_t *impl = NULL;
     int rc = shmtopo_allreduce_init(comm->impl, sendbuf, recvbuf, (size_t)count, dtype, sop,
                                     SHMTOPO_COLL_AUTO, &impl);
-    return N(compat_request)(__func__, rc, impl, request);
+    return N(compat_request)(__func__, comm, rc, impl, request);
 }
 
 int N(shm_bcast_init)(void *buffer, int count, N(shm_datatype_t) datatype, int root,
@@ -187,7 +295,7 @@ int N(shm_bcast_init)(void *buffer, int count, N(shm_datatype_t) datatype, int r
         return compat_refuse(__func__, comm->impl, SHMTOPO_KIND_BCAST, why);
     shmtopo_request_t *impl = NULL;
     int rc = shmtopo_bcast_init(comm->impl, buffer, (size_t)count, dtype, root, &impl);
-    return N(compat_request)(__func__, rc, impl, request);
+    return N(compat_request)(__func__, comm, rc, impl, request);
 }
 
 int N(shm_alltoall_init)(const void *sendbuf, int sendcount, N(shm_datatype_t) sendtype,
@@ -210,7 +318,7 @@ int N(shm_alltoall_init)(const void *sendbuf, int sendcount, N(shm_datatype_t) s
         return compat_refuse(__func__, comm->impl, SHMTOPO_KIND_ALLTOALL, why);
     shmtopo_request_t *impl = NULL;
     int rc = shmtopo_alltoall_init(comm->impl, sendbuf, recvbuf, (size_t)sendcount, dtype, &impl);
-    return N(compat_request)(__func__, rc, impl, request);
+    return N(compat_request)(__func__, comm, rc, impl, request);
 }
 
 int N(shm_request_start)(N(shm_request_h) request)
@@ -235,9 +343,8 @@ int N(shm_request_free)(N(shm_request_h) request)
 {
     if (!request)
         return compat_error(__func__, "request is NULL");
-    int rc = shmtopo_request_free(request->impl);
-    free(request);
-    return rc < 0 ? compat_fail(__func__) : SHMTOPO_COMPAT_CONST(OK);
+    N(compat_request_drop)(request);
+    return SHMTOPO_COMPAT_CONST(OK);
 }
 
 #undef N

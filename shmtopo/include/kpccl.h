@@ -3,6 +3,12 @@
 #ifndef SHMTOPO_KPCCL_H
 #define SHMTOPO_KPCCL_H
 
+#define KPCCL_OK 0
+#define KPCCL_ERROR (-1)
+#ifndef kpccl_export
+#define kpccl_export __attribute__((visibility("default")))
+#endif
+
 #define SHMTOPO_COMPAT_NAME(x) kpccl_##x
 #define SHMTOPO_COMPAT_CONST(x) KPCCL_##x
 #include "shmtopo_shm_compat.h"

@@ -45,7 +45,7 @@ static int oob_barrier(void *group)
 
 #ifdef SHMTOPO_KPCCL_H
 /* The same allgather under the former prefix (same datatype values). */
-static int kpccl_oob_allgather(const void *sendbuf, void *recvbuf, int size, void *group,
+__attribute__((unused)) static int kpccl_oob_allgather(const void *sendbuf, void *recvbuf, int size, void *group,
                                kpccl_shm_datatype_t datatype)
 {
     return oob_allgather(sendbuf, recvbuf, size, group, (kupl_shm_datatype_t)datatype);
