@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <hwloc.h>
@@ -186,6 +187,42 @@ int shmtopo_topo_shmem_length(void *topo, size_t *lenp)
     return 0;
 }
 
+/* hwloc's write leaves the copy's memory-attribute caches to be filled on
+ * first use (it refreshes the source's instead): an adopter's first memory
+ * attribute query would then write into its read-only mapping and crash.
+ * So the writer fills them once in the file itself, through a writable
+ * mapping at the address every rank will use, before anyone adopts: after
+ * that, queries on adopted copies only read. Distances were refreshed by
+ * hwloc's write already; hwloc_topology_refresh does both. */
+static int prime_caches(int fd, const char *path, uintptr_t addr, size_t length)
+{
+#if HWLOC_API_VERSION >= 0x00020300
+    hwloc_topology_t copy;
+    int err;
+
+    errno = 0;
+    if (hwloc_shmem_topology_adopt(&copy, fd, 0, (void *)addr, length, 0) < 0) {
+        err = errno ? errno : EINVAL;
+        return shmtopo_fail(err, -1, "shmem write: map %s at %#lx to fill its caches: %s", path,
+                            (unsigned long)addr, strerror(err));
+    }
+    if (mprotect((void *)addr, length, PROT_READ | PROT_WRITE) < 0) {
+        err = errno;
+        hwloc_topology_destroy(copy);
+        return shmtopo_fail(err, -1, "shmem write: make %s writable to fill its caches: %s", path,
+                            strerror(err));
+    }
+    err = hwloc_topology_refresh(copy) < 0 ? (errno ? errno : EINVAL) : 0;
+    hwloc_topology_destroy(copy); /* unmaps */
+    if (err)
+        return shmtopo_fail(err, -1, "shmem write: hwloc_topology_refresh of %s: %s", path,
+                            strerror(err));
+#else
+    (void)fd, (void)path, (void)addr, (void)length;
+#endif
+    return 0;
+}
+
 int shmtopo_topo_shmem_write(void *topo, const char *path, uintptr_t addr,
                              size_t length)
 {
@@ -227,6 +264,8 @@ int shmtopo_topo_shmem_write(void *topo, const char *path, uintptr_t addr,
                                   : strerror(err));
         goto out_with_file;
     }
+    if (prime_caches(fd, path, addr, length) < 0)
+        goto out_with_file;
     close(fd);
     return 0;
 
