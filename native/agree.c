@@ -136,6 +136,8 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
         break;
     case SHMTOPO_KIND_TOPO_SHARE:
         FIELD("source %s", shmtopo_topo_source_name(sig->alg));
+        if (sig->op > 0)
+            FIELD("io %s", sig->op == 1 ? "important" : "all");
         break;
     }
     if (strcmp(sep, ", ") == 0 && n >= 0 && (size_t)n < len)

@@ -49,14 +49,38 @@ static int check_range(const char *what, uintptr_t addr, size_t length)
     return 0;
 }
 
+/* hwloc's filters for io = 0 (hwloc's defaults: no I/O, no Misc objects),
+ * 1 (the important I/O objects), 2 (every I/O object, and Misc objects:
+ * memory modules, annotations). */
+static int set_io_filter(hwloc_topology_t topo, int io)
+{
+    if (io == 0)
+        return 0;
+    if (hwloc_topology_set_io_types_filter(topo, io == 2 ? HWLOC_TYPE_FILTER_KEEP_ALL
+                                                         : HWLOC_TYPE_FILTER_KEEP_IMPORTANT) < 0)
+        return shmtopo_fail_errno("hwloc_topology_set_io_types_filter");
+    if (io == 2 && hwloc_topology_set_type_filter(topo, HWLOC_OBJ_MISC, HWLOC_TYPE_FILTER_KEEP_ALL) < 0)
+        return shmtopo_fail_errno("hwloc_topology_set_type_filter");
+    return 0;
+}
+
 int shmtopo_topo_load_local(void **topop)
+{
+    return shmtopo_topo_load_local_io(0, topop);
+}
+
+int shmtopo_topo_load_local_io(int io, void **topop)
 {
     hwloc_topology_t topo;
 
     if (!topop)
         return shmtopo_fail(EINVAL, -1, "topology: NULL result pointer");
+    if (io < 0 || io > 2)
+        return shmtopo_fail(EINVAL, -1, "topology: io must be 0, 1 or 2, not %d", io);
     if (hwloc_topology_init(&topo) < 0)
         return shmtopo_fail_errno("hwloc_topology_init");
+    if (set_io_filter(topo, io) < 0)
+        goto out_with_topo;
     if (hwloc_topology_load(topo) < 0) {
         shmtopo_fail_errno("hwloc_topology_load");
         goto out_with_topo;
@@ -75,10 +99,10 @@ out_with_topo:
 
 int shmtopo_topo_load_xml(const char *xml, size_t len, void **topop)
 {
-    return shmtopo_topo_load_xml_flags(xml, len, 0, topop);
+    return shmtopo_topo_load_xml_flags(xml, len, 0, 0, topop);
 }
 
-int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags, void **topop)
+int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags, int io, void **topop)
 {
     hwloc_topology_t topo;
     char *copy = NULL;
@@ -109,6 +133,8 @@ int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags
     }
     /* hwloc does not always set errno when it rejects XML. */
     errno = 0;
+    if (set_io_filter(topo, io) < 0)
+        goto out_with_topo;
     if (hwloc_topology_set_flags(topo, flags) < 0 ||
         hwloc_topology_set_xmlbuffer(topo, buf, (int)buflen) < 0) {
         shmtopo_fail(errno ? errno : EINVAL, -1,
