@@ -493,7 +493,9 @@ class TopoObject:
         if self._topo.closed:
             return "<shmtopo.TopoObject of a closed topology>"
         name = f" {self.name!r}" if self.name else ""
-        return f"<{self.type}{name} L#{self.logical_index} P#{self.os_index} cpuset {self.cpuset_str}>"
+        os_index = "" if self.os_index is None else f" P#{self.os_index}"
+        where = f" cpuset {self.cpuset_str}" if self.type not in IO_TYPES + ("misc",) else ""
+        return f"<{self.type}{name} L#{self.logical_index}{os_index}{where}>"
 
 
 # -- topology ------------------------------------------------------------------
