@@ -62,9 +62,6 @@ def type_name(number: int) -> str:
     return ffi.string(lib.shmtopo_topo_type_name(number)).decode()
 
 
-_type_name = type_name
-
-
 def _known(name: str) -> bool:
     return lib.shmtopo_topo_type_from_name(name.encode(), ffi.new("int *")) == 0
 
@@ -88,11 +85,6 @@ MEMATTR_FLAGS = {1: "higher_first", 2: "lower_first", 4: "need_initiator"}
 def hwloc_version() -> str:
     """libhwloc's API version in use (all ranks of a node must share it)."""
     return ffi.string(lib.shmtopo_hwloc_version()).decode()
-
-
-def _index_set(fill) -> Bitmap:
-    """Call ``fill(out, max, countp)`` with a growing buffer until it fits."""
-    return indices_from(fill)
 
 
 def _io_level(io: Any) -> int:
@@ -269,7 +261,7 @@ class TopoObject:
     # -- identity ----------------------------------------------------------
     @property
     def type(self) -> str:
-        return _type_name(self._field("type"))
+        return type_name(self._field("type"))
 
     @property
     def depth(self) -> int:
@@ -1034,12 +1026,6 @@ def _destroy_all() -> None:
 
 
 # -- native loads ------------------------------------------------------------
-def _load_local(io: int = 0) -> Any:
-    out = ffi.new("void **")
-    check(lib.shmtopo_topo_load_local_io(io, out))
-    return out[0]
-
-
 def _load_xml(xml: bytes, here: bool = False, io: int = 0) -> Any:
     """here: XML from this machine (a rank of the node), binding then works."""
     out = ffi.new("void **")

@@ -15,7 +15,7 @@ from shmtopo import topology as T
 from shmtopo.errors import FreedError, ShmtopoError, ShmtopoValueError
 
 import hwloc_tools as H
-from hwloc_tools import big_node, calc, mask_set, needs_tools  # noqa: F401 (fixture)
+from hwloc_tools import big_node, calc, mask_set, needs_tools  # noqa: F401 (big_node: a fixture)
 
 pytestmark = needs_tools
 
