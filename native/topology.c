@@ -146,8 +146,8 @@ int shmtopo_topo_io(void *topo)
 
     if (!topo)
         return shmtopo_fail(EINVAL, -1, "topology: NULL handle");
-    /* PCI devices tell: OS devices are kept by the synthetic and XML
-     * backends' defaults in ways that do not reflect a request. */
+    /* the filter the load set on the I/O types (an adopted copy has the
+     * writer's; XML loads set it from their io argument) */
     if (hwloc_topology_get_type_filter(topo, HWLOC_OBJ_PCI_DEVICE, &filter) < 0)
         return shmtopo_fail_errno("hwloc_topology_get_type_filter");
     switch (filter) {
