@@ -82,7 +82,8 @@ static const char *const kind_names[] = {
     [SHMTOPO_KIND_ALLTOALL] = "alltoall", [SHMTOPO_KIND_WIN_ALLOC] = "allocate",
     [SHMTOPO_KIND_WIN_FREE] = "window free", [SHMTOPO_KIND_COMM_FREE] = "comm free",
     [SHMTOPO_KIND_TOPO_SHARE] = "share_topology", [SHMTOPO_KIND_SPLIT] = "split",
-    [SHMTOPO_KIND_COMM_CREATE] = "comm creation", [SHMTOPO_KIND_VERDICT] = "agreement",
+    [SHMTOPO_KIND_COMM_CREATE] = "comm creation", [SHMTOPO_KIND_BIND] = "bind",
+    [SHMTOPO_KIND_VERDICT] = "agreement",
 };
 
 const char *shmtopo_kind_name(int kind)
@@ -136,6 +137,13 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
         break;
     case SHMTOPO_KIND_TOPO_SHARE:
         FIELD("source %s", shmtopo_topo_source_name(sig->alg));
+        if (sig->op > 0)
+            FIELD("io %s", sig->op == 1 ? "important" : "all");
+        break;
+    case SHMTOPO_KIND_BIND:
+        /* the names travel in the signature, so that the core needs no hwloc */
+        FIELD("to %.8s", (const char *)&sig->extra);
+        FIELD("%.8s", (const char *)&sig->count);
         break;
     }
     if (strcmp(sep, ", ") == 0 && n >= 0 && (size_t)n < len)

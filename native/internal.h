@@ -301,8 +301,9 @@ void shmtopo_reduce_pair(void *dst, const void *a, const void *b, size_t count, 
 /* ---- topo_shmem.c ----------------------------------------------------------- */
 
 /* Load a topology from XML with hwloc topology flags (IS_THISSYSTEM lets
- * binding queries work on a copy of this machine's topology). */
-int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags, void **topop);
+ * binding queries work on a copy of this machine's topology), keeping the
+ * XML's I/O objects when io is 1 (the important ones) or 2 (all). */
+int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags, int io, void **topop);
 
 /* ---- maps.c: a common address ------------------------------------------------ */
 

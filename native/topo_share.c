@@ -54,6 +54,7 @@ typedef struct share {
     shmtopo_comm_t *comm;
     shmtopo_sig_t sig;
     int leader, have, conflict_rank;
+    int io;                    /* I/O objects in the leader's load (opts.io) */
     void *base;                /* leader: the topology it hands out */
     int base_err;              /* leader: why it has none */
     char base_msg[256];
@@ -183,7 +184,7 @@ static int try_xml(share_t *sh, void **topop)
     }
     void *topo = NULL;
     err = 0;
-    if (!sh->have && shmtopo_topo_load_xml_flags(xml, len, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM, &topo) < 0)
+    if (!sh->have && shmtopo_topo_load_xml_flags(xml, len, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM, sh->io, &topo) < 0)
         err = errno;
     shmtopo_topo_free_xml(xml);
     if (shmtopo_agree(comm, &sig, err, NULL, NULL, 0) < 0) {
@@ -199,7 +200,7 @@ int shmtopo_topo_share(shmtopo_comm_t *comm, const shmtopo_topo_share_opts_t *op
 {
     if (shmtopo_comm_usable(comm, "share_topology") < 0)
         return -1;
-    shmtopo_topo_share_opts_t o = {.source = -1, .attempts = 3, .have = 0, .conflict_rank = -1};
+    shmtopo_topo_share_opts_t o = {.source = -1, .attempts = 3, .have = 0, .conflict_rank = -1, .io = 0};
     if (opts)
         o = *opts;
     if (o.source < 0)
@@ -211,11 +212,14 @@ int shmtopo_topo_share(shmtopo_comm_t *comm, const shmtopo_topo_share_opts_t *op
         shmtopo_fail(err = EINVAL, -1, "unknown topology source %d", o.source);
     else if (o.attempts < 1 || o.attempts > 64)
         shmtopo_fail(err = EINVAL, -1, "attempts must be in [1, 64], not %d", o.attempts);
+    else if (o.io < 0 || o.io > 2)
+        shmtopo_fail(err = EINVAL, -1, "io must be 0, 1 or 2, not %d", o.io);
     else if (!topop || !infop)
         shmtopo_fail(err = EINVAL, -1, "share_topology needs topop and infop");
     share_t sh = {.comm = comm, .sig = shmtopo_sig(SHMTOPO_KIND_TOPO_SHARE), .leader = comm->rank == 0,
-                  .have = o.have != 0, .conflict_rank = o.conflict_rank};
+                  .have = o.have != 0, .conflict_rank = o.conflict_rank, .io = o.io};
     sh.sig.alg = o.source;
+    sh.sig.op = o.io; /* agreed like the source: the leader's load serves all */
     sh.sig.count = (uint64_t)o.attempts;
     /* the first agreement checks everyone's arguments and whether every
      * rank of the job already holds the shared topology */
@@ -230,7 +234,7 @@ int shmtopo_topo_share(shmtopo_comm_t *comm, const shmtopo_topo_share_opts_t *op
     }
     /* Never from an adopted copy: hwloc's write updates its source, a
      * segfault on the read-only mapping. */
-    if (sh.leader && shmtopo_topo_load_local(&sh.base) < 0) {
+    if (sh.leader && shmtopo_topo_load_local_io(sh.io, &sh.base) < 0) {
         sh.base_err = errno;
         snprintf(sh.base_msg, sizeof(sh.base_msg), "%s", shmtopo_last_error());
     }
@@ -246,7 +250,7 @@ int shmtopo_topo_share(shmtopo_comm_t *comm, const shmtopo_topo_share_opts_t *op
             infop->source = SHMTOPO_SOURCE_XML;
     }
     if (rc < 0 && !gave_up(&sh) && (o.source == SHMTOPO_SOURCE_AUTO || o.source == SHMTOPO_SOURCE_LOCAL)) {
-        err = !sh.have && shmtopo_topo_load_local(topop) < 0 ? errno : 0;
+        err = !sh.have && shmtopo_topo_load_local_io(sh.io, topop) < 0 ? errno : 0;
         if ((rc = shmtopo_agree(comm, &sh.sig, err, NULL, NULL, 0)) == 0) {
             infop->source = SHMTOPO_SOURCE_LOCAL;
         } else {

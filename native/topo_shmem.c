@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <hwloc.h>
@@ -49,14 +50,38 @@ static int check_range(const char *what, uintptr_t addr, size_t length)
     return 0;
 }
 
+/* hwloc's filters for io = 0 (hwloc's defaults: no I/O, no Misc objects),
+ * 1 (the important I/O objects), 2 (every I/O object, and Misc objects:
+ * memory modules, annotations). */
+static int set_io_filter(hwloc_topology_t topo, int io)
+{
+    if (io == 0)
+        return 0;
+    if (hwloc_topology_set_io_types_filter(topo, io == 2 ? HWLOC_TYPE_FILTER_KEEP_ALL
+                                                         : HWLOC_TYPE_FILTER_KEEP_IMPORTANT) < 0)
+        return shmtopo_fail_errno("hwloc_topology_set_io_types_filter");
+    if (io == 2 && hwloc_topology_set_type_filter(topo, HWLOC_OBJ_MISC, HWLOC_TYPE_FILTER_KEEP_ALL) < 0)
+        return shmtopo_fail_errno("hwloc_topology_set_type_filter");
+    return 0;
+}
+
 int shmtopo_topo_load_local(void **topop)
+{
+    return shmtopo_topo_load_local_io(0, topop);
+}
+
+int shmtopo_topo_load_local_io(int io, void **topop)
 {
     hwloc_topology_t topo;
 
     if (!topop)
         return shmtopo_fail(EINVAL, -1, "topology: NULL result pointer");
+    if (io < 0 || io > 2)
+        return shmtopo_fail(EINVAL, -1, "topology: io must be 0, 1 or 2, not %d", io);
     if (hwloc_topology_init(&topo) < 0)
         return shmtopo_fail_errno("hwloc_topology_init");
+    if (set_io_filter(topo, io) < 0)
+        goto out_with_topo;
     if (hwloc_topology_load(topo) < 0) {
         shmtopo_fail_errno("hwloc_topology_load");
         goto out_with_topo;
@@ -75,10 +100,10 @@ out_with_topo:
 
 int shmtopo_topo_load_xml(const char *xml, size_t len, void **topop)
 {
-    return shmtopo_topo_load_xml_flags(xml, len, 0, topop);
+    return shmtopo_topo_load_xml_flags(xml, len, 0, 0, topop);
 }
 
-int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags, void **topop)
+int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags, int io, void **topop)
 {
     hwloc_topology_t topo;
     char *copy = NULL;
@@ -109,6 +134,8 @@ int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags
     }
     /* hwloc does not always set errno when it rejects XML. */
     errno = 0;
+    if (set_io_filter(topo, io) < 0)
+        goto out_with_topo;
     if (hwloc_topology_set_flags(topo, flags) < 0 ||
         hwloc_topology_set_xmlbuffer(topo, buf, (int)buflen) < 0) {
         shmtopo_fail(errno ? errno : EINVAL, -1,
@@ -187,6 +214,42 @@ int shmtopo_topo_shmem_length(void *topo, size_t *lenp)
     return 0;
 }
 
+/* hwloc's write leaves the copy's memory-attribute caches to be filled on
+ * first use (it refreshes the source's instead): an adopter's first memory
+ * attribute query would then write into its read-only mapping and crash.
+ * So the writer fills them once in the file itself, through a writable
+ * mapping at the address every rank will use, before anyone adopts: after
+ * that, queries on adopted copies only read. Distances were refreshed by
+ * hwloc's write already; hwloc_topology_refresh does both. */
+static int prime_caches(int fd, const char *path, uintptr_t addr, size_t length)
+{
+#if HWLOC_API_VERSION >= 0x00020300
+    hwloc_topology_t copy;
+    int err;
+
+    errno = 0;
+    if (hwloc_shmem_topology_adopt(&copy, fd, 0, (void *)addr, length, 0) < 0) {
+        err = errno ? errno : EINVAL;
+        return shmtopo_fail(err, -1, "shmem write: map %s at %#lx to fill its caches: %s", path,
+                            (unsigned long)addr, strerror(err));
+    }
+    if (mprotect((void *)addr, length, PROT_READ | PROT_WRITE) < 0) {
+        err = errno;
+        hwloc_topology_destroy(copy);
+        return shmtopo_fail(err, -1, "shmem write: make %s writable to fill its caches: %s", path,
+                            strerror(err));
+    }
+    err = hwloc_topology_refresh(copy) < 0 ? (errno ? errno : EINVAL) : 0;
+    hwloc_topology_destroy(copy); /* unmaps */
+    if (err)
+        return shmtopo_fail(err, -1, "shmem write: hwloc_topology_refresh of %s: %s", path,
+                            strerror(err));
+#else
+    (void)fd, (void)path, (void)addr, (void)length;
+#endif
+    return 0;
+}
+
 int shmtopo_topo_shmem_write(void *topo, const char *path, uintptr_t addr,
                              size_t length)
 {
@@ -228,6 +291,8 @@ int shmtopo_topo_shmem_write(void *topo, const char *path, uintptr_t addr,
                                   : strerror(err));
         goto out_with_file;
     }
+    if (prime_caches(fd, path, addr, length) < 0)
+        goto out_with_file;
     close(fd);
     return 0;
 

@@ -16,8 +16,12 @@ extern "C" {
 
 /* Topology handles are hwloc_topology_t passed as void *. */
 
-/* Discover this machine's topology (hwloc defaults). */
+/* Discover this machine's topology (hwloc defaults: no I/O objects). */
 int shmtopo_topo_load_local(void **topop);
+/* The same with I/O objects: io 0 none, 1 the important ones (bridges, PCI
+ * devices with an OS device or of a class hwloc keeps, OS devices such as
+ * GPUs, NICs, disks), 2 all. */
+int shmtopo_topo_load_local_io(int io, void **topop);
 /* Load a topology from XML text (len bytes, a trailing NUL optional). */
 int shmtopo_topo_load_xml(const char *xml, size_t len, void **topop);
 /* Export as XML into a buffer freed with shmtopo_topo_free_xml; *lenp does
@@ -54,6 +58,8 @@ typedef struct shmtopo_topo_share_opts {
                            part, but adopt nothing (*topop stays NULL) */
     int conflict_rank;  /* test hook: that rank occupies the first address, so
                            the first attempt fails; -1: SHMTOPO_TOPO_CONFLICT_RANK */
+    int io;             /* I/O objects the leader loads (0 none, 1 important,
+                           2 all); every rank must pass the same */
 } shmtopo_topo_share_opts_t;
 
 typedef struct shmtopo_topo_share_info {

@@ -1,6 +1,7 @@
 """shmtopo: node-local shared-memory windows, fences and collectives, and a
 shared hwloc topology, for MPI programs in Python."""
-from .comm import Comm
+from .bitmap import Bitmap
+from .comm import Comm, Placement
 from .errors import (
     BackendUnavailableError,
     BrokenWindowError,
@@ -20,7 +21,7 @@ from .topology import Topology, share_topology
 __version__ = "0.1.0"
 
 __all__ = [
-    "Comm", "Window", "Topology", "share_topology", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
+    "Comm", "Window", "Topology", "share_topology", "Bitmap", "Placement", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
     "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",

@@ -3,7 +3,7 @@ the job they belong to (its node plan, for collectives that span nodes)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -15,6 +15,26 @@ from .multinode import NodePlan
 from .window import Window, backend_number, fence_number
 
 MAX_BYTES = 2**62  # per rank; the native core refuses more
+
+
+class Placement(NamedTuple):
+    """Where :meth:`Comm.bind` bound one rank of the node."""
+    rank: int                #: rank in the comm (on this node)
+    pid: int
+    type: str                #: the object type ranks were bound to
+    logical_index: int       #: the object, L#n
+    os_index: int | None     #: P#n
+    cpuset: Any              #: Bitmap: the PUs the rank is bound to
+    nodeset: Any             #: Bitmap: the NUMA nodes near them
+
+    def __str__(self) -> str:
+        where = f"{self.type} L#{self.logical_index}" + ("" if self.os_index is None else f" P#{self.os_index}")
+        return f"rank {self.rank} (pid {self.pid}): {where}, cpus {self.cpuset}, numa {self.nodeset}"
+
+
+def _packed(name: str) -> int:
+    """Up to 8 bytes of a name as a signature word (describe() prints it)."""
+    return int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "little")
 
 
 class Comm(Collective):
@@ -318,6 +338,51 @@ class Comm(Collective):
         if self.freed:
             return "<shmtopo.Comm freed>"
         return f"<shmtopo.Comm rank {self.rank} of {self.size}>"
+
+    def bind(self, to: str = "core", policy: str = "compact") -> list[Placement]:
+        """Collective: bind every rank of this node (the whole process, all
+        its threads) to one object of type ``to`` ("core", "numa",
+        "package", "l3", "pu", any type with CPUs) of the node's shared
+        topology, and return where each rank went, in rank order (the same
+        list on every rank of the node).
+
+        policy: "compact" puts rank r on object r in logical order (ranks
+        fill one package, then the next); "spread" shares ranks out over the
+        tree from the top, in proportion to the objects below each branch,
+        as hwloc-distrib does (2 ranks on 2 packages: one on each).
+
+        More ranks than such objects, a bad argument or different arguments
+        on any rank, or a binding the OS refuses on any rank: every rank
+        raises ShmtopoValueError (or the failure) and keeps its binding."""
+        from .topology import PLACEMENT_POLICIES, _placement_policy, share_topology, type_name, type_number
+
+        def normalise():
+            return type_name(type_number(to)), PLACEMENT_POLICIES[_placement_policy(policy)]
+
+        kind = lib.SHMTOPO_KIND_BIND
+        to_name, how = agreement.normalised(self, kind, normalise)
+        words = {"count": _packed(how), "extra": _packed(to_name)}
+        agreement.agree(self, kind, **words)
+        with share_topology(self) as topo:
+            before = topo.get_cpubind()
+
+            def place():
+                objs = topo.placement(to_name, self.size, how)
+                try:
+                    topo.set_cpubind(objs[self.rank])
+                except BaseException:
+                    topo.set_cpubind(before)
+                    raise
+                return objs
+
+            objs = agreement.normalised(self, kind, place)
+            try:
+                agreement.agree(self, kind, **words)
+            except BaseException:
+                topo.set_cpubind(before)  # another rank failed: all keep what they had
+                raise
+            return [Placement(r, self.pid(r), o.type, o.logical_index, o.os_index, o.cpuset, o.nodeset)
+                    for r, o in enumerate(objs)]
 
     def split(self, by: str) -> "Comm":
         """Collective: a sub-comm of the ranks bound inside the same object of

@@ -15,19 +15,29 @@ process holds no other topology, in adopt as in load. The leader never writes
 from an adopted copy: hwloc's write updates its source, a segfault there.
 
 A :class:`Topology` has no method that modifies it: an adopted topology lives
-in read-only shared memory, where hwloc would segfault on a write. Objects
-returned by :meth:`Topology.objects` are views that stay valid until the
-topology is closed; after that every call raises :class:`FreedError`.
+in read-only shared memory, where hwloc would segfault on a write. What it
+offers are queries (objects, their attributes, lookups by index or cpuset,
+distances, memory attributes, CPU kinds, I/O devices) and binding of the
+calling process or thread, which changes the process, not the topology.
+Objects returned by a topology are views that stay valid until it is closed;
+after that every call raises :class:`FreedError`. Sets of CPUs or NUMA nodes
+are :class:`~shmtopo.bitmap.Bitmap` s (frozensets with hwloc's syntaxes);
+arguments that take a set accept a Bitmap, any iterable of indices, an hwloc
+list string ("0-3,8") or an object (its cpuset, or nodeset for memory calls).
+Binding a whole comm by topology is :meth:`shmtopo.Comm.bind`.
 """
 from __future__ import annotations
 
 import atexit
 import errno as _errno
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from ._native import ffi, lib
-from .errors import FreedError, ShmtopoValueError, check
+from .bitmap import Bitmap, as_indices, c_indices, grow, indices_from
+from .errors import FreedError, ShmtopoValueError, check, last_error
 
 if TYPE_CHECKING:
     from .comm import Comm
@@ -47,7 +57,8 @@ def type_number(name: str) -> int:
     return out[0]
 
 
-def _type_name(number: int) -> str:
+def type_name(number: int) -> str:
+    """The short name of a type number ("core", "numanode", "pci", ...)."""
     return ffi.string(lib.shmtopo_topo_type_name(number)).decode()
 
 
@@ -58,6 +69,17 @@ def _known(name: str) -> bool:
 #: The usual type names this hwloc knows ("die" needs hwloc >= 2.1).
 TYPES = tuple(n for n in ("machine", "package", "die", "numanode", "group", "l3", "l2", "l1", "core", "pu")
               if _known(n))
+#: Types of I/O objects, present only in topologies loaded with ``io=``.
+IO_TYPES = ("bridge", "pci", "osdev")
+#: Kinds of OS devices (``TopoObject.osdev_type``).
+OSDEV_TYPES = ("block", "gpu", "network", "openfabrics", "dma", "coproc")
+CACHE_TYPES = ("unified", "data", "instruction")
+#: Memory binding policies (``Topology.set_membind``).
+MEMBIND_POLICIES = ("default", "firsttouch", "bind", "interleave", "nexttouch")
+#: How Comm.bind and Topology.placement share ranks out over objects.
+PLACEMENT_POLICIES = ("compact", "spread")
+DISTANCE_KINDS = {1: "from_os", 2: "from_user", 4: "latency", 8: "bandwidth", 16: "heterogeneous_types"}
+MEMATTR_FLAGS = {1: "higher_first", 2: "lower_first", 4: "need_initiator"}
 
 
 def hwloc_version() -> str:
@@ -65,18 +87,141 @@ def hwloc_version() -> str:
     return ffi.string(lib.shmtopo_hwloc_version()).decode()
 
 
-def _index_set(fill: Callable[[Any, int, Any], int]) -> set[int]:
-    """Call ``fill(out, max, countp)`` with a growing buffer until it fits."""
-    cap = 64
+def _io_level(io: Any) -> int:
+    """io=False (none), True (the important I/O objects) or "all"."""
+    if io is None or io is False or (type(io) is int and io == 0):
+        return 0
+    if io is True or (type(io) is int and io == 1):
+        return 1
+    if io == "all" or (type(io) is int and io == 2):
+        return 2
+    raise ShmtopoValueError(f"io must be False, True or 'all', not {io!r}")
+
+
+_IO_VALUES = (False, True, "all")
+
+
+def _flag(value: Any, what: str) -> bool:
+    if isinstance(value, (bool, np.bool_)) or value in (0, 1):
+        return bool(value)
+    raise ShmtopoValueError(f"{what} must be True or False, not {value!r}")
+
+
+def _named_bits(bits: int, names: dict[int, str]) -> frozenset[str]:
+    return frozenset(name for bit, name in names.items() if bits & bit)
+
+
+def _strings(fill) -> dict[str, str]:
+    """name -> value pairs from a native (names, values, max, countp) call;
+    the first value of a repeated name wins, as in hwloc's lookups."""
+    cap = 16
     while True:
-        out = ffi.new("unsigned[]", cap)
+        names, values = ffi.new("const char *[]", cap), ffi.new("const char *[]", cap)
         count = ffi.new("size_t *")
-        rc = fill(out, cap, count)
+        rc = fill(names, values, cap, count)
         if rc < 0 and ffi.errno == _errno.ENOBUFS and count[0] > cap:
             cap = count[0]
             continue
         check(rc)
-        return set(out[0:count[0]])
+        pairs: dict[str, str] = {}
+        for i in range(count[0]):
+            name = ffi.string(names[i]).decode(errors="replace")
+            if name not in pairs:
+                pairs[name] = ffi.string(values[i]).decode(errors="replace") if values[i] else ""
+        return pairs
+
+
+def _c_string(p: Any) -> str | None:
+    return None if p == ffi.NULL else ffi.string(p).decode(errors="replace")
+
+
+# -- attribute records -------------------------------------------------------------
+class CacheAttr(NamedTuple):
+    """A cache's attributes (``TopoObject.cache``)."""
+    size: int            #: bytes
+    depth: int           #: 1 for L1, ...
+    linesize: int        #: bytes, 0 unknown
+    associativity: int   #: ways; -1 fully associative, 0 unknown
+    kind: str            #: "unified", "data" or "instruction"
+
+
+class PciAttr(NamedTuple):
+    """A PCI device's attributes (``TopoObject.pci``; for a bridge, its
+    upstream side)."""
+    busid: str           #: "0000:3b:00.0", as lstopo prints it
+    domain: int
+    bus: int
+    dev: int
+    func: int
+    class_id: int
+    vendor_id: int
+    device_id: int
+    subvendor_id: int
+    subdevice_id: int
+    revision: int
+    linkspeed: float     #: GB/s, 0.0 unknown
+
+
+class BridgeAttr(NamedTuple):
+    """A bridge's attributes (``TopoObject.bridge``)."""
+    upstream: str        #: "host" (a host bridge) or "pci"
+    downstream: str      #: "pci"
+    domain: int
+    secondary_bus: int
+    subordinate_bus: int
+    depth: int
+
+
+class MemAttrValue(NamedTuple):
+    """One value of a memory attribute: for ``target`` (a NUMA node) as seen
+    from ``initiator`` (a Bitmap of CPUs, an object, or None when the
+    attribute has no initiators)."""
+    target: "TopoObject"
+    initiator: "Bitmap | TopoObject | None"
+    value: int
+
+
+class MemAttr(NamedTuple):
+    """A memory attribute (``Topology.memory_attributes``)."""
+    id: int
+    name: str            #: "Capacity", "Locality", "Bandwidth", "Latency", ...
+    flags: frozenset     #: of "higher_first", "lower_first", "need_initiator"
+    values: tuple        #: MemAttrValue, target by target
+
+
+class CpuKind(NamedTuple):
+    """A kind of CPU (``Topology.cpu_kinds``), ranked by efficiency."""
+    index: int
+    efficiency: int | None   #: hwloc's abstract ranking, None unknown
+    cpuset: Bitmap
+    infos: dict              #: CoreType, FrequencyMaxMHz, ...
+
+
+class Distances:
+    """A distance matrix between objects (``Topology.distances``):
+    ``values[i, j]`` from ``objects[i]`` to ``objects[j]`` (numpy uint64)."""
+
+    __slots__ = ("name", "kind", "objects", "values")
+
+    def __init__(self, name: str | None, kind: frozenset, objects: list, values: np.ndarray):
+        self.name = name
+        self.kind = kind
+        self.objects = objects
+        self.values = values
+
+    def value(self, a: "TopoObject", b: "TopoObject") -> int:
+        """The distance from a to b; ShmtopoValueError if either is not in
+        the matrix."""
+        try:
+            i, j = self.objects.index(a), self.objects.index(b)
+        except ValueError:
+            raise ShmtopoValueError("object not in this distance matrix") from None
+        return int(self.values[i, j])
+
+    def __repr__(self) -> str:
+        types = sorted({o.type for o in self.objects})
+        return (f"<shmtopo.Distances {self.name or '(unnamed)'} {'/'.join(sorted(self.kind))} "
+                f"between {len(self.objects)} {'/'.join(types)}>")
 
 
 # -- objects -------------------------------------------------------------------
@@ -100,13 +245,28 @@ class TopoObject:
         self._handle()
         return getattr(self._info, name)
 
+    def _wrap(self, handle: Any) -> "TopoObject | None":
+        return None if handle == ffi.NULL else TopoObject(self._topo, handle)
+
+    def _peer(self, other: Any, what: str) -> Any:
+        if not isinstance(other, TopoObject) or other._topo is not self._topo:
+            raise ShmtopoValueError(f"{what} needs an object of the same topology, not {other!r}")
+        return other._handle()
+
+    def _attr(self) -> Any:
+        attr = ffi.new("shmtopo_obj_attr_t *")
+        check(lib.shmtopo_obj_attr(self._handle(), attr))
+        return attr
+
+    # -- identity ----------------------------------------------------------
     @property
     def type(self) -> str:
-        return _type_name(self._field("type"))
+        return type_name(self._field("type"))
 
     @property
     def depth(self) -> int:
-        """Level in the tree (0: Machine); negative for NUMA nodes."""
+        """Level in the tree (0: Machine); negative for NUMA nodes, I/O and
+        Misc objects (hwloc's special depths)."""
         return self._field("depth")
 
     @property
@@ -119,6 +279,42 @@ class TopoObject:
         return self._field("logical_index")
 
     @property
+    def gp_index(self) -> int:
+        """hwloc's global persistent index (unique in the topology)."""
+        return self._field("gp_index")
+
+    @property
+    def sibling_rank(self) -> int:
+        """Index among its parent's children of the same kind."""
+        return self._field("sibling_rank")
+
+    @property
+    def symmetric_subtree(self) -> bool:
+        return bool(self._field("symmetric_subtree"))
+
+    @property
+    def name(self) -> str | None:
+        """The object's name (OS devices: "eth0", "sda"; often None)."""
+        return _c_string(self._attr().name)
+
+    @property
+    def subtype(self) -> str | None:
+        """A finer type ("HBM", "MemoryModule", "CXLMem"...; often None)."""
+        return _c_string(self._attr().subtype)
+
+    # -- attributes --------------------------------------------------------
+    @property
+    def infos(self) -> dict[str, str]:
+        """The object's info attributes: CPUModel, CPUVendor, ... on
+        packages; OSName, Backend, hwlocVersion ... on the root."""
+        h = self._handle()
+        return _strings(lambda names, values, cap, count: lib.shmtopo_obj_infos(h, names, values, cap, count))
+
+    def info(self, name: str) -> str | None:
+        """One info attribute (the first of that name), or None."""
+        return self.infos.get(name)
+
+    @property
     def local_memory(self) -> int:
         """Bytes of a NUMA node's own memory (0 for other objects)."""
         return self._field("local_memory")
@@ -128,9 +324,74 @@ class TopoObject:
         """Bytes of all NUMA nodes below this object."""
         return self._field("total_memory")
 
-    def _set(self, which: int) -> set[int]:
+    @property
+    def page_types(self) -> list[tuple[int, int]]:
+        """A NUMA node's memory by page size: (bytes per page, pages)."""
         h = self._handle()
-        return _index_set(lambda out, cap, count: lib.shmtopo_obj_set(h, which, out, cap, count))
+        cap = 8
+        while True:
+            sizes, counts, n = ffi.new("uint64_t[]", cap), ffi.new("uint64_t[]", cap), ffi.new("size_t *")
+            rc = lib.shmtopo_obj_page_types(h, sizes, counts, cap, n)
+            if rc < 0 and ffi.errno == _errno.ENOBUFS and n[0] > cap:
+                cap = n[0]
+                continue
+            check(rc)
+            return [(int(sizes[i]), int(counts[i])) for i in range(n[0])]
+
+    @property
+    def cache(self) -> CacheAttr | None:
+        """Size, depth, line size, associativity and kind of a cache; None
+        for other objects."""
+        a = self._attr()
+        if a.kind != lib.SHMTOPO_ATTR_CACHE:
+            return None
+        kind = CACHE_TYPES[a.cache_type] if 0 <= a.cache_type < len(CACHE_TYPES) else "unknown"
+        return CacheAttr(int(a.cache_size), a.cache_depth, a.cache_linesize, a.cache_associativity, kind)
+
+    @staticmethod
+    def _pci_of(a: Any) -> PciAttr:
+        busid = f"{a.pci_domain:04x}:{a.pci_bus:02x}:{a.pci_dev:02x}.{a.pci_func:01x}"
+        return PciAttr(busid, a.pci_domain, a.pci_bus, a.pci_dev, a.pci_func, a.pci_class_id, a.pci_vendor_id,
+                       a.pci_device_id, a.pci_subvendor_id, a.pci_subdevice_id, a.pci_revision,
+                       float(a.pci_linkspeed))
+
+    @property
+    def pci(self) -> PciAttr | None:
+        """Bus id and ids of a PCI device (or of a PCI-to-PCI bridge's
+        upstream side); None otherwise."""
+        a = self._attr()
+        if a.kind == lib.SHMTOPO_ATTR_PCI or (a.kind == lib.SHMTOPO_ATTR_BRIDGE and a.bridge_upstream):
+            return self._pci_of(a)
+        return None
+
+    @property
+    def bridge(self) -> BridgeAttr | None:
+        """A bridge's up- and downstream sides and the buses below it."""
+        a = self._attr()
+        if a.kind != lib.SHMTOPO_ATTR_BRIDGE:
+            return None
+        return BridgeAttr("pci" if a.bridge_upstream else "host", "pci" if a.bridge_downstream else "unknown",
+                          a.bridge_domain, a.bridge_secondary_bus, a.bridge_subordinate_bus, a.bridge_depth)
+
+    @property
+    def osdev_type(self) -> str | None:
+        """An OS device's kind: "block", "gpu", "network", "openfabrics",
+        "dma" or "coproc"; None for other objects."""
+        a = self._attr()
+        if a.kind != lib.SHMTOPO_ATTR_OSDEV:
+            return None
+        return ffi.string(lib.shmtopo_osdev_type_name(a.osdev_type)).decode()
+
+    @property
+    def group_depth(self) -> int | None:
+        """A Group's depth among groups (None for other objects)."""
+        a = self._attr()
+        return a.group_depth if a.kind == lib.SHMTOPO_ATTR_GROUP else None
+
+    # -- sets --------------------------------------------------------------
+    def _set(self, which: int) -> Bitmap:
+        h = self._handle()
+        return indices_from(lambda out, cap, count: lib.shmtopo_obj_set(h, which, out, cap, count))
 
     def _set_str(self, which: int) -> str:
         h = self._handle()
@@ -140,8 +401,9 @@ class TopoObject:
         return ffi.string(buf).decode()
 
     @property
-    def cpuset(self) -> set[int]:
-        """OS indices of the PUs (hardware threads) inside the object."""
+    def cpuset(self) -> Bitmap:
+        """OS indices of the PUs (hardware threads) inside the object (empty
+        for I/O and Misc objects)."""
         return self._set(0)
 
     @property
@@ -150,26 +412,68 @@ class TopoObject:
         return self._set_str(0)
 
     @property
-    def nodeset(self) -> set[int]:
+    def nodeset(self) -> Bitmap:
         """OS indices of the NUMA nodes near the object."""
         return self._set(1)
 
+    # -- tree --------------------------------------------------------------
     @property
     def parent(self) -> "TopoObject | None":
         out = ffi.new("void **")
         check(lib.shmtopo_obj_parent(self._handle(), out))
-        return None if out[0] == ffi.NULL else TopoObject(self._topo, out[0])
+        return self._wrap(out[0])
 
     @property
     def children(self) -> list["TopoObject"]:
-        """Normal children in logical order, then memory children (NUMA nodes)."""
+        """Normal children in logical order, then memory children (NUMA
+        nodes), I/O children and Misc children, as hwloc lists them."""
         h = self._handle()
         out = ffi.new("void **")
         kids = []
-        for i in range(self._info.arity + self._info.memory_arity):
+        info = self._info
+        for i in range(info.arity + info.memory_arity + info.io_arity + info.misc_arity):
             check(lib.shmtopo_obj_child(h, i, out))
             kids.append(TopoObject(self._topo, out[0]))
         return kids
+
+    @property
+    def ancestors(self) -> list["TopoObject"]:
+        """Parent, grandparent, ... up to the root."""
+        chain, obj = [], self.parent
+        while obj is not None:
+            chain.append(obj)
+            obj = obj.parent
+        return chain
+
+    def ancestor(self, type: str) -> "TopoObject | None":
+        """The closest ancestor of a type ("package", "l3", ...), or None."""
+        number = type_number(type)
+        out = ffi.new("void **")
+        check(lib.shmtopo_obj_ancestor(self._topo._handle, self._handle(), number, out))
+        return self._wrap(out[0])
+
+    def common_ancestor(self, other: "TopoObject") -> "TopoObject":
+        """The deepest object that is an ancestor of both, or one of them
+        (NUMA nodes and I/O objects count from the object they hang from)."""
+        theirs = self._peer(other, "common_ancestor")
+        out = ffi.new("void **")
+        check(lib.shmtopo_obj_common_ancestor(self._topo._handle, self._handle(), theirs, out))
+        return TopoObject(self._topo, out[0])
+
+    def is_inside(self, other: "TopoObject") -> bool:
+        """Whether this object lies in other's subtree, by cpusets as hwloc
+        decides (an object is inside itself; I/O objects, having no cpuset,
+        are inside nothing)."""
+        theirs = self._peer(other, "is_inside")
+        return bool(check(lib.shmtopo_obj_is_inside(self._topo._handle, self._handle(), theirs)))
+
+    @property
+    def non_io_ancestor(self) -> "TopoObject":
+        """The object itself when it has CPUs, else (I/O objects) the first
+        ancestor that has: where a device is attached, its locality."""
+        out = ffi.new("void **")
+        check(lib.shmtopo_obj_non_io_ancestor(self._topo._handle, self._handle(), out))
+        return TopoObject(self._topo, out[0])
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TopoObject) and self._h == other._h
@@ -180,7 +484,10 @@ class TopoObject:
     def __repr__(self) -> str:
         if self._topo.closed:
             return "<shmtopo.TopoObject of a closed topology>"
-        return f"<{self.type} L#{self.logical_index} P#{self.os_index} cpuset {self.cpuset_str}>"
+        name = f" {self.name!r}" if self.name else ""
+        os_index = "" if self.os_index is None else f" P#{self.os_index}"
+        where = f" cpuset {self.cpuset_str}" if self.type not in IO_TYPES + ("misc",) else ""
+        return f"<{self.type}{name} L#{self.logical_index}{os_index}{where}>"
 
 
 # -- topology ------------------------------------------------------------------
@@ -188,13 +495,30 @@ _open_topologies: "weakref.WeakSet[Topology]" = weakref.WeakSet()
 _shared: "Topology | None" = None  # the one shared topology of this process
 
 
+def _placement_policy(name: Any) -> int:
+    if not isinstance(name, str):
+        raise ShmtopoValueError(f"placement policy must be 'compact' or 'spread', not {name!r}")
+    out = ffi.new("int *")
+    check(lib.shmtopo_place_policy_from_name(name.encode(), out))
+    return out[0]
+
+
+def _membind_policy(name: Any) -> int:
+    if not isinstance(name, str):
+        raise ShmtopoValueError(f"memory binding policy must be a name, not {name!r}")
+    out = ffi.new("int *")
+    check(lib.shmtopo_membind_policy_from_name(name.encode(), out))
+    return out[0]
+
+
 class Topology:
     """A read-only hwloc topology.
 
     Get the node's shared one with :func:`share_topology` (collective), or a
-    private one with :meth:`load`. There is no mutating API. ``close()`` is
-    local; a shared topology is reference counted (each ``share_topology``
-    call adds one, each ``close()`` drops one) and destroyed at zero.
+    private one with :meth:`load`, :meth:`from_xml` or :meth:`from_synthetic`.
+    There is no mutating API. ``close()`` is local; a shared topology is
+    reference counted (each ``share_topology`` call adds one, each
+    ``close()`` drops one) and destroyed at zero.
     """
 
     __slots__ = ("_h", "_source", "_refs", "_address", "_length", "_attempts", "_adopt_seconds", "__weakref__")
@@ -211,16 +535,32 @@ class Topology:
         _open_topologies.add(self)
 
     @classmethod
-    def load(cls) -> "Topology":
-        """Local: discover this machine's topology into private memory."""
-        return cls(_load_local(), "local")
+    def load(cls, *, io: bool | str = False) -> "Topology":
+        """Local: discover this machine's topology into private memory.
+        io: True adds the I/O objects hwloc deems important (bridges, PCI
+        devices such as NICs and GPUs, and their OS devices); "all" every one."""
+        out = ffi.new("void **")
+        check(lib.shmtopo_topo_load_local_io(_io_level(io), out))
+        return cls(out[0], "local")
 
     @classmethod
-    def from_xml(cls, xml: str | bytes, *, this_system: bool = False) -> "Topology":
+    def from_xml(cls, xml: str | bytes, *, this_system: bool = False, io: bool | str = False) -> "Topology":
         """Local: a private topology from hwloc XML text. this_system: the XML
-        describes this machine, so binding queries work on it."""
+        describes this machine, so binding queries work on it. io: keep the
+        XML's I/O objects (True: the important ones, "all": all)."""
         data = xml.encode() if isinstance(xml, str) else bytes(xml)
-        return cls(_load_xml(data, here=this_system), "xml")
+        return cls(_load_xml(data, here=this_system, io=_io_level(io)), "xml")
+
+    @classmethod
+    def from_synthetic(cls, description: str) -> "Topology":
+        """Local: a synthetic topology from hwloc's description, e.g.
+        ``"pack:2 numa:4 l3:4 core:8 pu:2"`` (what lstopo -i takes). Not
+        this machine: binding calls on it raise."""
+        if not isinstance(description, str):
+            raise ShmtopoValueError(f"a synthetic description must be a str, not {description!r}")
+        out = ffi.new("void **")
+        check(lib.shmtopo_topo_load_synthetic(description.encode(), out))
+        return cls(out[0], "synthetic")
 
     @property
     def _handle(self) -> Any:
@@ -231,7 +571,8 @@ class Topology:
     # -- provenance --------------------------------------------------------
     @property
     def source(self) -> str:
-        """How this rank got it: "shmem" (adopted), "xml" or "local"."""
+        """How this rank got it: "shmem" (adopted), "xml", "local" or
+        "synthetic"."""
         return self._source
 
     @property
@@ -260,7 +601,13 @@ class Topology:
     def closed(self) -> bool:
         return self._h == ffi.NULL
 
-    # -- queries -----------------------------------------------------------
+    @property
+    def io(self) -> bool | str:
+        """The I/O objects it was loaded with: False, True (the important
+        ones) or "all"."""
+        return _IO_VALUES[check(lib.shmtopo_topo_io(self._handle))]
+
+    # -- objects -----------------------------------------------------------
     @property
     def depth(self) -> int:
         """Levels of normal objects, Machine down to PU."""
@@ -268,8 +615,9 @@ class Topology:
 
     def nbobjs(self, type: str) -> int:
         """Objects of a type ("machine", "package", "numanode"/"numa", "l3",
-        "l2", "l1", "core", "pu", "group", "die", or an hwloc type string).
-        An unknown name raises ShmtopoValueError."""
+        "l2", "l1", "core", "pu", "group", "die", "pci", "osdev", "bridge",
+        "misc", or an hwloc type string). An unknown name raises
+        ShmtopoValueError."""
         h = self._handle
         return check(lib.shmtopo_topo_nbobjs(h, type_number(type)))
 
@@ -284,6 +632,30 @@ class Topology:
             objs.append(TopoObject(self, out[0]))
         return objs
 
+    def object(self, type: str, index: int) -> TopoObject | None:
+        """The object of a type with that logical index (what hwloc-calc and
+        lstopo call ``core:3``, L#3), or None if there is none."""
+        h = self._handle
+        number = type_number(type)
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ShmtopoValueError(f"a logical index must be a non-negative integer, not {index!r}")
+        if index >= check(lib.shmtopo_topo_nbobjs(h, number)):
+            return None
+        out = ffi.new("void **")
+        check(lib.shmtopo_topo_obj(h, number, index, out))
+        return TopoObject(self, out[0])
+
+    def object_by_os_index(self, type: str, os_index: int) -> TopoObject | None:
+        """The object of a type with that OS (physical) index, P#n (PU n is
+        CPU n of the OS, NUMA node n is Linux's node n), or None."""
+        h = self._handle
+        number = type_number(type)
+        if isinstance(os_index, bool) or not isinstance(os_index, int) or not 0 <= os_index < 2**32 - 1:
+            raise ShmtopoValueError(f"an OS index must be a non-negative integer, not {os_index!r}")
+        out = ffi.new("void **")
+        check(lib.shmtopo_topo_obj_by_os_index(h, number, os_index, out))
+        return None if out[0] == ffi.NULL else TopoObject(self, out[0])
+
     @property
     def root(self) -> TopoObject:
         out = ffi.new("void **")
@@ -294,20 +666,312 @@ class Topology:
         """nbobjs for every name in TYPES."""
         return {name: self.nbobjs(name) for name in TYPES}
 
-    def get_cpubind(self) -> set[int]:
-        """PU os indices the calling process is bound to (all PUs if unbound)."""
-        h = self._handle
-        return _index_set(lambda out, cap, count: lib.shmtopo_topo_cpubind(h, 0, out, cap, count))
+    # -- lookups by set ------------------------------------------------------
+    @staticmethod
+    def _cpus(value: Any, what: str = "cpus") -> Bitmap:
+        if isinstance(value, TopoObject):
+            return value.cpuset
+        return as_indices(value, what)
 
-    def get_last_cpu_location(self) -> set[int]:
-        """The PU the calling thread last ran on (may change at any time)."""
+    @staticmethod
+    def _nodes(value: Any, what: str = "nodes") -> Bitmap:
+        if isinstance(value, TopoObject):
+            return value.nodeset
+        return as_indices(value, what)
+
+    def covering(self, cpus: Any) -> TopoObject | None:
+        """The smallest (deepest) normal object whose cpuset holds all of
+        cpus; None for an empty set or CPUs the topology lacks."""
         h = self._handle
-        return _index_set(lambda out, cap, count: lib.shmtopo_topo_cpubind(h, 1, out, cap, count))
+        idx, n = c_indices(self._cpus(cpus))
+        out = ffi.new("void **")
+        check(lib.shmtopo_topo_covering(h, idx, n, out))
+        return None if out[0] == ffi.NULL else TopoObject(self, out[0])
+
+    def inside(self, cpus: Any, type: str | None = None) -> list[TopoObject]:
+        """Objects inside a cpuset: those of ``type`` whose (non-empty)
+        cpuset lies inside it, in logical order; without a type, the largest
+        objects that together cover it exactly (hwloc-calc --largest)."""
+        h = self._handle
+        number = -1 if type is None else type_number(type)
+        idx, n = c_indices(self._cpus(cpus))
+        out, count = grow(lambda objs, cap, cnt: lib.shmtopo_topo_inside(h, idx, n, number, objs, cap, cnt),
+                          "void *[]")
+        return [TopoObject(self, out[i]) for i in range(count)]
+
+    def cpuset_to_nodeset(self, cpus: Any) -> Bitmap:
+        """The NUMA nodes (os indices) near those CPUs."""
+        h = self._handle
+        idx, n = c_indices(self._cpus(cpus))
+        return indices_from(lambda out, cap, count: lib.shmtopo_topo_convert_set(h, 1, idx, n, out, cap, count))
+
+    def nodeset_to_cpuset(self, nodes: Any) -> Bitmap:
+        """The CPUs (PU os indices) near those NUMA nodes."""
+        h = self._handle
+        idx, n = c_indices(self._nodes(nodes))
+        return indices_from(lambda out, cap, count: lib.shmtopo_topo_convert_set(h, 0, idx, n, out, cap, count))
+
+    # -- binding the calling process or thread -----------------------------
+    def get_cpubind(self, *, thread: bool = False) -> Bitmap:
+        """PU os indices the calling process (all its threads) is bound to,
+        or the calling thread with thread=True; all PUs if unbound."""
+        h = self._handle
+        flags = lib.SHMTOPO_BIND_THREAD if _flag(thread, "thread") else 0
+        return indices_from(lambda out, cap, count: lib.shmtopo_topo_get_cpubind(h, flags, out, cap, count))
+
+    def set_cpubind(self, cpus: Any, *, thread: bool = False, strict: bool = False) -> None:
+        """Bind the calling process (every thread of it) or, thread=True,
+        the calling thread to cpus (a set, an hwloc list string or an object,
+        whose cpuset is taken). Local. This changes the process, not the
+        topology; an adopted topology allows it."""
+        h = self._handle
+        flags = (lib.SHMTOPO_BIND_THREAD if _flag(thread, "thread") else 0) | \
+                (lib.SHMTOPO_BIND_STRICT if _flag(strict, "strict") else 0)
+        idx, n = c_indices(self._cpus(cpus))
+        check(lib.shmtopo_topo_set_cpubind(h, idx, n, flags))
+
+    def get_last_cpu_location(self, *, thread: bool = True) -> Bitmap:
+        """The PU the calling thread last ran on (thread=False: those of all
+        the process's threads); it may change at any time."""
+        h = self._handle
+        flags = lib.SHMTOPO_BIND_THREAD if _flag(thread, "thread") else 0
+        return indices_from(lambda out, cap, count: lib.shmtopo_topo_get_last_cpu(h, flags, out, cap, count))
+
+    def get_membind(self, *, thread: bool = False) -> tuple[Bitmap, str]:
+        """(NUMA os indices, policy) of the calling process's memory binding
+        (thread=True: the calling thread's); the policy is one of
+        MEMBIND_POLICIES or "mixed"."""
+        h = self._handle
+        flags = lib.SHMTOPO_BIND_THREAD if _flag(thread, "thread") else 0
+        policy = ffi.new("int *")
+        nodes = indices_from(lambda out, cap, count:
+                             lib.shmtopo_topo_get_membind(h, flags, policy, out, cap, count))
+        return nodes, ffi.string(lib.shmtopo_membind_policy_name(policy[0])).decode()
+
+    def set_membind(self, nodes: Any, policy: str = "bind", *, thread: bool = False, strict: bool = False,
+                    migrate: bool = False) -> None:
+        """Bind the calling process's (or thread's) future allocations to
+        NUMA nodes (os indices, or an object: its nodeset) with a policy
+        ("bind", "interleave", "firsttouch", "nexttouch"; "default" resets,
+        nodes may then be empty). migrate: move pages already allocated."""
+        h = self._handle
+        number = _membind_policy(policy)
+        flags = (lib.SHMTOPO_BIND_THREAD if _flag(thread, "thread") else 0) | \
+                (lib.SHMTOPO_BIND_STRICT if _flag(strict, "strict") else 0) | \
+                (lib.SHMTOPO_BIND_MIGRATE if _flag(migrate, "migrate") else 0)
+        idx, n = c_indices(self._nodes(nodes))
+        check(lib.shmtopo_topo_set_membind(h, idx, n, number, flags))
+
+    def placement(self, to: str, n: int, policy: str = "compact") -> list[TopoObject]:
+        """Where n ranks would go, one object of type ``to`` each (objects
+        without CPUs do not count): "compact" puts rank r on object r in
+        logical order; "spread" shares ranks out over the tree from the top,
+        in proportion to the objects below each branch (hwloc-distrib's
+        way). ShmtopoValueError when there are more ranks than objects.
+        :meth:`shmtopo.Comm.bind` binds a comm's ranks this way."""
+        h = self._handle
+        number = type_number(to)
+        pol = _placement_policy(policy)
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**31:
+            raise ShmtopoValueError(f"the number of ranks must be a non-negative integer, not {n!r}")
+        out = ffi.new("unsigned[]", max(n, 1))
+        check(lib.shmtopo_topo_place(h, number, pol, n, out))
+        obj = ffi.new("void **")
+        placed = []
+        for r in range(n):
+            check(lib.shmtopo_topo_obj(h, number, out[r], obj))
+            placed.append(TopoObject(self, obj[0]))
+        return placed
 
     def color_of_this_process(self, by: str) -> int:
         """Index of the object of type ``by`` this process runs in (see
         :func:`split_color`), for splitting a comm by topology."""
         return split_color(self, by)
+
+    # -- distances, memory attributes, CPU kinds ---------------------------
+    def distances(self) -> list[Distances]:
+        """The topology's distance matrices (NUMA latencies from the OS,
+        user-given ones, GPU interconnect bandwidths, ...)."""
+        h = self._handle
+        found = []
+        info = ffi.new("shmtopo_distances_info_t *")
+        for i in range(check(lib.shmtopo_topo_ndistances(h))):
+            cap = 0
+            while True:
+                objs = ffi.new("void *[]", max(cap, 1))
+                values = ffi.new("uint64_t[]", max(cap * cap, 1))
+                rc = lib.shmtopo_topo_distances(h, i, info, objs, values, cap)
+                if rc < 0 and ffi.errno == _errno.ENOBUFS and info.nbobjs > cap:
+                    cap = info.nbobjs
+                    continue
+                check(rc)
+                break
+            n = info.nbobjs
+            matrix = np.frombuffer(ffi.buffer(values, 8 * n * n), dtype=np.uint64).reshape(n, n).copy()
+            found.append(Distances(_c_string(info.name), _named_bits(info.kind, DISTANCE_KINDS),
+                                   [TopoObject(self, objs[k]) for k in range(n)], matrix))
+        return found
+
+    def _memattr_id(self, name: Any) -> int:
+        if isinstance(name, bool) or not isinstance(name, (str, int)):
+            raise ShmtopoValueError(f"a memory attribute is a name or an id, not {name!r}")
+        if isinstance(name, int):
+            return name
+        out = ffi.new("unsigned *")
+        check(lib.shmtopo_topo_memattr_by_name(self._handle, name.encode(), out))
+        return out[0]
+
+    def _location(self, kind: int, loc: Any) -> "Bitmap | TopoObject":
+        if kind == 1:
+            return indices_from(lambda out, cap, count: lib.shmtopo_bitmap_indices(loc, out, cap, count))
+        return TopoObject(self, loc)
+
+    def memory_attributes(self) -> list[MemAttr]:
+        """Every memory attribute with every value it has: Capacity and
+        Locality of each NUMA node, and (when the OS or the user gave them)
+        Bandwidth, Latency, ... of each node from each initiator."""
+        h = self._handle
+        attrs = []
+        info = ffi.new("shmtopo_memattr_info_t *")
+        for i in range(check(lib.shmtopo_topo_nmemattrs(h))):
+            check(lib.shmtopo_topo_memattr_info(h, i, info))
+            flags = _named_bits(info.flags, MEMATTR_FLAGS)
+            targets, values = self._memattr_targets(i)
+            rows = []
+            for target, value in zip(targets, values):
+                if "need_initiator" in flags:
+                    rows.extend(MemAttrValue(target, where, v) for where, v in self._memattr_initiators(i, target))
+                else:
+                    rows.append(MemAttrValue(target, None, value))
+            attrs.append(MemAttr(i, ffi.string(info.name).decode(), flags, tuple(rows)))
+        return attrs
+
+    def _memattr_targets(self, i: int) -> tuple[list[TopoObject], list[int]]:
+        h = self._handle
+        cap = 16
+        while True:
+            objs, values, n = ffi.new("void *[]", cap), ffi.new("uint64_t[]", cap), ffi.new("size_t *")
+            rc = lib.shmtopo_topo_memattr_targets(h, i, objs, values, cap, n)
+            if rc < 0 and ffi.errno == _errno.ENOBUFS and n[0] > cap:
+                cap = n[0]
+                continue
+            check(rc)
+            return [TopoObject(self, objs[k]) for k in range(n[0])], [int(values[k]) for k in range(n[0])]
+
+    def _memattr_initiators(self, i: int, target: TopoObject) -> list[tuple[Any, int]]:
+        h, t = self._handle, target._handle()
+        cap = 16
+        while True:
+            kinds, locs = ffi.new("int[]", cap), ffi.new("void *[]", cap)
+            values, n = ffi.new("uint64_t[]", cap), ffi.new("size_t *")
+            rc = lib.shmtopo_topo_memattr_initiators(h, i, t, kinds, locs, values, cap, n)
+            if rc < 0 and ffi.errno == _errno.ENOBUFS and n[0] > cap:
+                cap = n[0]
+                continue
+            check(rc)
+            return [(self._location(kinds[k], locs[k]), int(values[k])) for k in range(n[0])]
+
+    def memattr_value(self, name: str | int, target: TopoObject, initiator: Any = None) -> int | None:
+        """The value of a memory attribute for a NUMA node, as seen from
+        initiator CPUs (for attributes that need one), or None if it has none."""
+        h = self._handle
+        number = self._memattr_id(name)
+        if not isinstance(target, TopoObject) or target._topo is not self:
+            raise ShmtopoValueError(f"target must be a NUMA node of this topology, not {target!r}")
+        idx, n = c_indices(self._cpus(initiator, "initiator")) if initiator is not None else (ffi.NULL, 0)
+        out = ffi.new("uint64_t *")
+        if lib.shmtopo_topo_memattr_value(h, number, target._handle(), idx, n, out) < 0:
+            if ffi.errno == _errno.ENOENT:
+                return None
+            raise last_error()
+        return int(out[0])
+
+    def best_target(self, name: str | int, initiator: Any = None) -> tuple[TopoObject, int] | None:
+        """(NUMA node, value) best for a memory attribute (highest Bandwidth,
+        lowest Latency, ...) from initiator CPUs; None when no node has a
+        value for them."""
+        h = self._handle
+        number = self._memattr_id(name)
+        idx, n = c_indices(self._cpus(initiator, "initiator")) if initiator is not None else (ffi.NULL, 0)
+        obj, value = ffi.new("void **"), ffi.new("uint64_t *")
+        if lib.shmtopo_topo_memattr_best_target(h, number, idx, n, obj, value) < 0:
+            if ffi.errno == _errno.ENOENT:
+                return None
+            raise last_error()
+        return TopoObject(self, obj[0]), int(value[0])
+
+    def local_numa_nodes(self, cpus: Any = None, *, larger: bool = False, smaller: bool = False,
+                         all: bool = False) -> list[TopoObject]:
+        """The NUMA nodes local to cpus (default: this process's binding):
+        those whose locality equals theirs, plus with larger=True those
+        with larger localities (e.g. a machine-wide node), with smaller=True
+        smaller ones; all=True every node (hwloc-calc --local-memory)."""
+        h = self._handle
+        flags = (1 if _flag(larger, "larger") else 0) | (2 if _flag(smaller, "smaller") else 0) | \
+                (4 if _flag(all, "all") else 0)
+        where = self.get_cpubind() if cpus is None and not all else (Bitmap() if cpus is None else self._cpus(cpus))
+        idx, n = c_indices(where)
+        out, count = grow(lambda objs, cap, cnt: lib.shmtopo_topo_local_numanodes(h, idx, n, flags, objs, cap, cnt),
+                          "void *[]")
+        return [TopoObject(self, out[i]) for i in range(count)]
+
+    def cpu_kinds(self) -> list[CpuKind]:
+        """The kinds of CPUs (e.g. performance and efficiency cores), least
+        efficient first; one kind, or none, on uniform machines."""
+        h = self._handle
+        kinds = []
+        eff = ffi.new("int *")
+        for i in range(check(lib.shmtopo_topo_ncpukinds(h))):
+            cpus = indices_from(lambda out, cap, count: lib.shmtopo_topo_cpukind(h, i, eff, out, cap, count))
+            infos = _strings(lambda names, values, cap, count:
+                             lib.shmtopo_topo_cpukind_infos(h, i, names, values, cap, count))
+            kinds.append(CpuKind(i, None if eff[0] < 0 else eff[0], cpus, infos))
+        return kinds
+
+    def cpu_kind_of(self, cpus: Any) -> int | None:
+        """Index (in cpu_kinds()) of the kind all of cpus belong to; None if
+        no kind holds them; ShmtopoValueError if they span several kinds."""
+        h = self._handle
+        idx, n = c_indices(self._cpus(cpus))
+        rc = lib.shmtopo_topo_cpukind_of(h, idx, n)
+        if rc < 0:
+            if ffi.errno == _errno.ENOENT:
+                return None
+            if ffi.errno == _errno.EXDEV:
+                raise ShmtopoValueError(ffi.string(lib.shmtopo_last_error()).decode(), _errno.EXDEV)
+            raise last_error()
+        return rc
+
+    # -- I/O devices ---------------------------------------------------------
+    def osdevs(self, kind: str | None = None) -> list[TopoObject]:
+        """OS devices (GPUs, NICs, InfiniBand HCAs, disks, ...), of one kind
+        ("gpu", "network", "openfabrics", "block", "dma", "coproc") or all.
+        Needs a topology loaded or shared with io=True."""
+        if kind is not None and kind not in OSDEV_TYPES:
+            raise ShmtopoValueError(f"OS device kind must be one of {', '.join(OSDEV_TYPES)}, not {kind!r}")
+        if not self.io:
+            raise ShmtopoValueError("this topology has no I/O objects: load or share it with io=True")
+        return [d for d in self.objects("osdev") if kind is None or d.osdev_type == kind]
+
+    def nearest_osdevs(self, cpus: Any = None, kind: str | None = None) -> list[TopoObject]:
+        """OS devices ordered from the nearest to cpus (default: this
+        process's binding) to the farthest: first by how deep the common
+        ancestor of cpus and the device's attachment point is, then devices
+        attached where cpus are before the others, then the most local
+        attachment. For each rank, ``nearest_osdevs(kind="network")[0]`` is
+        its NIC."""
+        devices = self.osdevs(kind)
+        where = self.get_cpubind() if cpus is None else self._cpus(cpus)
+        here = self.covering(where)
+        if here is None:
+            raise ShmtopoValueError(f"CPUs {where} are not all in this topology")
+
+        def distance(dev: TopoObject) -> tuple:
+            home = dev.non_io_ancestor
+            cpuset = home.cpuset
+            return (-here.common_ancestor(home).depth, not (cpuset & where), len(cpuset), dev.logical_index)
+
+        return sorted(devices, key=distance)
 
     def xml(self) -> str:
         """hwloc XML export."""
@@ -362,17 +1026,10 @@ def _destroy_all() -> None:
 
 
 # -- native loads ------------------------------------------------------------
-def _load_local() -> Any:
-    out = ffi.new("void **")
-    check(lib.shmtopo_topo_load_local(out))
-    return out[0]
-
-
-def _load_xml(xml: bytes, here: bool = False) -> Any:
+def _load_xml(xml: bytes, here: bool = False, io: int = 0) -> Any:
     """here: XML from this machine (a rank of the node), binding then works."""
     out = ffi.new("void **")
-    load = lib.shmtopo_topo_load_xml_here if here else lib.shmtopo_topo_load_xml
-    check(load(xml, len(xml), out))
+    check(lib.shmtopo_topo_load_xml_io(xml, len(xml), 1 if here else 0, io, out))
     return out[0]
 
 
@@ -385,19 +1042,25 @@ def _source_number(name: Any) -> int:
     return out[0]
 
 
-def _share_opts(source: Any, attempts: Any, have: bool, conflict_rank: Any):
+def _share_opts(source: Any, attempts: Any, held: "Topology | None", conflict_rank: Any, io: Any):
     opts = ffi.new("shmtopo_topo_share_opts_t *")
     opts.source = -1 if source is None else _source_number(source)
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 64:
         raise ShmtopoValueError(f"attempts must be an integer in [1, 64], not {attempts!r}")
     opts.attempts = attempts
-    opts.have = have
+    opts.have = held is not None
     opts.conflict_rank = -1 if conflict_rank is None else int(conflict_rank)
+    opts.io = _io_level(io)
+    # the one shared topology of the process serves every later call, so it
+    # must hold at least the I/O objects asked for
+    if held is not None and _io_level(held.io) < opts.io:
+        raise ShmtopoValueError(f"this process holds the shared topology with io={held.io!r}: close it "
+                                f"before sharing one with io={io!r}")
     return opts
 
 
 def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = ATTEMPTS,
-                   _conflict_rank: int | None = None) -> Topology:
+                   io: bool | str = False, _conflict_rank: int | None = None) -> Topology:
     """Collective over ``comm``: this node's topology, read-only.
 
     The leader (rank 0) loads it and writes it to a shared file under
@@ -410,18 +1073,22 @@ def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = A
 
     source: "auto" (default, or ``$SHMTOPO_TOPO_SOURCE``) runs that chain;
         "shmem", "xml" or "local" takes only that path and raises if it fails.
+    io: the leader loads I/O objects too (True: those hwloc deems important,
+        PCI devices, GPUs, NICs and their bridges; "all": every one) and all
+        ranks get them; every rank must pass the same.
     _conflict_rank: for tests (also ``$SHMTOPO_TOPO_CONFLICT_RANK``): that rank
         maps a page at the first chosen address, so the first attempt fails.
 
     A process holds at most one shared topology: while one is open, further
-    calls return it with one more reference; ``close()`` each.
+    calls return it with one more reference (a call asking for more I/O
+    objects than it holds raises on every rank); ``close()`` each.
     """
     global _shared
     held = _shared if _shared is not None and not _shared.closed else None
     from .agreement import normalised
 
-    opts = normalised(comm, lib.SHMTOPO_KIND_TOPO_SHARE, _share_opts, source, attempts, held is not None,
-                      _conflict_rank)
+    opts = normalised(comm, lib.SHMTOPO_KIND_TOPO_SHARE, _share_opts, source, attempts, held,
+                      _conflict_rank, io)
     out = ffi.new("void **")
     info = ffi.new("shmtopo_topo_share_info_t *")
     check(lib.shmtopo_topo_share(comm.handle, opts, out, info))
