@@ -145,6 +145,9 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
         FIELD("to %.8s", (const char *)&sig->extra);
         FIELD("%.8s", (const char *)&sig->count);
         break;
+    case SHMTOPO_KIND_SPLIT:
+        FIELD("by %.8s", (const char *)&sig->extra);
+        break;
     }
     if (strcmp(sep, ", ") == 0 && n >= 0 && (size_t)n < len)
         snprintf(out + n, len - (size_t)n, ")");

@@ -395,17 +395,18 @@ class Comm(Collective):
     def _split_colored(self, by: str) -> "tuple[Comm, int]":
         """:meth:`split`, also returning this rank's color (for unbound ranks
         it is only known at the moment of the split)."""
-        from .topology import share_topology, type_number
+        from .topology import share_topology, type_name, type_number
 
         def normalise():
-            type_number(by)
+            name = type_name(type_number(by))
             if self._mpi is None:
                 raise ShmtopoValueError("split needs a comm made with Comm.from_mpi")
             if self.nnodes > 1:
                 raise ShmtopoValueError("split works on single-node comms")
+            return name
 
-        agreement.normalised(self, lib.SHMTOPO_KIND_SPLIT, normalise)
-        agreement.agree(self, lib.SHMTOPO_KIND_SPLIT)
+        name = agreement.normalised(self, lib.SHMTOPO_KIND_SPLIT, normalise)
+        agreement.agree(self, lib.SHMTOPO_KIND_SPLIT, extra=_packed(name))  # ranks split by one type
         with share_topology(self) as topo:
             color = topo.color_of_this_process(by)
         sub = self._mpi.Split(color, key=self.rank)

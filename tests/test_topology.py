@@ -411,3 +411,12 @@ def test_bench_example_runs():
     proc = run_mpiexec(2, [sys.executable, script, "--repeat", "2"], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "share ms" in proc.stdout and proc.stdout.count(" shmem |") == 2, proc.stdout
+
+
+def test_split_by_different_types_fails_everywhere(comm):
+    if comm.size == 1:
+        pytest.skip("one rank cannot disagree")
+    by = "core" if comm.rank == comm.size - 1 else "package"
+    with pytest.raises(ShmtopoValueError, match=r"split\(by (core|package)\)") as info:
+        comm.split(by)
+    assert set(allgather(comm, str(info.value))) == {str(info.value)}
