@@ -2,7 +2,7 @@
 the one place that says how anything here is compiled and linked.
 
 The native core (``native/*.c``) is compiled once, by setup.py, into
-``shmtopo/lib/libshmtopo.so``; ``shmtopo._native``, ``shmtopo._fastpath`` and
+``src/shmtopo/lib/libshmtopo.so``; ``shmtopo._native``, ``shmtopo._fastpath`` and
 C programs written against the KUPL / KPCCL headers all link that library.
 So a process holds one copy of the core: one set of globals, and one
 thread-local last-error buffer, whichever entry made the failing call and
@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 NATIVE = HERE / "native"
 # Public headers whose CDEF blocks form the Python binding, in order.
 HEADERS = ["shmtopo.h", "maps.h", "topo_shmem.h", "topology.h"]
-# Callbacks implemented in Python (shmtopo/_oob.py) and handed to C.
+# Callbacks implemented in Python (src/shmtopo/_oob.py) and handed to C.
 PYTHON_CALLBACKS = """
 extern "Python" int _shmtopo_py_allgather(const void *, void *, size_t, void *);
 extern "Python" int _shmtopo_py_barrier(void *);

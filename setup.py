@@ -1,10 +1,10 @@
 # cffi_modules has no pyproject.toml spelling yet; everything else lives there.
 #
-# The native core (native/*.c) is compiled once, into shmtopo/lib/libshmtopo.so,
+# The native core (native/*.c) is compiled once, into src/shmtopo/lib/libshmtopo.so,
 # and everything else links that one library: the cffi binding
 # shmtopo._native, the small-collective entry shmtopo._fastpath, and C
 # programs written against the KUPL / KPCCL shm API (headers in
-# shmtopo/include/, flags from `python -m shmtopo --cflags --libs`). One core
+# src/shmtopo/include/, flags from `python -m shmtopo --cflags --libs`). One core
 # per process means one error state (the thread-local last-error message is
 # the same whichever entry made the call) and one set of declarations (the
 # headers in native/). How each artifact is compiled and linked, sanitizers

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "../shmtopo/include/kupl.h"
-#include "../shmtopo/include/kpccl.h"
+#include "../src/shmtopo/include/kupl.h"
+#include "../src/shmtopo/include/kpccl.h"
 
 /* Report a failed call and return -1 (the value of <PREFIX>_ERROR). */
 static int compat_error(const char *fn, const char *fmt, ...)
