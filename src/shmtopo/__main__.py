@@ -72,7 +72,7 @@ def info(args: argparse.Namespace) -> None:
 
     with shmtopo.Comm.from_mpi(MPI.COMM_WORLD) as comm:
         everyone = MPI.COMM_WORLD.gather(_info_lines(comm), root=0)
-    if MPI.COMM_WORLD.rank != 0:
+    if everyone is None:  # ranks other than 0
         return
     for i, (field, value) in enumerate(everyone[0]):
         values = [r[i][1] if i < len(r) else "" for r in everyone]

@@ -13,14 +13,19 @@ from __future__ import annotations
 import atexit
 import warnings
 import weakref
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from ._native import ffi, lib
 
-_open_comms: "weakref.WeakSet" = weakref.WeakSet()
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+_open_comms: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _hooked = False
 
 
-def opened(comm) -> None:
+def opened(comm: Any) -> None:
     """Note a comm this process made. The exit hook is registered at the
     first one, after mpi4py's (which from_mpi imports first): atexit runs
     the last registered first, so it runs before MPI_Finalize."""
@@ -38,25 +43,26 @@ def _leave_open_comms() -> None:
 
 
 class Collective:
-    _h = ffi.NULL
+    _h: Any = ffi.NULL
 
     def free(self) -> None:
         raise NotImplementedError
 
-    def abandon(self) -> None:
+    def abandon(self, _origin: int | None = None) -> None:
         raise NotImplementedError
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is None:
             self.free()
         else:
             # a peer's death or error that caused ours stays the one named
             self.abandon(_origin=getattr(exc, "rank", None))
 
-    def __del__(self):
+    def __del__(self) -> None:
         if self._h != ffi.NULL:
             warnings.warn(f"shmtopo.{type(self).__name__} was never freed (free() is collective; "
                           "call it on every rank)", ResourceWarning, stacklevel=2)

@@ -6,12 +6,13 @@ Ranges are lists of ``(start, end)`` integer pairs, ``end`` excluded, sorted.
 from __future__ import annotations
 
 import errno as _errno
+from typing import Any, Callable
 
 from ._native import ffi, lib
 from .errors import check
 
 
-def _collect(fill, initial: int = 256) -> list[tuple[int, int]]:
+def _collect(fill: Callable[[Any, int, Any], int], initial: int = 256) -> list[tuple[int, int]]:
     """Call ``fill(out, max, countp)`` with a growing buffer until it fits."""
     cap = initial
     while True:
@@ -38,7 +39,7 @@ def self_free() -> list[tuple[int, int]]:
     return _collect(lib.shmtopo_maps_self_free)
 
 
-def _as_array(ranges: list[tuple[int, int]]):
+def _as_array(ranges: list[tuple[int, int]]) -> Any:
     arr = ffi.new("shmtopo_range_t[]", max(len(ranges), 1))
     for i, (start, end) in enumerate(ranges):
         arr[i].start = start

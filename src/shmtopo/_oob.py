@@ -25,12 +25,12 @@ AllgatherFn = Callable[[memoryview, memoryview], None]
 BarrierFn = Callable[[], None]
 
 
-def _failed(exc_type, exc, tb) -> int:
+def _failed(exc_type: type[BaseException], exc: BaseException, tb: Any) -> int:
     keep(exc)
     return _errno.ETIMEDOUT if isinstance(exc, TimeoutError) else -1
 
 
-def _interrupted(exc_type, exc, tb) -> int:
+def _interrupted(exc_type: type[BaseException], exc: BaseException, tb: Any) -> int:
     keep(exc)
     return 1
 
@@ -47,22 +47,22 @@ class Transport:
         self.oob.group = self.handle
 
 
-@ffi.def_extern(onerror=_failed)
-def _shmtopo_py_allgather(sendbuf, recvbuf, nbytes, group):
+@ffi.def_extern(onerror=_failed)  # type: ignore[untyped-decorator]
+def _shmtopo_py_allgather(sendbuf: Any, recvbuf: Any, nbytes: int, group: Any) -> int:
     transport = ffi.from_handle(group)
     transport.allgather(memoryview(ffi.buffer(sendbuf, nbytes)),
                         memoryview(ffi.buffer(recvbuf, nbytes * transport.size)))
     return 0
 
 
-@ffi.def_extern(onerror=_failed)
-def _shmtopo_py_barrier(group):
+@ffi.def_extern(onerror=_failed)  # type: ignore[untyped-decorator]
+def _shmtopo_py_barrier(group: Any) -> int:
     ffi.from_handle(group).barrier()
     return 0
 
 
-@ffi.def_extern(onerror=_interrupted)
-def _shmtopo_py_interrupted():
+@ffi.def_extern(onerror=_interrupted)  # type: ignore[untyped-decorator]
+def _shmtopo_py_interrupted() -> int:
     # Python runs a pending signal handler as this function starts; what it
     # raises (KeyboardInterrupt for Ctrl-C) goes to _interrupted.
     return 0
@@ -75,7 +75,7 @@ lib.shmtopo_set_interrupt_hook(lib._shmtopo_py_interrupted)
 
 # Requests given up on after a timeout, with their buffers: MPI may still
 # write into those when the late ranks arrive, so they must never be freed.
-_abandoned: list = []
+_abandoned: list[tuple[Any, tuple[Any, ...]]] = []
 
 
 def wait(request: Any, timeout: float, what: str, *keep_alive: Any) -> None:
@@ -114,7 +114,7 @@ def mpi_transport(mpi_comm: Any, timeout: float) -> Transport:
     return Transport(mpi_comm.Get_size(), allgather, barrier)
 
 
-def allgather_objects(mpi_comm: Any, obj: Any, timeout: float, what: str) -> list:
+def allgather_objects(mpi_comm: Any, obj: Any, timeout: float, what: str) -> list[Any]:
     """Every rank's picklable obj, in rank order, under the timeout (lengths
     first, then the pickles)."""
     from mpi4py import MPI

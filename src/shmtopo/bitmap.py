@@ -58,10 +58,10 @@ def indices_from(fill: Callable[[Any, int, Any], int]) -> "Bitmap":
 def _syntax(name: Any) -> int:
     if name not in SYNTAXES:
         raise ShmtopoValueError(f"bitmap syntax must be one of {', '.join(SYNTAXES)}, not {name!r}")
-    return SYNTAXES[name]
+    return int(SYNTAXES[name])
 
 
-class Bitmap(frozenset):
+class Bitmap(frozenset[int]):
     """An immutable set of indices with hwloc's list syntax as its ``str``.
 
     ``Bitmap([0, 1, 2, 3, 8])``, ``Bitmap("0-3,8")`` (list syntax, or a mask
@@ -141,29 +141,29 @@ class Bitmap(frozenset):
         return f"Bitmap({self.format('list')!r})"
 
     # set operators keep the type
-    def __or__(self, other):  # type: ignore[override]
+    def __or__(self, other: Iterable[int]) -> Bitmap:  # type: ignore[override]
         return Bitmap._trusted(frozenset.__or__(self, frozenset(other)))
 
-    def __and__(self, other):  # type: ignore[override]
+    def __and__(self, other: Iterable[int]) -> Bitmap:  # type: ignore[override]
         return Bitmap._trusted(frozenset.__and__(self, frozenset(other)))
 
-    def __sub__(self, other):  # type: ignore[override]
+    def __sub__(self, other: Iterable[int]) -> Bitmap:  # type: ignore[override]
         return Bitmap._trusted(frozenset.__sub__(self, frozenset(other)))
 
-    def __xor__(self, other):  # type: ignore[override]
+    def __xor__(self, other: Iterable[int]) -> Bitmap:  # type: ignore[override]
         return Bitmap._trusted(frozenset.__xor__(self, frozenset(other)))
 
     __ror__ = __or__
     __rand__ = __and__
     __rxor__ = __xor__
 
-    def union(self, *others):  # type: ignore[override]
+    def union(self, *others: Iterable[int]) -> Bitmap:  # type: ignore[override]  # only ints make a Bitmap
         return Bitmap._trusted(frozenset.union(self, *others))
 
-    def intersection(self, *others):  # type: ignore[override]
+    def intersection(self, *others: Iterable[Any]) -> Bitmap:
         return Bitmap._trusted(frozenset.intersection(self, *others))
 
-    def difference(self, *others):  # type: ignore[override]
+    def difference(self, *others: Iterable[Any]) -> Bitmap:
         return Bitmap._trusted(frozenset.difference(self, *others))
 
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _fastpath, multinode
 from .agreement import agree, normalised
@@ -28,6 +29,7 @@ from .errors import ShmtopoValueError, last_error
 
 if TYPE_CHECKING:
     from .comm import Comm
+    from .window import Window
 
 DTYPES = {np.dtype(t): code for t, code in [
     (np.int8, lib.SHMTOPO_INT8), (np.int16, lib.SHMTOPO_INT16), (np.int32, lib.SHMTOPO_INT32),
@@ -60,20 +62,23 @@ _fast_bcast, _fast_allgather = _fastpath.bcast, _fastpath.allgather
 
 # ---- normalising one rank's arguments ------------------------------------------
 
-def _contiguous(array: Any) -> np.ndarray:
+Array = npt.NDArray[Any]
+
+
+def _contiguous(array: Any) -> Array:
     a = np.asarray(array)
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
-def _code(table: dict, key: Any, what: str) -> int:
+def _code(table: dict[Any, int], key: Any, what: str) -> int:
     try:
-        return table[key]
+        return int(table[key])
     except (KeyError, TypeError):
         raise ShmtopoValueError(f"unsupported {what} {key!r} (expected one of "
                                 f"{', '.join(str(k) for k in table if k is not None)})") from None
 
 
-def _dtype(a: np.ndarray) -> int:
+def _dtype(a: Array) -> int:
     return _code(DTYPES, a.dtype, "dtype")
 
 
@@ -89,7 +94,7 @@ def _root(comm: "Comm", root: Any) -> int:
     return r
 
 
-def _result(out: Any, shape: tuple, dtype: np.dtype, what: str) -> np.ndarray:
+def _result(out: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) -> Array:
     if out is None:
         return np.empty(shape, dtype)
     if type(out) is np.ndarray and out.dtype == dtype and out.shape == shape and out.flags.c_contiguous \
@@ -102,11 +107,11 @@ def _result(out: Any, shape: tuple, dtype: np.dtype, what: str) -> np.ndarray:
     return out
 
 
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
+def _address(a: Array) -> int:
+    return int(a.__array_interface__["data"][0])
 
 
-def _apart(what: str, a: np.ndarray, result: np.ndarray, in_place_at: int | None = None) -> None:
+def _apart(what: str, a: Array, result: Array, in_place_at: int | None = None) -> None:
     """The input lies exactly where an in-place call keeps it (in_place_at:
     by default the result's start, with the same size), or apart from the
     result; a partial overlap would read data already overwritten."""
@@ -123,7 +128,8 @@ def _apart(what: str, a: np.ndarray, result: np.ndarray, in_place_at: int | None
                                 "(pass the same array for in place, or separate arrays)")
 
 
-def _reduce_args(comm: "Comm", what: str, array: Any, op: Any, out: Any, algorithm: Any, root: Any):
+def _reduce_args(comm: Comm, what: str, array: Any, op: Any, out: Any, algorithm: Any,
+                 root: Any) -> tuple[Array, int, int, int, int, Optional[Array]]:
     a = _contiguous(array)
     code = _dtype(a)
     opc = _code(OPS, op, "operation")
@@ -136,7 +142,7 @@ def _reduce_args(comm: "Comm", what: str, array: Any, op: Any, out: Any, algorit
     return a, code, opc, alg, r, result
 
 
-def _bcast_args(comm: "Comm", array: Any, root: Any, out: Any):
+def _bcast_args(comm: Comm, array: Any, root: Any, out: Any) -> tuple[Array, int, int, Array]:
     a = _contiguous(array)
     code = _dtype(a)
     r = _root(comm, root)
@@ -146,14 +152,15 @@ def _bcast_args(comm: "Comm", array: Any, root: Any, out: Any):
     return a, code, r, result
 
 
-def _blocks(comm: "Comm", a: np.ndarray, what: str) -> tuple:
+def _blocks(comm: Comm, a: Array, what: str) -> tuple[int, ...]:
     nranks = comm.world_size
     if a.ndim == 0 or a.shape[0] % nranks:
         raise ShmtopoValueError(f"{what}: the first axis ({a.shape[:1]}) must split into {nranks} equal blocks")
     return (a.shape[0] // nranks,) + a.shape[1:]
 
 
-def _blocks_args(comm: "Comm", what: str, array: Any, op: Any, out: Any):
+def _blocks_args(comm: Comm, what: str, array: Any, op: Any,
+                 out: Any) -> tuple[Array, int, int, tuple[int, ...], Array]:
     a = _contiguous(array)
     code = _dtype(a)
     opc = _code(OPS, op, "operation") if op is not None else -1
@@ -163,7 +170,7 @@ def _blocks_args(comm: "Comm", what: str, array: Any, op: Any, out: Any):
     return a, code, opc, block, result
 
 
-def _allgather_args(comm: "Comm", array: Any, out: Any):
+def _allgather_args(comm: Comm, array: Any, out: Any) -> tuple[Array, int, Array]:
     a = _contiguous(array)
     code = _dtype(a)
     result = _result(out, (comm.world_size,) + a.shape, a.dtype, "allgather")
@@ -173,7 +180,7 @@ def _allgather_args(comm: "Comm", array: Any, out: Any):
 
 # ---- node-local (shared memory) -----------------------------------------
 
-def _in_window(comm: "Comm", a: np.ndarray):
+def _in_window(comm: Comm, a: Array) -> tuple[Window, int] | None:
     """(window, offset) when a (C-contiguous, large) lies in this rank's part
     of one of the comm's windows: the zero-copy path. The size rule is the same
     on every rank, so ranks agree on whether to look. Collectives that span
@@ -187,16 +194,22 @@ def _in_window(comm: "Comm", a: np.ndarray):
     return None
 
 
+def _present(result: Array | None) -> Array:
+    """The result of a call whose every rank has one (allreduce)."""
+    assert result is not None
+    return result
+
+
 def _run(rc: int) -> None:
     if rc < 0:
         raise last_error()
 
 
-def _buf(a: np.ndarray):
+def _buf(a: Array | None) -> Any:
     return _from_buffer(a) if a is not None and a.size else NULL
 
 
-def node_bcast(comm: "Comm", a: np.ndarray, root: int, source: np.ndarray | None = None) -> None:
+def node_bcast(comm: Comm, a: Array, root: int, source: Array | None = None) -> None:
     """In place: a becomes the node root's a (read straight from the root's
     window part when `source`, the array given by the caller, lies in one)."""
     found = _in_window(comm, a if source is None else source)
@@ -207,7 +220,7 @@ def node_bcast(comm: "Comm", a: np.ndarray, root: int, source: np.ndarray | None
     _run(lib.shmtopo_bcast(comm.handle, _buf(a), a.size, DTYPES[a.dtype], root))
 
 
-def node_reduce(comm: "Comm", a: np.ndarray, out: np.ndarray | None, op: int, root: int, alg: int) -> None:
+def node_reduce(comm: Comm, a: Array, out: Array | None, op: int, root: int, alg: int) -> None:
     code = DTYPES[a.dtype]
     found = _in_window(comm, a)
     if found:
@@ -221,13 +234,13 @@ def node_reduce(comm: "Comm", a: np.ndarray, out: np.ndarray | None, op: int, ro
 
 # ---- across nodes: agreed first, then shared memory and MPI ---------------
 
-def _hier_allreduce(comm: "Comm", a: np.ndarray, result: np.ndarray, opc: int, alg: int) -> None:
+def _hier_allreduce(comm: Comm, a: Array, result: Array, opc: int, alg: int) -> None:
     node_reduce(comm, a, result, opc, 0, alg)
     multinode.leaders_allreduce(comm, result, opc)
     node_bcast(comm, result, 0)
 
 
-def _hier_reduce(comm: "Comm", a: np.ndarray, result: np.ndarray, opc: int, root: int, alg: int) -> None:
+def _hier_reduce(comm: Comm, a: Array, result: Array, opc: int, root: int, alg: int) -> None:
     root_node, root_local = multinode.node_root(comm.plan, root)
     node_reduce(comm, a, result, opc, 0, alg)
     multinode.leaders_reduce(comm, result, opc, root_node)
@@ -235,7 +248,7 @@ def _hier_reduce(comm: "Comm", a: np.ndarray, result: np.ndarray, opc: int, root
         node_bcast(comm, result, 0)
 
 
-def _hier_bcast(comm: "Comm", result: np.ndarray, root: int) -> None:
+def _hier_bcast(comm: Comm, result: Array, root: int) -> None:
     root_node, root_local = multinode.node_root(comm.plan, root)
     if comm.plan.node_index == root_node:
         node_bcast(comm, result, root_local)
@@ -244,7 +257,7 @@ def _hier_bcast(comm: "Comm", result: np.ndarray, root: int) -> None:
         node_bcast(comm, result, 0)
 
 
-def _hier_allgather(comm: "Comm", a: np.ndarray, result: np.ndarray) -> None:
+def _hier_allgather(comm: Comm, a: Array, result: Array) -> None:
     node_rows = np.empty((comm.size,) + a.shape, a.dtype)
     _run(lib.shmtopo_allgather(comm.handle, _buf(a), _buf(node_rows), a.size, DTYPES[a.dtype]))
     multinode.leaders_allgather(comm, node_rows, result, a.size)
@@ -253,7 +266,7 @@ def _hier_allgather(comm: "Comm", a: np.ndarray, result: np.ndarray) -> None:
 
 # ---- public operations ---------------------------------------------------
 
-def barrier(comm: "Comm") -> None:
+def barrier(comm: Comm) -> None:
     """Collective: no rank leaves before every rank arrived."""
     if comm._fast or comm.plan.nnodes == 1:  # _fast: a live single-node comm
         if _barrier(comm._h) < 0:
@@ -262,33 +275,34 @@ def barrier(comm: "Comm") -> None:
         agree(comm, BARRIER)  # an agreement over the job is a barrier over it
 
 
-def allreduce(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None,
-              algorithm: str | None = None) -> np.ndarray:
+def allreduce(comm: Comm, array: npt.ArrayLike, op: str = "sum", *, out: Array | None = None,
+              algorithm: str | None = None) -> Array:
     """Collective: the element-wise reduction of every rank's array.
 
     op: sum, prod, min, max (band, bor, bxor for integers). algorithm: None
     (by size), "flat" or "rsag". Returns out (a new array when None)."""
     if algorithm is None:
-        result = _fast_allreduce(comm._fast, array, out, op)
-        if result is not None:
-            return result
+        fast: Array | None = _fast_allreduce(comm._fast, array, out, op)
+        if fast is not None:
+            return fast
     a, code, opc, alg, _, result = normalised(comm, ALLREDUCE, _reduce_args, comm, "allreduce",
                                                array, op, out, algorithm, None)
     if comm.nnodes == 1:
         node_reduce(comm, a, result, opc, -1, alg)
-        return result
+        return _present(result)
     agree(comm, ALLREDUCE, a.size, code, opc, -1, alg)
     multinode.across(comm, _hier_allreduce, a, result, opc, alg)
-    return result
+    return _present(result)
 
 
-def reduce(comm: "Comm", array: Any, op: str = "sum", root: int = 0, *, out: Any = None,
-           algorithm: str | None = None) -> np.ndarray | None:
+def reduce(comm: Comm, array: npt.ArrayLike, op: str = "sum", root: int = 0, *, out: Array | None = None,
+           algorithm: str | None = None) -> Array | None:
     """Collective: the reduction on rank `root` (returned there; None elsewhere)."""
     if algorithm is None and type(root) is int:
-        result = _fast_reduce(comm._fast, array, out, op, root, root == comm.world_rank)
-        if result is not NotImplemented:
-            return result
+        fast: Any = _fast_reduce(comm._fast, array, out, op, root, root == comm.world_rank)
+        if fast is not NotImplemented:
+            done: Array | None = fast  # None on ranks other than root
+            return done
     a, code, opc, alg, r, result = normalised(comm, REDUCE, _reduce_args, comm, "reduce",
                                                array, op, out, algorithm, root)
     if comm.nnodes == 1:
@@ -299,13 +313,13 @@ def reduce(comm: "Comm", array: Any, op: str = "sum", root: int = 0, *, out: Any
     return result if comm.world_rank == r else None
 
 
-def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.ndarray:
+def bcast(comm: Comm, array: npt.ArrayLike, root: int = 0, *, out: Array | None = None) -> Array:
     """Collective: every rank gets rank `root`'s array (the other ranks' array
     only gives shape and dtype). Pass out=array to receive in place."""
     if out is array and type(root) is int:  # in place
-        result = _fast_bcast(comm._fast, array, root)
-        if result is not None:
-            return result
+        fast: Array | None = _fast_bcast(comm._fast, array, root)
+        if fast is not None:
+            return fast
     a, code, r, result = normalised(comm, BCAST, _bcast_args, comm, array, root, out)
     if comm.nnodes == 1:
         if _in_window(comm, a):
@@ -322,12 +336,12 @@ def bcast(comm: "Comm", array: Any, root: int = 0, *, out: Any = None) -> np.nda
     return result
 
 
-def allgather(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
+def allgather(comm: Comm, array: npt.ArrayLike, *, out: Array | None = None) -> Array:
     """Collective: shape (nranks, *array.shape), row r from rank r."""
     if out is not None:
-        result = _fast_allgather(comm._fast, array, out, comm.world_size)
-        if result is not None:
-            return result
+        fast: Array | None = _fast_allgather(comm._fast, array, out, comm.world_size)
+        if fast is not None:
+            return fast
     a, code, result = normalised(comm, ALLGATHER, _allgather_args, comm, array, out)
     if comm.nnodes > 1:
         agree(comm, ALLGATHER, a.size, code)
@@ -342,7 +356,7 @@ def allgather(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
     return result
 
 
-def reduce_scatter(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None) -> np.ndarray:
+def reduce_scatter(comm: Comm, array: npt.ArrayLike, op: str = "sum", *, out: Array | None = None) -> Array:
     """Collective: array's first axis splits into nranks equal blocks; rank r
     gets the reduction of everybody's block r."""
     a, code, opc, block, result = normalised(comm, REDUCE_SCATTER, _blocks_args, comm, "reduce_scatter",
@@ -357,7 +371,7 @@ def reduce_scatter(comm: "Comm", array: Any, op: str = "sum", *, out: Any = None
     return result
 
 
-def alltoall(comm: "Comm", array: Any, *, out: Any = None) -> np.ndarray:
+def alltoall(comm: Comm, array: npt.ArrayLike, *, out: Array | None = None) -> Array:
     """Collective: block p of the result is block `rank` of rank p's array
     (first axis split into nranks equal blocks)."""
     a, code, _, block, result = normalised(comm, ALLTOALL, _blocks_args, comm, "alltoall", array, None, out)

@@ -104,6 +104,7 @@ class Comm(Collective):
             if comm is None:
                 node.Free()
             raise
+        assert comm is not None  # job_verdict raised this rank's failure otherwise
         comm._span(comm_plan)
         return comm
 
@@ -154,7 +155,8 @@ class Comm(Collective):
 
     # -- plumbing ---------------------------------------------------------
     @property
-    def handle(self):
+    def handle(self) -> Any:
+        """The native comm (cffi pointer) for the core's C API."""
         if self._h == ffi.NULL:
             raise FreedError("the comm has been freed", 9)
         return self._h
@@ -211,7 +213,8 @@ class Comm(Collective):
 
     @property
     def freed(self) -> bool:
-        return self._h == ffi.NULL
+        """True once the comm has been freed."""
+        return bool(self._h == ffi.NULL)
 
     # -- windows ----------------------------------------------------------
     def allocate(
@@ -243,7 +246,7 @@ class Comm(Collective):
         timeout: seconds any wait may last before raising TimeoutError;
             default the comm's.
         """
-        def normalise():
+        def normalise() -> tuple[np.dtype[Any], tuple[int, ...], int, Any]:
             dt, dims, size = _layout(nbytes, dtype, shape)
             attr = ffi.new("shmtopo_win_attr_t *")
             attr.backend = backend_number(backend)
@@ -356,7 +359,7 @@ class Comm(Collective):
         raises ShmtopoValueError (or the failure) and keeps its binding."""
         from .topology import PLACEMENT_POLICIES, _placement_policy, share_topology, type_name, type_number
 
-        def normalise():
+        def normalise() -> tuple[str, str]:
             return type_name(type_number(to)), PLACEMENT_POLICIES[_placement_policy(policy)]
 
         kind = lib.SHMTOPO_KIND_BIND
@@ -366,7 +369,7 @@ class Comm(Collective):
         with share_topology(self) as topo:
             before = topo.get_cpubind()
 
-            def place():
+            def place() -> list[Any]:
                 objs = topo.placement(to_name, self.size, how)
                 try:
                     topo.set_cpubind(objs[self.rank])
@@ -397,7 +400,7 @@ class Comm(Collective):
         it is only known at the moment of the split)."""
         from .topology import share_topology, type_name, type_number
 
-        def normalise():
+        def normalise() -> str:
             name = type_name(type_number(by))
             if self._mpi is None:
                 raise ShmtopoValueError("split needs a comm made with Comm.from_mpi")
@@ -429,7 +432,7 @@ def _as_flag(value: Any, what: str) -> bool:
     raise ShmtopoValueError(f"{what} must be True or False, not {value!r}")
 
 
-def _layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype, tuple, int]:
+def _layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
     """dtype, shape and byte count from allocate's nbytes/dtype/shape."""
     try:
         dt = np.dtype(np.uint8 if dtype is None else dtype)

@@ -21,6 +21,9 @@ class ShmtopoError(Exception):
     """Base class. ``errno`` is the native error number, ``rank`` the peer
     the failure is about (or None)."""
 
+    errno: int | None  # as OSError's, which ShmtopoOSError also is
+    rank: int | None
+
     def __init__(self, message: str, errno: int = 0, rank: int | None = None):
         super().__init__(message)
         self.errno = errno

@@ -14,13 +14,15 @@ verdict into one exchange before any data crosses nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import numpy as np
 
 from . import _oob, agreement
 from ._native import ffi, lib
 from .errors import ShmtopoValueError, from_errno, last_error
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from .comm import Comm
@@ -37,10 +39,10 @@ class NodePlan:
     world_size: int
     nnodes: int = 1
     node_index: int = 0
-    node_of: list = field(default_factory=list)     # [world rank] -> node
-    local_of: list = field(default_factory=list)    # [world rank] -> rank in its node
-    node_sizes: list = field(default_factory=list)  # [node] -> ranks
-    world_order: list = field(default_factory=list)  # world ranks, node by node
+    node_of: list[int] = field(default_factory=list)     # [world rank] -> node
+    local_of: list[int] = field(default_factory=list)    # [world rank] -> rank in its node
+    node_sizes: list[int] = field(default_factory=list)  # [node] -> ranks
+    world_order: list[int] = field(default_factory=list)  # world ranks, node by node
     world: Any = None      # our own duplicate of the job's comm (never matches user messages)
     leaders: Any = None    # one rank per node (node rank 0 only)
     timeout: float = 0.0
@@ -64,7 +66,7 @@ class Settings:
     timeout: float
 
 
-def _raise_everywhere(records: list, what: str) -> None:
+def _raise_everywhere(records: list[Any], what: str) -> None:
     """Raise the first rank's problem (the same text on every rank)."""
     for rank, problem in enumerate(records):
         if problem is not None:
@@ -145,7 +147,7 @@ def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: 
 _MPI_OPS = ("SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR")
 
 
-def _mpi_op(opc: int):
+def _mpi_op(opc: int) -> Any:
     from mpi4py import MPI
 
     return getattr(MPI, _MPI_OPS[opc])
@@ -155,7 +157,7 @@ def _wait(plan: NodePlan, request: Any, what: str, *buffers: Any) -> None:
     _oob.wait(request, plan.timeout, what, *buffers)
 
 
-def across(comm: "Comm", fn, *args):
+def across(comm: Comm, fn: Callable[..., T], *args: Any) -> T:
     """Run the across-nodes half of a call; an exception in it leaves the
     comm (peers fail instead of waiting) and propagates."""
     try:

@@ -3,14 +3,19 @@ and kept once, and each ``start()`` runs the collective on the same arrays
 with no per-call argument handling. For tight loops on small arrays."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+import numpy.typing as npt
 
 from ._native import ffi, lib
 from .errors import FreedError, ShmtopoValueError, check, last_error
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
+    from typing_extensions import Self
+
     from .comm import Comm
 
 _start = lib.shmtopo_request_start
@@ -22,7 +27,8 @@ class Request:
     (local). Also a context manager. The arrays must stay as they are: the
     request keeps them alive and writes into them."""
 
-    def __init__(self, comm: "Comm", init, arrays: tuple[np.ndarray, ...], *args):
+    def __init__(self, comm: Comm, init: Callable[..., int], arrays: tuple[npt.NDArray[Any], ...],
+                 *args: int) -> None:
         self._h = ffi.NULL
         self._comm = comm
         self._arrays = arrays  # keeps the buffers alive and pinned
@@ -33,6 +39,7 @@ class Request:
         self._h = out[0]
 
     def start(self) -> None:
+        """Collective: run the collective once on the request's arrays."""
         if self._comm._h == ffi.NULL:  # the request points into the comm
             raise FreedError("the request's comm has been freed", 9)
         if _start(self._h) < 0:
@@ -41,25 +48,28 @@ class Request:
     __call__ = start
 
     def wait(self) -> None:
+        """Complete the last start (it is complete on return already)."""
         check(lib.shmtopo_request_wait(self._h))
 
     def free(self) -> None:
+        """Local: release the request (freeing twice is a no-op)."""
         if self._h != ffi.NULL:
             lib.shmtopo_request_free(self._h)
             self._h = ffi.NULL
             self._buffers = []
 
-    def __enter__(self) -> "Request":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.free()
 
-    def __del__(self):
+    def __del__(self) -> None:
         self.free()  # local memory only: fine for the garbage collector
 
 
-def _array(a: Any, what: str, writable: bool = False) -> np.ndarray:
+def _array(a: Any, what: str, writable: bool = False) -> npt.NDArray[Any]:
     if not isinstance(a, np.ndarray) or not a.flags.c_contiguous or (writable and not a.flags.writeable):
         raise ShmtopoValueError(f"{what} must be a{' writable' if writable else ''} C-contiguous numpy array")
     return a
@@ -70,7 +80,8 @@ def _single_node(comm: "Comm", what: str) -> None:
         raise ShmtopoValueError(f"{what} works on single-node comms only")
 
 
-def _allreduce_args(comm, send, recv, op, algorithm):
+def _allreduce_args(comm: Comm, send: Any, recv: Any, op: Any, algorithm: Any
+                    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], tuple[int, int, int, int]]:
     from .collectives import ALGORITHMS, OPS, _apart, _code, _dtype
 
     _single_node(comm, "allreduce_init")
@@ -90,7 +101,7 @@ def allreduce_init(comm: "Comm", send: Any, recv: Any, op: str = "sum",
     return Request(comm, lib.shmtopo_allreduce_init, (s, r), *codes)
 
 
-def _bcast_args(comm, buf, root):
+def _bcast_args(comm: Comm, buf: Any, root: Any) -> tuple[npt.NDArray[Any], int, int]:
     from .collectives import _dtype, _root
 
     _single_node(comm, "bcast_init")
@@ -106,7 +117,7 @@ def bcast_init(comm: "Comm", buf: Any, root: int = 0) -> Request:
     return Request(comm, lib.shmtopo_bcast_init, (b,), b.size, code, r)
 
 
-def _alltoall_args(comm, send, recv):
+def _alltoall_args(comm: Comm, send: Any, recv: Any) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
     from .collectives import _apart, _dtype
 
     _single_node(comm, "alltoall_init")

@@ -31,15 +31,20 @@ from __future__ import annotations
 import atexit
 import errno as _errno
 import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from ._native import ffi, lib
 from .bitmap import Bitmap, as_indices, c_indices, grow, indices_from
 from .errors import FreedError, ShmtopoValueError, check, last_error
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
+    from typing_extensions import Self
+
     from .comm import Comm
 
 SOURCES = ("shmem", "xml", "local")  # in the order of enum shmtopo_topo_source, after auto
@@ -54,7 +59,7 @@ def type_number(name: str) -> int:
         raise ShmtopoValueError(f"topology object type must be a name, not {name!r}")
     out = ffi.new("int *")
     check(lib.shmtopo_topo_type_from_name(name.encode(), out))
-    return out[0]
+    return int(out[0])
 
 
 def type_name(number: int) -> str:
@@ -63,7 +68,7 @@ def type_name(number: int) -> str:
 
 
 def _known(name: str) -> bool:
-    return lib.shmtopo_topo_type_from_name(name.encode(), ffi.new("int *")) == 0
+    return bool(lib.shmtopo_topo_type_from_name(name.encode(), ffi.new("int *")) == 0)
 
 
 #: The usual type names this hwloc knows ("die" needs hwloc >= 2.1).
@@ -111,7 +116,7 @@ def _named_bits(bits: int, names: dict[int, str]) -> frozenset[str]:
     return frozenset(name for bit, name in names.items() if bits & bit)
 
 
-def _strings(fill) -> dict[str, str]:
+def _strings(fill: Callable[[Any, Any, int, Any], int]) -> dict[str, str]:
     """name -> value pairs from a native (names, values, max, countp) call;
     the first value of a repeated name wins, as in hwloc's lookups."""
     cap = 16
@@ -185,16 +190,16 @@ class MemAttr(NamedTuple):
     """A memory attribute (``Topology.memory_attributes``)."""
     id: int
     name: str            #: "Capacity", "Locality", "Bandwidth", "Latency", ...
-    flags: frozenset     #: of "higher_first", "lower_first", "need_initiator"
-    values: tuple        #: MemAttrValue, target by target
+    flags: frozenset[str]  #: of "higher_first", "lower_first", "need_initiator"
+    values: tuple[MemAttrValue, ...]  #: target by target
 
 
 class CpuKind(NamedTuple):
     """A kind of CPU (``Topology.cpu_kinds``), ranked by efficiency."""
-    index: int
+    index: int  # type: ignore[assignment]  # hwloc's kind index; shadows tuple.index
     efficiency: int | None   #: hwloc's abstract ranking, None unknown
     cpuset: Bitmap
-    infos: dict              #: CoreType, FrequencyMaxMHz, ...
+    infos: dict[str, str]    #: CoreType, FrequencyMaxMHz, ...
 
 
 class Distances:
@@ -203,7 +208,8 @@ class Distances:
 
     __slots__ = ("name", "kind", "objects", "values")
 
-    def __init__(self, name: str | None, kind: frozenset, objects: list, values: np.ndarray):
+    def __init__(self, name: str | None, kind: frozenset[str], objects: list[TopoObject],
+                 values: npt.NDArray[np.uint64]):
         self.name = name
         self.kind = kind
         self.objects = objects
@@ -267,7 +273,7 @@ class TopoObject:
     def depth(self) -> int:
         """Level in the tree (0: Machine); negative for NUMA nodes, I/O and
         Misc objects (hwloc's special depths)."""
-        return self._field("depth")
+        return int(self._field("depth"))
 
     @property
     def os_index(self) -> int | None:
@@ -276,17 +282,17 @@ class TopoObject:
 
     @property
     def logical_index(self) -> int:
-        return self._field("logical_index")
+        return int(self._field("logical_index"))
 
     @property
     def gp_index(self) -> int:
         """hwloc's global persistent index (unique in the topology)."""
-        return self._field("gp_index")
+        return int(self._field("gp_index"))
 
     @property
     def sibling_rank(self) -> int:
         """Index among its parent's children of the same kind."""
-        return self._field("sibling_rank")
+        return int(self._field("sibling_rank"))
 
     @property
     def symmetric_subtree(self) -> bool:
@@ -317,12 +323,12 @@ class TopoObject:
     @property
     def local_memory(self) -> int:
         """Bytes of a NUMA node's own memory (0 for other objects)."""
-        return self._field("local_memory")
+        return int(self._field("local_memory"))
 
     @property
     def total_memory(self) -> int:
         """Bytes of all NUMA nodes below this object."""
-        return self._field("total_memory")
+        return int(self._field("total_memory"))
 
     @property
     def page_types(self) -> list[tuple[int, int]]:
@@ -500,7 +506,7 @@ def _placement_policy(name: Any) -> int:
         raise ShmtopoValueError(f"placement policy must be 'compact' or 'spread', not {name!r}")
     out = ffi.new("int *")
     check(lib.shmtopo_place_policy_from_name(name.encode(), out))
-    return out[0]
+    return int(out[0])
 
 
 def _membind_policy(name: Any) -> int:
@@ -508,7 +514,7 @@ def _membind_policy(name: Any) -> int:
         raise ShmtopoValueError(f"memory binding policy must be a name, not {name!r}")
     out = ffi.new("int *")
     check(lib.shmtopo_membind_policy_from_name(name.encode(), out))
-    return out[0]
+    return int(out[0])
 
 
 class Topology:
@@ -599,7 +605,8 @@ class Topology:
 
     @property
     def closed(self) -> bool:
-        return self._h == ffi.NULL
+        """True once :meth:`close` has run."""
+        return bool(self._h == ffi.NULL)
 
     @property
     def io(self) -> bool | str:
@@ -658,6 +665,7 @@ class Topology:
 
     @property
     def root(self) -> TopoObject:
+        """The Machine object at the top of the tree."""
         out = ffi.new("void **")
         check(lib.shmtopo_topo_root(self._handle, out))
         return TopoObject(self, out[0])
@@ -819,7 +827,7 @@ class Topology:
             return name
         out = ffi.new("unsigned *")
         check(lib.shmtopo_topo_memattr_by_name(self._handle, name.encode(), out))
-        return out[0]
+        return int(out[0])
 
     def _location(self, kind: int, loc: Any) -> "Bitmap | TopoObject":
         if kind == 1:
@@ -837,7 +845,7 @@ class Topology:
             check(lib.shmtopo_topo_memattr_info(h, i, info))
             flags = _named_bits(info.flags, MEMATTR_FLAGS)
             targets, values = self._memattr_targets(i)
-            rows = []
+            rows: list[MemAttrValue] = []
             for target, value in zip(targets, values):
                 if "need_initiator" in flags:
                     rows.extend(MemAttrValue(target, where, v) for where, v in self._memattr_initiators(i, target))
@@ -940,7 +948,7 @@ class Topology:
             if ffi.errno == _errno.EXDEV:
                 raise ShmtopoValueError(ffi.string(lib.shmtopo_last_error()).decode(), _errno.EXDEV)
             raise last_error()
-        return rc
+        return int(rc)
 
     # -- I/O devices ---------------------------------------------------------
     def osdevs(self, kind: str | None = None) -> list[TopoObject]:
@@ -966,7 +974,7 @@ class Topology:
         if here is None:
             raise ShmtopoValueError(f"CPUs {where} are not all in this topology")
 
-        def distance(dev: TopoObject) -> tuple:
+        def distance(dev: TopoObject) -> tuple[int, bool, int, int]:
             home = dev.non_io_ancestor
             cpuset = home.cpuset
             return (-here.common_ancestor(home).depth, not (cpuset & where), len(cpuset), dev.logical_index)
@@ -978,7 +986,8 @@ class Topology:
         xmlp, lenp = ffi.new("char **"), ffi.new("size_t *")
         check(lib.shmtopo_topo_export_xml(self._handle, xmlp, lenp))
         try:
-            return ffi.unpack(xmlp[0], lenp[0]).decode()
+            text: bytes = ffi.unpack(xmlp[0], lenp[0])
+            return text.decode()
         finally:
             lib.shmtopo_topo_free_xml(xmlp[0])
 
@@ -1001,10 +1010,11 @@ class Topology:
             _shared = None
         lib.shmtopo_topo_destroy(handle)
 
-    def __enter__(self) -> "Topology":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -1039,10 +1049,10 @@ def _source_number(name: Any) -> int:
         raise ShmtopoValueError(f"topology source must be a name, not {name!r}")
     out = ffi.new("int *")
     check(lib.shmtopo_topo_source_from_name(name.encode(), out))
-    return out[0]
+    return int(out[0])
 
 
-def _share_opts(source: Any, attempts: Any, held: "Topology | None", conflict_rank: Any, io: Any):
+def _share_opts(source: Any, attempts: Any, held: Topology | None, conflict_rank: Any, io: Any) -> Any:
     opts = ffi.new("shmtopo_topo_share_opts_t *")
     opts.source = -1 if source is None else _source_number(source)
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 64:

@@ -2,11 +2,12 @@
 fences over all ranks and peer fences between two."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+import numpy.typing as npt
 
-from . import _fastpath
+from ._fastpath import fence as _fence, peer_fence as _peer_fence
 from ._lifetime import Collective
 from ._native import ffi, lib
 from .errors import FreedError, ShmtopoValueError, check, last_error
@@ -16,36 +17,34 @@ if TYPE_CHECKING:
 
 # Fences enter the core through _fastpath: one builtin call instead of cffi's
 # argument handling, which cost more than a fence itself.
-_fence = _fastpath.fence
-_peer_fence = _fastpath.peer_fence
 
 BACKENDS = ("posix", "memfd", "sysv", "xpmem")
 FENCE_ALGORITHMS = ("auto", "linear", "rd", "dissemination")
 
 
-def _number(parse, name: str, what: str) -> int:
+def _number(parse: Callable[[bytes, Any], int], name: str, what: str) -> int:
     if not isinstance(name, str):
         raise ShmtopoValueError(f"{what} must be a name, not {name!r}")
     out = ffi.new("int *")
     check(parse(name.encode(), out))
-    return out[0]
+    return int(out[0])
 
 
 def backend_number(name: str | None) -> int:
     """The native number of a backend name (None: the comm's default)."""
     if name is None:
-        return lib.SHMTOPO_BACKEND_DEFAULT
+        return int(lib.SHMTOPO_BACKEND_DEFAULT)
     return _number(lib.shmtopo_backend_from_name, name, "backend")
 
 
 def fence_number(name: str | None) -> int:
     """The native number of a fence algorithm name (None: the comm's default)."""
     if name is None:
-        return lib.SHMTOPO_FENCE_DEFAULT
+        return int(lib.SHMTOPO_FENCE_DEFAULT)
     return _number(lib.shmtopo_fence_alg_from_name, name, "fence")
 
 
-def _unmapper(length: int):
+def _unmapper(length: int) -> Callable[[Any], None]:
     return lambda ptr: lib.shmtopo_unmap(ptr, length)
 
 
@@ -55,13 +54,39 @@ class Window(Collective):
     ``local`` and ``query(r)`` are numpy views straight into shared memory.
     The views stay valid (never dangling) even after :meth:`free`: each
     mapping is unmapped only when the last view of it is gone.
+
+    Attributes: ``comm`` (the comm it was allocated on), ``rank`` and
+    ``size`` (this rank and the number of ranks there), ``dtype`` and
+    ``shape`` (of ``local``), ``contiguous`` and ``symmetric`` (as
+    allocated).
     """
 
-    def __init__(self):  # use Comm.allocate
+    comm: Comm
+    #: the element type of ``local`` and of ``query(r)`` by default
+    dtype: np.dtype[Any]
+    #: the shape of ``local`` (and of peers' parts of the same size)
+    shape: tuple[int, ...]
+    #: this rank in the window's comm
+    rank: int
+    #: the number of ranks of the window's comm
+    size: int
+    #: every rank's part lies back to back in one segment (``win.all``)
+    contiguous: bool
+    #: every rank's part is at the same address in every rank
+    symmetric: bool
+    _h: Any
+    _fast: int
+    _mappings: list[tuple[int, npt.NDArray[np.uint8]]]
+    _parts: list[npt.NDArray[np.uint8]]
+    _my_range: tuple[int, int]
+    _local: npt.NDArray[Any]
+
+    def __init__(self) -> None:  # use Comm.allocate
         raise TypeError("windows are made by Comm.allocate()")
 
     @classmethod
-    def _allocate(cls, comm: "Comm", nbytes: int, attr, dtype: np.dtype, shape: tuple) -> "Window":
+    def _allocate(cls, comm: Comm, nbytes: int, attr: Any, dtype: np.dtype[Any],
+                  shape: tuple[int, ...]) -> Window:
         self = object.__new__(cls)
         self._h, self._fast = ffi.NULL, 0
         self.comm = comm
@@ -89,10 +114,15 @@ class Window(Collective):
         self._parts = [self._part(r) for r in range(self.size)]
         mine = self._parts[self.rank]
         self._my_range = (mine.__array_interface__["data"][0], mine.nbytes)
-        self.local = self._view(self.rank, dtype, shape)
+        self._local = self._view(self.rank, dtype, shape)
         return self
 
-    def _part(self, rank: int) -> np.ndarray:
+    @property
+    def local(self) -> npt.NDArray[Any]:
+        """numpy view of this rank's own part (the window's dtype and shape)."""
+        return self._local
+
+    def _part(self, rank: int) -> npt.NDArray[np.uint8]:
         """Bytes of rank's part, as a slice of the mapping that holds it."""
         addr, size = ffi.new("void **"), ffi.new("size_t *")
         check(lib.shmtopo_win_query(self._h, rank, addr, size))
@@ -102,7 +132,7 @@ class Window(Collective):
                 return mapping[start - base:start - base + size[0]]
         raise AssertionError("window part outside its mappings")
 
-    def _view(self, rank: int, dtype: np.dtype, shape: tuple | None) -> np.ndarray:
+    def _view(self, rank: int, dtype: np.dtype[Any], shape: tuple[int, ...] | None) -> npt.NDArray[Any]:
         part = self._parts[rank]
         if shape is not None and part.size == int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
             return part.view(dtype).reshape(shape)
@@ -111,16 +141,16 @@ class Window(Collective):
                 f"rank {rank}'s part ({part.size} bytes) is not a whole number of {dtype}")
         return part.view(dtype)
 
-    def _offset_of(self, a: np.ndarray) -> int | None:
+    def _offset_of(self, a: npt.NDArray[Any]) -> int | None:
         """Byte offset of array a inside this rank's part, or None."""
         start, size = self._my_range
-        ptr = a.__array_interface__["data"][0]
+        ptr: int = a.__array_interface__["data"][0]
         if start <= ptr and ptr + a.nbytes <= start + size and self._h != ffi.NULL:
             return ptr - start
         return None
 
     # -- access -----------------------------------------------------------
-    def query(self, rank: int, dtype: Any = None) -> np.ndarray:
+    def query(self, rank: int, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
         """numpy view of ``rank``'s part (this window's dtype, and its shape
         when that rank's part has the same size as this one's)."""
         self._check_open()
@@ -131,7 +161,7 @@ class Window(Collective):
         return self._view(r, dt, self.shape if dt == self.dtype else None)
 
     @property
-    def all(self) -> np.ndarray:
+    def all(self) -> npt.NDArray[Any]:
         """Contiguous windows only: one array over every rank's part, shaped
         (size, *shape) when all parts are equal, else flat."""
         self._check_open()
@@ -169,11 +199,14 @@ class Window(Collective):
     @property
     def fence_algorithm(self) -> str:
         """The algorithm in use ("linear", "rd", "dissemination")."""
-        return ffi.string(lib.shmtopo_fence_alg_name(check(lib.shmtopo_win_fence_alg(self._h)))).decode()
+        name: bytes = ffi.string(lib.shmtopo_fence_alg_name(check(lib.shmtopo_win_fence_alg(self._h))))
+        return name.decode()
 
     @property
     def backend(self) -> str:
-        return ffi.string(lib.shmtopo_backend_name(check(lib.shmtopo_win_backend(self._h)))).decode()
+        """The shared-memory backend of the segments ("posix", "memfd", ...)."""
+        name: bytes = ffi.string(lib.shmtopo_backend_name(check(lib.shmtopo_win_backend(self._h))))
+        return name.decode()
 
     def set_timeout(self, seconds: float) -> None:
         """Seconds any wait on this window may last (0: forever)."""
@@ -181,11 +214,13 @@ class Window(Collective):
 
     @property
     def nbytes(self) -> int:
-        return self._parts[self.rank].size
+        """Bytes of this rank's part."""
+        return int(self._parts[self.rank].size)
 
     @property
     def freed(self) -> bool:
-        return self._h == ffi.NULL
+        """True once the window has been freed or abandoned."""
+        return bool(self._h == ffi.NULL)
 
     def _check_open(self) -> None:
         if self._h == ffi.NULL:
