@@ -19,7 +19,7 @@ def strict(*targets: str | Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, MYPYPATH=str(ROOT / "src"))
     return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
                            "--cache-dir", os.devnull, *map(str, targets)],
-                          capture_output=True, text=True, env=env, timeout=600)
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
 
 
 def test_package_is_strictly_typed():

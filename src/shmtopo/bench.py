@@ -6,12 +6,18 @@ the best of three timed runs of the slowest rank's mean time per operation.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from .comm import Comm
 
-def _time_per_op(mpi, body: Callable[[int], None], seconds: float) -> float:
+# (operation, bytes, mpi4py µs, shmtopo µs)
+CollectiveRow = tuple[str, int, float, float]
+
+
+def _time_per_op(mpi: Any, body: Callable[[int], None], seconds: float) -> float:
     """Seconds per operation of body(n), which performs n operations."""
     from mpi4py import MPI
 
@@ -34,7 +40,7 @@ def _time_per_op(mpi, body: Callable[[int], None], seconds: float) -> float:
     return best
 
 
-def _loop(fn: Callable[[], None]) -> Callable[[int], None]:
+def _loop(fn: Callable[[], object]) -> Callable[[int], None]:
     def body(n: int) -> None:
         for _ in range(n):
             fn()
@@ -92,7 +98,7 @@ def run_fence_bench(seconds: float = 0.3) -> list[tuple[str, float, str]]:
     return rows
 
 
-def _print_table(rows, comm) -> None:
+def _print_table(rows: list[tuple[str, float, str]], comm: Comm) -> None:
     from mpi4py import MPI
 
     import shmtopo
@@ -116,7 +122,7 @@ _ROW_ORDER = ["allreduce", "allreduce persistent", "allreduce in window", "bcast
 
 
 def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
-                         plot: str | None = None) -> list[tuple]:
+                         plot: str | None = None) -> list[CollectiveRow]:
     """shmtopo's window collectives against mpi4py's in one run (float64
     data, preallocated outputs on both sides). Prints a table on rank 0 and,
     with `plot`, writes a PNG of latency against size."""
@@ -127,7 +133,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
     world = MPI.COMM_WORLD
     comm = shmtopo.Comm.from_mpi(world)
     mpi = comm.mpi
-    rows = []
+    rows: list[CollectiveRow] = []
     sizes = [n for n in COLLECTIVE_SIZES if n <= max_bytes]
     is_root = comm.rank == 0
     # The in-window rows: every rank's array is its part of a window of the
@@ -185,7 +191,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
 TARGETS = [("allreduce", 8, 0.5), ("allreduce", 1 << 20, 0.3), ("bcast", 8 << 20, 1 / 1.5)]
 
 
-def _print_targets(rows) -> None:
+def _print_targets(rows: list[CollectiveRow]) -> None:
     """One line per target: the ratio of the plain call and of its variants."""
     times = {(op, n): (tm, ts) for op, n, tm, ts in rows}
     for op, nbytes, goal in TARGETS:
@@ -198,7 +204,7 @@ def _print_targets(rows) -> None:
         print(f"target {op} {nbytes} B: ratio <= {goal:.2f}; measured: {shown}")
 
 
-def _plot(rows, path: str, title: str) -> None:
+def _plot(rows: list[CollectiveRow], path: str, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
