@@ -37,6 +37,15 @@ int shmtopo_last_error_rank(void);
  * wait, so its peers fail with ECONNABORTED instead of hanging. NULL: none. */
 void shmtopo_set_interrupt_hook(int (*hook)(void));
 
+/* For a binding that calls the core holding a lock its other threads need
+ * (Python's GIL): arm `release` for this thread's next call. The first wait
+ * of that call that does not end within its short inline spin runs
+ * release() once (the binding drops its lock there), so calls whose peers
+ * are already there never pay for dropping and retaking it. Disarm with
+ * NULL after the call; the binding knows from its own state whether release
+ * ran. */
+void shmtopo_release_while_waiting(void (*release)(void));
+
 /* ---- communicators ---------------------------------------------------- */
 
 typedef struct shmtopo_comm shmtopo_comm_t;

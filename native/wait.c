@@ -61,6 +61,12 @@ static int find_abandoned(const shmtopo_win_t *win, int peer, int all)
 }
 
 static int (*interrupt_hook)(void);
+static _Thread_local void (*release_hook)(void);
+
+void shmtopo_release_while_waiting(void (*release)(void))
+{
+    release_hook = release;
+}
 
 void shmtopo_set_interrupt_hook(int (*hook)(void))
 {
@@ -115,6 +121,11 @@ int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq,
     const uint64_t yield_ns = yield_env >= 0 ? (uint64_t)yield_env : comm->oversubscribed ? 200000 : 2000000;
     const uint64_t start = now_ns();
     uint64_t next_check = start + LIVENESS_PERIOD_NS;
+    void (*release)(void) = release_hook;
+    if (release) {
+        release_hook = NULL;
+        release();
+    }
 
     for (;;) {
         for (int i = 0; i < 64; i++) {

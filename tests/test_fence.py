@@ -108,3 +108,27 @@ def test_fence_loops_in_native_code(comm):
             if partner < comm.size:
                 win.peer_fence_loop(partner, 500)
         win.fence()
+
+
+def test_peer_fence_takes_any_integer_rank_and_refuses_the_rest(comm):
+    """numpy's integers are ranks as Python's are; bools, floats, strings and
+    ranks out of C int's range raise ShmtopoValueError (locally: a peer fence
+    involves only the two ranks, and nothing has been posted)."""
+    import shmtopo
+
+    with comm.allocate(8) as win:
+        if comm.size > 1:
+            partner = comm.rank ^ 1
+            if partner < comm.size:
+                win.peer_fence(np.int64(partner))
+                win.peer_fence(np.int32(partner))
+        for bad in (True, 1.0, "1", None, 2**31, -2**40, 2**64):
+            with pytest.raises(shmtopo.ShmtopoValueError):
+                win.peer_fence(bad)
+        with pytest.raises(shmtopo.ShmtopoValueError, match="out of range"):
+            win.peer_fence(comm.size)
+        win.fence()
+    with pytest.raises(shmtopo.FreedError):
+        win.fence()
+    with pytest.raises(shmtopo.FreedError):
+        win.peer_fence(0)

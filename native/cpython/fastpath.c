@@ -32,8 +32,34 @@ static struct {
     PyObject *dtypes[NDTYPES]; /* numpy dtype objects, by shmtopo_dtype code */
     PyObject *dtype_name;   /* "dtype" */
     PyObject *last_error;   /* last_error(errno) -> the exception to raise */
+    PyObject *value_error;  /* ShmtopoValueError(message, errno) */
     Py_ssize_t max_bytes;   /* larger arrays take the general path (window detection) */
 } bound;
+
+/* Calls into the core keep the GIL while their waits are short: dropping
+ * and retaking it costs more than a fence whose peer is already there. The
+ * core drops it through release_gil at the first wait that lasts
+ * (shmtopo_release_while_waiting); CORE_CALL takes it back after the call.
+ * `rc` and `err` (errno, read before the GIL is retaken) are the caller's. */
+static _Thread_local PyThreadState *released;
+
+static void release_gil(void)
+{
+    released = PyEval_SaveThread();
+}
+
+#define CORE_CALL(call)                                 \
+    do {                                                \
+        shmtopo_release_while_waiting(release_gil);     \
+        rc = call;                                      \
+        err = errno;                                    \
+        shmtopo_release_while_waiting(NULL);            \
+        if (released) {                                 \
+            PyThreadState *state = released;            \
+            released = NULL;                            \
+            PyEval_RestoreThread(state);                \
+        }                                               \
+    } while (0)
 
 static PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
 {
@@ -178,10 +204,7 @@ static PyObject *fast_allreduce(PyObject *self, PyObject *const *args, Py_ssize_
         return not_handled();
     }
     int rc, err;
-    Py_BEGIN_ALLOW_THREADS
-    rc = shmtopo_allreduce(comm, in.buf, out.buf, count_of(&in, code), code, op, SHMTOPO_COLL_AUTO);
-    err = errno;
-    Py_END_ALLOW_THREADS
+    CORE_CALL(shmtopo_allreduce(comm, in.buf, out.buf, count_of(&in, code), code, op, SHMTOPO_COLL_AUTO));
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
     return rc < 0 ? failed(result, err) : result;
@@ -208,10 +231,7 @@ static PyObject *fast_reduce(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (!is_root)
         Py_INCREF(result);
     int rc, err;
-    Py_BEGIN_ALLOW_THREADS
-    rc = shmtopo_reduce(comm, in.buf, out.buf, count_of(&in, code), code, op, root, SHMTOPO_COLL_AUTO);
-    err = errno;
-    Py_END_ALLOW_THREADS
+    CORE_CALL(shmtopo_reduce(comm, in.buf, out.buf, count_of(&in, code), code, op, root, SHMTOPO_COLL_AUTO));
     PyBuffer_Release(&in);
     if (is_root)
         PyBuffer_Release(&out);
@@ -231,10 +251,7 @@ static PyObject *fast_bcast(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (!comm || root < 0 || !view_of(args[1], &buf, 1, &code))
         return not_handled();
     int rc, err;
-    Py_BEGIN_ALLOW_THREADS
-    rc = shmtopo_bcast(comm, buf.buf, count_of(&buf, code), code, root);
-    err = errno;
-    Py_END_ALLOW_THREADS
+    CORE_CALL(shmtopo_bcast(comm, buf.buf, count_of(&buf, code), code, root));
     PyBuffer_Release(&buf);
     return rc < 0 ? failed(NULL, err) : new_ref(args[1]);
 }
@@ -262,23 +279,20 @@ static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_
         return not_handled();
     }
     int rc, err;
-    Py_BEGIN_ALLOW_THREADS
-    rc = shmtopo_allgather(comm, in.buf, out.buf, count_of(&in, code), code);
-    err = errno;
-    Py_END_ALLOW_THREADS
+    CORE_CALL(shmtopo_allgather(comm, in.buf, out.buf, count_of(&in, code), code));
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
     return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
 }
 
-/* bind(ndarray, empty_like, ops, max_bytes, dtypes, last_error): numpy's
- * type and constructor, the op-name table, the size limit, the dtypes in
- * shmtopo_dtype order and the maker of failures' exceptions. The native
- * functions need no binding: they are linked. */
+/* bind(ndarray, empty_like, ops, max_bytes, dtypes, last_error, value_error):
+ * numpy's type and constructor, the op-name table, the size limit, the dtypes
+ * in shmtopo_dtype order, the maker of failures' exceptions and the class of
+ * bad arguments' ones. The native functions need no binding: they are linked. */
 static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6)
-        return PyErr_Format(PyExc_TypeError, "bind takes 6 arguments"), NULL;
+    if (nargs != 7)
+        return PyErr_Format(PyExc_TypeError, "bind takes 7 arguments"), NULL;
     if (!PyType_Check(args[0]) || !PyDict_Check(args[2]))
         return PyErr_Format(PyExc_TypeError, "bind: expected a type and a dict"), NULL;
     Py_XSETREF(bound.ndarray, new_ref(args[0]));
@@ -296,55 +310,109 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!PyCallable_Check(args[5]))
         return PyErr_Format(PyExc_TypeError, "bind: last_error must be callable"), NULL;
     Py_XSETREF(bound.last_error, new_ref(args[5]));
+    if (!PyCallable_Check(args[6]))
+        return PyErr_Format(PyExc_TypeError, "bind: value_error must be callable"), NULL;
+    Py_XSETREF(bound.value_error, new_ref(args[6]));
     Py_RETURN_NONE;
 }
 
-/* fence(handle) -> None: the window's fence, from Python at the cost of one
- * builtin call (through cffi the call cost three times the fence). A freed
- * window's handle is 0: the core then says EBADF. */
-static PyObject *fast_fence(PyObject *self, PyObject *handle)
+/* ---- NativeWindow: the base of shmtopo.Window ---------------------------
+ *
+ * It holds the native window, so that win.fence() is one C method call: a
+ * Python method in between cost as much as the fence itself. `_fast` is the
+ * shmtopo_win_t * as an int, 0 once freed (the core then says EBADF). */
+typedef struct {
+    PyObject_HEAD
+    shmtopo_win_t *win;
+} NativeWindow;
+
+static PyObject *window_fence(PyObject *self, PyObject *unused)
 {
-    shmtopo_win_t *win = PyLong_AsVoidPtr(handle);
-    if (!win && PyErr_Occurred())
-        PyErr_Clear();
     int rc, err;
-    Py_BEGIN_ALLOW_THREADS
-    rc = shmtopo_win_fence(win);
-    err = errno;
-    Py_END_ALLOW_THREADS
+    CORE_CALL(shmtopo_win_fence(((NativeWindow *)self)->win));
     if (rc < 0)
         return failed(NULL, err);
     Py_RETURN_NONE;
 }
 
-/* peer_fence(handle, rank) -> None | NotImplemented (a rank that is no C
- * int: the general path says what is wrong with it) */
-static PyObject *fast_peer_fence(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The rank as a C int: Python ints and anything with __index__ (numpy's
+ * integers) but bools; LONG_MIN with no error set for anything else. */
+static long rank_of(PyObject *rank)
 {
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "peer_fence takes 2 arguments"), NULL;
-    shmtopo_win_t *win = PyLong_AsVoidPtr(args[0]);
-    if (!win && PyErr_Occurred())
-        PyErr_Clear();
+    if (PyBool_Check(rank))
+        return LONG_MIN;
+    PyObject *index = PyLong_CheckExact(rank) ? new_ref(rank) : PyNumber_Index(rank);
+    if (!index)
+        return PyErr_Clear(), LONG_MIN;
     int overflow = 0;
-    long peer = PyLong_Check(args[1]) ? PyLong_AsLongAndOverflow(args[1], &overflow) : LONG_MIN;
+    long value = PyLong_AsLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
     if (PyErr_Occurred())
-        PyErr_Clear(), peer = LONG_MIN;
-    if (overflow || peer < INT_MIN || peer > INT_MAX)
-        return new_ref(Py_NotImplemented);
+        PyErr_Clear(), value = LONG_MIN;
+    return overflow || value < INT_MIN || value > INT_MAX ? LONG_MIN : value;
+}
+
+static PyObject *window_peer_fence(PyObject *self, PyObject *rank)
+{
+    long peer = rank_of(rank);
+    if (peer == LONG_MIN) {
+        PyObject *exc = PyObject_CallFunction(bound.value_error, "Ni",
+                                              PyUnicode_FromFormat("peer rank must be an integer rank, not %R", rank),
+                                              EINVAL);
+        if (exc) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        return NULL;
+    }
     int rc, err;
-    Py_BEGIN_ALLOW_THREADS
-    rc = shmtopo_win_peer_fence(win, (int)peer);
-    err = errno;
-    Py_END_ALLOW_THREADS
+    CORE_CALL(shmtopo_win_peer_fence(((NativeWindow *)self)->win, (int)peer));
     if (rc < 0)
         return failed(NULL, err);
     Py_RETURN_NONE;
 }
+
+static PyObject *window_get_fast(PyObject *self, void *closure)
+{
+    return PyLong_FromVoidPtr(((NativeWindow *)self)->win);
+}
+
+static int window_set_fast(PyObject *self, PyObject *value, void *closure)
+{
+    void *win = value ? PyLong_AsVoidPtr(value) : NULL;
+    if (!win && PyErr_Occurred())
+        return -1;
+    ((NativeWindow *)self)->win = win;
+    return 0;
+}
+
+static PyMethodDef window_methods[] = {
+    {"fence", window_fence, METH_NOARGS,
+     "fence()\n--\n\nCollective: every store any rank made before the fence is visible to every\n"
+     "rank after it. A wait that lasts releases the GIL."},
+    {"peer_fence", window_peer_fence, METH_O,
+     "peer_fence(rank)\n--\n\nTwo-sided: this rank and ``rank`` both call it naming each other; each one's\n"
+     "earlier stores are then visible to the other. A wait that lasts releases the GIL."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef window_getset[] = {
+    {"_fast", window_get_fast, window_set_fast, "the native window's address (0: freed)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject NativeWindowType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmtopo._fastpath.NativeWindow",
+    .tp_basicsize = sizeof(NativeWindow),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The native half of shmtopo.Window: its fences (internal).",
+    .tp_methods = window_methods,
+    .tp_getset = window_getset,
+    .tp_new = PyType_GenericNew,
+};
 
 static PyMethodDef methods[] = {
-    {"fence", (PyCFunction)fast_fence, METH_O, "fence(handle)"},
-    {"peer_fence", (PyCFunction)(void (*)(void))fast_peer_fence, METH_FASTCALL, "peer_fence(handle, rank)"},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Bind numpy, the op table, the size limit and the error maker (shmtopo internal)."},
     {"allreduce", (PyCFunction)(void (*)(void))fast_allreduce, METH_FASTCALL, "allreduce(handle, array, out, op)"},
     {"reduce", (PyCFunction)(void (*)(void))fast_reduce, METH_FASTCALL, "reduce(handle, array, out, op, root, is_root)"},
@@ -361,5 +429,16 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastpath(void)
 {
-    return PyModule_Create(&module);
+    if (PyType_Ready(&NativeWindowType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&NativeWindowType);
+    if (PyModule_AddObject(m, "NativeWindow", (PyObject *)&NativeWindowType) < 0) {
+        Py_DECREF(&NativeWindowType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -55,7 +55,7 @@ WINDOW_MIN = 64 * 1024  # smaller arrays: the copy path is as fast, and finding 
 # calls the same native functions (the one libshmtopo.so both modules link)
 # without cffi's per-call Python costs.
 _fastpath.bind(np.ndarray, np.empty_like, OPS, WINDOW_MIN,
-               tuple(sorted(DTYPES, key=DTYPES.__getitem__)), last_error)
+               tuple(sorted(DTYPES, key=DTYPES.__getitem__)), last_error, ShmtopoValueError)
 _fast_allreduce, _fast_reduce = _fastpath.allreduce, _fastpath.reduce
 _fast_bcast, _fast_allgather = _fastpath.bcast, _fastpath.allgather
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import numpy.typing as npt
 
-from ._fastpath import fence as _fence, peer_fence as _peer_fence
+from ._fastpath import NativeWindow
 from ._lifetime import Collective
 from ._native import ffi, lib
 from .errors import FreedError, ShmtopoValueError, check, last_error
@@ -15,8 +15,6 @@ from .errors import FreedError, ShmtopoValueError, check, last_error
 if TYPE_CHECKING:
     from .comm import Comm
 
-# Fences enter the core through _fastpath: one builtin call instead of cffi's
-# argument handling, which cost more than a fence itself.
 
 BACKENDS = ("posix", "memfd", "sysv", "xpmem")
 FENCE_ALGORITHMS = ("auto", "linear", "rd", "dissemination")
@@ -48,7 +46,7 @@ def _unmapper(length: int) -> Callable[[Any], None]:
     return lambda ptr: lib.shmtopo_unmap(ptr, length)
 
 
-class Window(Collective):
+class Window(NativeWindow, Collective):
     """A collective shared-memory window. Made by :meth:`Comm.allocate`.
 
     ``local`` and ``query(r)`` are numpy views straight into shared memory.
@@ -75,7 +73,6 @@ class Window(Collective):
     #: every rank's part is at the same address in every rank
     symmetric: bool
     _h: Any
-    _fast: int
     _mappings: list[tuple[int, npt.NDArray[np.uint8]]]
     _parts: list[npt.NDArray[np.uint8]]
     _my_range: tuple[int, int]
@@ -87,7 +84,7 @@ class Window(Collective):
     @classmethod
     def _allocate(cls, comm: Comm, nbytes: int, attr: Any, dtype: np.dtype[Any],
                   shape: tuple[int, ...]) -> Window:
-        self = object.__new__(cls)
+        self = cls.__new__(cls)
         self._h, self._fast = ffi.NULL, 0
         self.comm = comm
         self.dtype = dtype
@@ -177,16 +174,7 @@ class Window(Collective):
         return flat.view(self.dtype)
 
     # -- synchronisation ----------------------------------------------------
-    def fence(self) -> None:
-        """Collective: every store any rank made before the fence is visible
-        to every rank after it. Releases the GIL while waiting."""
-        _fence(self._fast)
-
-    def peer_fence(self, rank: int) -> None:
-        """Two-sided: this rank and ``rank`` both call it naming each other;
-        each one's earlier stores are then visible to the other."""
-        if _peer_fence(self._fast, rank) is NotImplemented:
-            raise ShmtopoValueError(f"peer rank must be an integer rank, not {rank!r}", 22)
+    # fence() and peer_fence(rank) are NativeWindow's: one C call each.
 
     def fence_loop(self, count: int) -> None:
         """Fence ``count`` times inside the native core (for benchmarks)."""
