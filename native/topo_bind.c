@@ -74,22 +74,25 @@ static int check_flags(int flags, int allowed, const char *what)
 
 /* ---- CPUs ------------------------------------------------------------------------ */
 
-int shmtopo_topo_get_cpubind(void *topo, int flags, unsigned *out, size_t max, size_t *countp)
+/* A CPU set of this process (or of the calling thread, with
+ * SHMTOPO_BIND_THREAD) that hwloc reads with `get` (named `what`). */
+typedef int (*cpu_getter)(hwloc_topology_t, hwloc_bitmap_t, int);
+
+static int read_cpus(void *topo, int flags, cpu_getter get, const char *what, unsigned *out, size_t max,
+                     size_t *countp)
 {
     hwloc_bitmap_t set;
     int err;
 
-    if (!topo || check_flags(flags, SHMTOPO_BIND_THREAD, "get_cpubind") < 0)
-        return topo ? -1 : shmtopo_fail(EINVAL, -1, "get_cpubind: NULL topology");
-    if (this_system(topo, "get_cpubind") < 0)
+    if (!topo || check_flags(flags, SHMTOPO_BIND_THREAD, what) < 0)
+        return topo ? -1 : shmtopo_fail(EINVAL, -1, "%s: NULL topology", what);
+    if (this_system(topo, what) < 0)
         return -1;
     if (!(set = hwloc_bitmap_alloc()))
-        return shmtopo_fail(ENOMEM, -1, "get_cpubind: no memory for a bitmap");
-    /* The binding of the whole process (all its threads), unless asked for
-     * the calling thread's. */
+        return shmtopo_fail(ENOMEM, -1, "%s: no memory for a bitmap", what);
     errno = 0;
-    if (hwloc_get_cpubind(topo, set, flags & SHMTOPO_BIND_THREAD ? HWLOC_CPUBIND_THREAD : 0) < 0) {
-        fail_hwloc("hwloc_get_cpubind");
+    if (get(topo, set, flags & SHMTOPO_BIND_THREAD ? HWLOC_CPUBIND_THREAD : 0) < 0) {
+        fail_hwloc(what);
         err = errno;
         hwloc_bitmap_free(set);
         errno = err;
@@ -98,26 +101,16 @@ int shmtopo_topo_get_cpubind(void *topo, int flags, unsigned *out, size_t max, s
     return give_set(set, out, max, countp);
 }
 
+/* The binding of the whole process (all its threads), unless asked for the
+ * calling thread's. */
+int shmtopo_topo_get_cpubind(void *topo, int flags, unsigned *out, size_t max, size_t *countp)
+{
+    return read_cpus(topo, flags, hwloc_get_cpubind, "get_cpubind", out, max, countp);
+}
+
 int shmtopo_topo_get_last_cpu(void *topo, int flags, unsigned *out, size_t max, size_t *countp)
 {
-    hwloc_bitmap_t set;
-    int err;
-
-    if (!topo || check_flags(flags, SHMTOPO_BIND_THREAD, "get_last_cpu_location") < 0)
-        return topo ? -1 : shmtopo_fail(EINVAL, -1, "get_last_cpu_location: NULL topology");
-    if (this_system(topo, "get_last_cpu_location") < 0)
-        return -1;
-    if (!(set = hwloc_bitmap_alloc()))
-        return shmtopo_fail(ENOMEM, -1, "get_last_cpu_location: no memory for a bitmap");
-    errno = 0;
-    if (hwloc_get_last_cpu_location(topo, set, flags & SHMTOPO_BIND_THREAD ? HWLOC_CPUBIND_THREAD : 0) < 0) {
-        fail_hwloc("hwloc_get_last_cpu_location");
-        err = errno;
-        hwloc_bitmap_free(set);
-        errno = err;
-        return -1;
-    }
-    return give_set(set, out, max, countp);
+    return read_cpus(topo, flags, hwloc_get_last_cpu_location, "get_last_cpu_location", out, max, countp);
 }
 
 int shmtopo_topo_set_cpubind(void *topo, const unsigned *cpus, size_t n, int flags)
