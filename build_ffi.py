@@ -26,7 +26,7 @@ from cffi import FFI
 HERE = Path(__file__).resolve().parent
 NATIVE = HERE / "native"
 # Public headers whose CDEF blocks form the Python binding, in order.
-HEADERS = ["shmtopo.h", "maps.h", "topo_shmem.h", "topology.h"]
+HEADERS = ["shmtopo.h", "maps.h", "topo_shmem.h", "topology.h", "floor.h"]
 # Callbacks implemented in Python (src/shmtopo/_oob.py) and handed to C.
 PYTHON_CALLBACKS = """
 extern "Python" int _shmtopo_py_allgather(const void *, void *, size_t, void *);

@@ -68,6 +68,26 @@ def test_cli_bench_runs(n):
     proc = run_mpiexec(n, [sys.executable, "-m", "shmtopo", "bench", "--seconds", "0.02"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "shmtopo fence rd" in proc.stdout and "mpi4py Win.Fence()" in proc.stdout
+    _assert_honest(proc.stdout)
+    assert "x floor" in proc.stdout and "cache line to the other core and back" in proc.stdout
+    # every fence row has a figure over the floor (2+ ranks: the floor is > 0)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("shmtopo fence", "mpi4py Win.Fence"))]
+    assert len(rows) == 8 and all(_x_floor(line) > 0 for line in rows), proc.stdout
+
+
+def _assert_honest(out: str) -> None:
+    """What every benchmark prints: the load before the run, and figures
+    that are medians of 5 interleaved repetitions with their range."""
+    assert out.splitlines()[0].startswith("load average (1 min) before the run: "), out
+    load = float(out.splitlines()[0].split()[-1])
+    assert ("WARNING: load average" in out) == (load >= 0.3), out
+    assert "median (min-max) of 5 interleaved repetitions" in out, out
+
+
+def _x_floor(line: str) -> float:
+    """The 'x floor' figure of a fence table row: after the 46-character
+    name, the time, its (min-max) and then x floor."""
+    return float(line[46:].split()[2])
 
 
 def test_cli_topo():
@@ -77,17 +97,74 @@ def test_cli_topo():
     assert "core" in proc.stdout and "pu" in proc.stdout
 
 
-def test_cli_bench_collectives_runs():
-    proc = run_mpiexec(2, [sys.executable, "-m", "shmtopo", "bench", "--collectives", "--seconds", "0.005",
+@pytest.mark.parametrize("n", [1, 2])
+def test_cli_bench_collectives_runs(n):
+    """Every shmtopo and mpi4py row with its floor, both as x floor (at 1
+    rank an in-place row's floor is 0 and shows as '-')."""
+    proc = run_mpiexec(n, [sys.executable, "-m", "shmtopo", "bench", "--collectives", "--seconds", "0.005",
                            "--max-bytes", "2048"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "allreduce persistent" in proc.stdout and "allgather" in proc.stdout
+    _assert_honest(proc.stdout)
+    assert "floor, measured here" in proc.stdout and "reduction kernel" in proc.stdout
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("operation"))
+    assert header.split()[2:] == ["floor", "us", "mpi4py", "us", "(min-max)", "x", "floor", "shmtopo", "us",
+                                  "(min-max)", "x", "floor", "ratio", "GB/s", "(shm)"], header
+    rows = [line.split() for line in proc.stdout.splitlines()
+            if line.split()[:1] and line.split()[0] in ("allreduce", "bcast", "reduce", "allgather")
+            and len(line.split()) > 8]
+    assert len(rows) == 8 * 5, proc.stdout  # 8 rows x 8, 32, 128, 512, 2048 B
+    for row in rows:
+        words = [w for w in row if not w.startswith("(")]
+        name_len = len(words) - 8
+        fl, t_mpi, x_mpi, t_shm, x_shm = words[name_len + 1:name_len + 6]
+        if n == 1 and " ".join(words[:name_len]) in ("bcast", "bcast in window", "allreduce in window"):
+            assert fl == "0", row  # in place on one rank: nothing to move
+        if n == 2:
+            assert float(fl) > 0, row  # at least one cache line crosses
+        if float(fl) == 0:  # (at 1 rank an 8-byte copy may be below the clock's resolution)
+            assert x_mpi == x_shm == "-", row
+        else:
+            assert float(x_mpi) > 0 and float(x_shm) > 0, row
+            assert float(x_shm) == pytest.approx(float(t_shm) / float(fl), rel=0.02, abs=0.01), row
 
 
-def test_cross_core_copy_probe(tmp_path):
-    """The C probe behind the README's copy-bandwidth figures builds and runs."""
-    exe = tmp_path / "cross_core_copy"
-    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-o", exe, EXAMPLES / "cross_core_copy.c"], check=True)
-    proc = subprocess.run([exe, "4096", "65536"], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("n", [1, 2])
+def test_cli_bench_floor(n):
+    """bench --floor measures on the ranks the job placed and prints the
+    pieces and the floor per operation and size."""
+    proc = run_mpiexec(n, [sys.executable, "-m", "shmtopo", "bench", "--floor", "--seconds", "0.002",
+                           "--max-bytes", "65536"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("GB/s") == 2, proc.stdout
+    out = proc.stdout
+    _assert_honest(out)
+    assert "floor, measured here" in out and "rank 0 on CPU" in out, out
+    assert "reduction kernel" in out and "float64" in out and "uint8" in out, out
+    assert "floor per operation (model" in out, out
+    if n == 1:
+        assert "need 2 ranks" in out and "rank 1 on CPU" not in out, out
+    else:
+        assert "cache line to the other core and back" in out and "rank 1 on CPU" in out, out
+        assert "fence " in out and "peer fence" in out, out
+    table = out[out.index("floor per operation"):].splitlines()
+    rows = [line.split() for line in table if line.split()[:1] and line.split()[0].isdigit()]
+    assert [int(r[0]) for r in rows] == [8, 32, 128, 512, 2048, 8192, 32768], out
+    assert all(len(r) == 5 for r in rows), out
+
+
+def test_cli_bench_needs_five_repetitions():
+    out = subprocess.run([sys.executable, "-m", "shmtopo", "bench", "--floor", "--repeats", "3"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "at least 5 repetitions" in out.stderr, out.stdout + out.stderr
+
+
+def test_bench_plot_draws_the_floor(tmp_path):
+    pytest.importorskip("matplotlib")
+    from shmtopo.bench import _ROW_ORDER, _plot
+    from shmtopo.floor import Stat
+
+    rows = [(name, n, Stat(2e-6 * n, 1e-6 * n, 3e-6 * n), Stat(1e-6 * n, 1e-6 * n, 1e-6 * n), 5e-7 * n)
+            for name in _ROW_ORDER for n in (8, 64, 512)]
+    labels = _plot(rows, str(tmp_path / "p.png"), "test")
+    assert (tmp_path / "p.png").stat().st_size > 0
+    assert all("floor (measured here)" in panel for panel in labels), labels

@@ -85,14 +85,28 @@ def info(args: argparse.Namespace) -> None:
 
 def bench(args: argparse.Namespace) -> None:
     _need("mpi4py.MPI", "mpi", "bench")
+    if args.plot and not args.collectives:
+        sys.exit("python -m shmtopo bench: --plot needs --collectives")
+    if args.seconds is None:
+        args.seconds = 0.1 if args.collectives else 0.02 if args.floor else 0.3
     if args.plot:
         _need("matplotlib", "plot", "bench --plot")  # before the run, not after it
-    from shmtopo.bench import run_collective_bench, run_fence_bench
+    from shmtopo.bench import run_collective_bench, run_fence_bench, run_floor_bench
 
     if args.collectives:
-        run_collective_bench(seconds=args.seconds, max_bytes=args.max_bytes, plot=args.plot)
+        run_collective_bench(seconds=args.seconds, max_bytes=args.max_bytes, plot=args.plot,
+                             repeats=args.repeats)
+    elif args.floor:
+        run_floor_bench(seconds=args.seconds, repeats=args.repeats, max_bytes=args.max_bytes)
     else:
-        run_fence_bench(seconds=args.seconds)
+        run_fence_bench(seconds=args.seconds, repeats=args.repeats)
+
+
+def _repeats(text: str) -> int:
+    n = int(text)
+    if n < 5:
+        raise argparse.ArgumentTypeError(f"at least 5 repetitions (a median of fewer proves little), not {n}")
+    return n
 
 
 def topo(args: argparse.Namespace) -> None:
@@ -148,11 +162,21 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
     sub.add_parser("info", help="versions, backends, defaults, CPUs (under mpiexec: the whole node)"
                    ).set_defaults(fn=info)
-    b = sub.add_parser("bench", help="fences (or --collectives) against mpi4py; run under mpiexec")
-    b.add_argument("--seconds", type=float, default=0.3, help="time per measurement (default 0.3)")
-    b.add_argument("--collectives", action="store_true",
-                   help="allreduce, bcast, reduce, allgather from 8 B up, instead of fences")
-    b.add_argument("--max-bytes", type=int, default=16 << 20, help="largest message (default 16 MiB)")
+    b = sub.add_parser("bench", help="fences (or --collectives, --floor) against mpi4py and the hardware "
+                       "floor; run under mpiexec")
+    b.add_argument("--seconds", type=float, default=None,
+                   help="time of one repetition of one row (default 0.3 for fences, 0.1 for --collectives, "
+                        "0.02 for --floor; floor probes take at most 0.02)")
+    b.add_argument("--repeats", type=_repeats, default=5,
+                   help="repetitions per figure, interleaved; the median and min-max are printed (default 5)")
+    mode = b.add_mutually_exclusive_group()
+    mode.add_argument("--collectives", action="store_true",
+                      help="allreduce, bcast, reduce, allgather from 8 B up (after the floor), instead of fences")
+    mode.add_argument("--floor", action="store_true",
+                      help="only the hardware floor: cache-line round trip, copies across cores and local, the "
+                           "reduction kernel, and the floor per operation and size")
+    b.add_argument("--max-bytes", type=int, default=16 << 20,
+                   help="largest message (default 16 MiB; the floor's copies stop at 8 MiB)")
     b.add_argument("--plot", metavar="PNG",
                    help="with --collectives: write a latency plot (needs matplotlib: pip install 'shmtopo[plot]')")
     b.set_defaults(fn=bench)
