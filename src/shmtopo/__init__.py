@@ -1,5 +1,6 @@
 """shmtopo: node-local shared-memory windows, fences and collectives, and a
 shared hwloc topology, for MPI programs in Python."""
+from .accelerate import AcceleratedComm, accelerate
 from .bitmap import Bitmap
 from .comm import Comm, Placement
 from .errors import (
@@ -21,7 +22,7 @@ from .topology import Topology, share_topology
 __version__ = "0.1.0"
 
 __all__ = [
-    "Comm", "Window", "Topology", "share_topology", "Bitmap", "Placement", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
+    "Comm", "Window", "accelerate", "AcceleratedComm", "Topology", "share_topology", "Bitmap", "Placement", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
     "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",
