@@ -1,0 +1,752 @@
+"""shmtopo.accelerate: the wrapped communicator's upper-case collectives,
+checked against the wrapped mpi4py communicator itself on the same inputs
+(bitwise: the inputs are small integers, also in floating-point types, so
+every order of reduction gives the same bits). Each test runs on one node
+and on simulated nodes of 2 ranks (hierarchical paths from 3 ranks on)."""
+import array
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import shmtopo
+from conftest import run_mpiexec
+
+WORLD = MPI.COMM_WORLD
+HERE = Path(__file__).resolve().parent
+
+SIGNED = ["SIGNED_CHAR", "SHORT", "INT", "LONG", "LONG_LONG", "INT8_T", "INT16_T", "INT32_T", "INT64_T"]
+UNSIGNED = ["UNSIGNED_CHAR", "UNSIGNED_SHORT", "UNSIGNED", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG",
+            "UINT8_T", "UINT16_T", "UINT32_T", "UINT64_T"]
+FLOATS = ["FLOAT", "DOUBLE"]
+BYTES = ["BYTE", "CHAR"]  # moved, never reduced
+REDUCIBLE = SIGNED + UNSIGNED + FLOATS
+INT_OPS = ["SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+FLOAT_OPS = ["SUM", "PROD", "MIN", "MAX"]
+
+
+def np_dtype(name):
+    size = getattr(MPI, name).Get_size()
+    kind = "f" if name in FLOATS else "u" if name.startswith("U") or name in BYTES else "i"
+    return np.dtype(f"{kind}{size}")
+
+
+def ops_for(name):
+    return FLOAT_OPS if name in FLOATS else INT_OPS
+
+
+def data(rank, count, dtype, salt=0):
+    """Small integers: products of 4 ranks stay exact, in every type."""
+    rng = np.random.default_rng(7919 * rank + 31 * count + salt)
+    dtype = np.dtype(dtype)
+    return rng.integers(0 if dtype.kind == "u" else -3, 4, count).astype(dtype)
+
+
+def same_bits(got, want, what=""):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    assert got.tobytes() == want.tobytes(), f"{what}: {got} != {want}"
+
+
+def roots(n):
+    return sorted({0, n // 2, n - 1})  # first, middle, last
+
+
+@pytest.fixture(params=[None, 2], ids=["node", "nodes-of-2"])
+def acomm(request):
+    a = shmtopo.accelerate(WORLD, node_size=request.param, timeout=60)
+    yield a
+    a.shm_free()
+
+
+def accelerated_only(acomm):
+    """Every call so far ran in shared memory."""
+    for name, (_, delegated) in acomm.shm_stats().items():
+        assert delegated == 0, (name, acomm.shm_stats())
+
+
+# ---- every accelerated type and op ------------------------------------------------
+
+def test_allreduce_every_type_and_op(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    calls = 0
+    for name in REDUCIBLE:
+        T, dt = getattr(MPI, name), np_dtype(name)
+        for opname in ops_for(name):
+            op = getattr(MPI, opname)
+            x = data(rank, 13, dt, salt=len(opname))
+            got, want = np.full(13, 99, dt), np.full(13, 99, dt)
+            acomm.Allreduce([x, T], [got, T], op=op)
+            WORLD.Allreduce([x.copy(), T], [want, T], op=op)
+            same_bits(got, want, f"{name} {opname}")
+            calls += 1
+    assert acomm.shm_stats() == {"Allreduce": (calls, 0)}
+
+
+def test_reduce_every_type_op_and_root(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    for name in REDUCIBLE:
+        T, dt = getattr(MPI, name), np_dtype(name)
+        for opname in ops_for(name):
+            op = getattr(MPI, opname)
+            for root in roots(n):
+                x = data(rank, 9, dt, salt=root)
+                got, want = np.full(9, 7, dt), np.full(9, 7, dt)
+                acomm.Reduce([x, T], [got, T] if rank == root else None, op, root)
+                WORLD.Reduce([x.copy(), T], [want, T] if rank == root else None, op, root)
+                same_bits(got, want, f"{name} {opname} root {root}")  # untouched off the root
+    accelerated_only(acomm)
+
+
+def test_reduce_scatter_block_every_type_and_op(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    for name in REDUCIBLE:
+        T, dt = getattr(MPI, name), np_dtype(name)
+        for opname in ops_for(name):
+            op = getattr(MPI, opname)
+            x = data(rank, 5 * n, dt)
+            got, want = np.empty(5, dt), np.empty(5, dt)
+            acomm.Reduce_scatter_block([x, T], [got, T], op)
+            WORLD.Reduce_scatter_block([x.copy(), T], [want, T], op)
+            same_bits(got, want, f"{name} {opname}")
+    accelerated_only(acomm)
+
+
+def test_data_movement_every_type_and_root(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    for name in REDUCIBLE + BYTES:
+        T, dt = getattr(MPI, name), np_dtype(name)
+        for root in roots(n):
+            got = data(rank, 11, dt, salt=root)
+            want = got.copy()
+            acomm.Bcast([got, T], root=root)
+            WORLD.Bcast([want, T], root=root)
+            same_bits(got, want, f"Bcast {name} root {root}")
+        x = data(rank, 6, dt)
+        got, want = np.empty(6 * n, dt), np.empty(6 * n, dt)
+        acomm.Allgather([x, T], [got, T])
+        WORLD.Allgather([x.copy(), T], [want, T])
+        same_bits(got, want, f"Allgather {name}")
+        x = data(rank, 3 * n, dt)
+        got, want = np.empty(3 * n, dt), np.empty(3 * n, dt)
+        acomm.Alltoall([x, T], [got, T])
+        WORLD.Alltoall([x.copy(), T], [want, T])
+        same_bits(got, want, f"Alltoall {name}")
+    accelerated_only(acomm)
+
+
+def test_barrier_is_accelerated(acomm):
+    for _ in range(3):
+        acomm.Barrier()
+    assert acomm.shm_stats() == {"Barrier": (3, 0)}
+
+
+# ---- every buffer form --------------------------------------------------------------
+
+ARRAY_CODES = {np.dtype(c): c for c in "bBhHiIlLqQfd"}
+
+
+# Each form: (buffer argument, a view of the elements it describes) for the
+# values of a; counts are per block (of `blocks`), as MPI counts them.
+
+def form_ndarray(a, T, blocks):
+    return a, a
+
+
+def form_memoryview(a, T, blocks):
+    return memoryview(a), a
+
+
+def form_typed(a, T, blocks):
+    return [a, T], a
+
+
+def form_counted(a, T, blocks):
+    return [a, a.size // blocks, T], a
+
+
+def form_tuple(a, T, blocks):
+    return (a, a.size // blocks, T), a
+
+
+def form_count_only(a, T, blocks):
+    return [a, a.size // blocks], a
+
+
+def form_type_char(a, T, blocks):
+    return [a, a.dtype.char], a
+
+
+def form_displaced(a, T, blocks):
+    whole = np.zeros(a.size + 3, a.dtype)
+    view = whole[3:]
+    view[...] = a
+    return [whole, (a.size // blocks, 3), T], view
+
+
+def form_four_items(a, T, blocks):
+    whole = np.zeros(a.size + 2, a.dtype)
+    view = whole[2:]
+    view[...] = a
+    return [whole, a.size // blocks, 2, T], view
+
+
+def form_array_array(a, T, blocks):
+    arr = array.array(ARRAY_CODES[a.dtype], a.tolist())
+    return arr, np.frombuffer(arr, a.dtype)
+
+
+def form_bytearray(a, T, blocks):
+    raw = bytearray(a.tobytes())
+    return [raw, T], np.frombuffer(raw, a.dtype)
+
+
+def form_fortran(a, T, blocks):
+    grid = np.asfortranarray(a.reshape(2, -1, order="F"))  # sizes here are even
+    return grid, grid.ravel(order="K")
+
+
+def form_misaligned(a, T, blocks):
+    raw = bytearray(a.nbytes + 1)
+    view = np.frombuffer(memoryview(raw)[1:], a.dtype)  # one byte off: unaligned elements
+    view[...] = a
+    return [memoryview(raw)[1:], T], view
+
+
+FORMS = [form_ndarray, form_memoryview, form_typed, form_counted, form_tuple, form_count_only, form_type_char,
+         form_displaced, form_four_items, form_array_array, form_bytearray, form_fortran, form_misaligned]
+FORM_TYPES = [("DOUBLE", np.float64), ("INT", np.int32), ("LONG", np.int64), ("UNSIGNED_CHAR", np.uint8)]
+
+
+def spec(form, a, T, blocks=1):
+    return form(a.copy(), T, blocks)
+
+
+@pytest.mark.parametrize("form", FORMS, ids=lambda f: f.__name__[5:])
+def test_buffer_forms(acomm, form):
+    rank, n = WORLD.rank, WORLD.size
+    for name, dt in FORM_TYPES:
+        T = getattr(MPI, name)
+        dt = np.dtype(dt)
+        if form is form_bytearray and dt != np.uint8:
+            continue
+        # Allreduce
+        s, _ = spec(form, data(rank, 12, dt), T)
+        r, got = spec(form, np.zeros(12, dt), T)
+        acomm.Allreduce(s, r, MPI.MAX)
+        want = np.zeros(12, dt)
+        WORLD.Allreduce(data(rank, 12, dt), want, MPI.MAX)
+        same_bits(got, want, f"Allreduce {form.__name__} {name}")
+        # Reduce, every root
+        for root in roots(n):
+            s, _ = spec(form, data(rank, 12, dt, root), T)
+            r, got = spec(form, np.zeros(12, dt), T)
+            acomm.Reduce(s, r if rank == root else None, MPI.SUM, root)
+            want = np.zeros(12, dt)
+            WORLD.Reduce(data(rank, 12, dt, root), want, MPI.SUM, root)
+            same_bits(got, want, f"Reduce {form.__name__} {name} root {root}")
+        # Bcast, every root
+        for root in roots(n):
+            b, got = spec(form, data(rank, 12, dt, 5 + root), T)
+            acomm.Bcast(b, root)
+            same_bits(got, data(root, 12, dt, 5 + root), f"Bcast {form.__name__} {name} root {root}")
+        # Allgather, Alltoall, Reduce_scatter_block
+        s, _ = spec(form, data(rank, 4, dt), T)
+        r, got = spec(form, np.zeros(4 * n, dt), T, n)
+        acomm.Allgather(s, r)
+        same_bits(got, np.concatenate([data(p, 4, dt) for p in range(n)]), f"Allgather {form.__name__} {name}")
+        s, _ = spec(form, data(rank, 2 * n, dt), T, n)
+        r, got = spec(form, np.zeros(2 * n, dt), T, n)
+        acomm.Alltoall(s, r)
+        want = np.zeros(2 * n, dt)
+        WORLD.Alltoall(data(rank, 2 * n, dt), want)
+        same_bits(got, want, f"Alltoall {form.__name__} {name}")
+        s, _ = spec(form, data(rank, 2 * n, dt), T, n)
+        r, got = spec(form, np.zeros(2, dt), T)
+        acomm.Reduce_scatter_block(s, r, MPI.BOR if dt.kind != "f" else MPI.SUM)
+        want = np.zeros(2, dt)
+        WORLD.Reduce_scatter_block(data(rank, 2 * n, dt), want, MPI.BOR if dt.kind != "f" else MPI.SUM)
+        same_bits(got, want, f"Reduce_scatter_block {form.__name__} {name}")
+    accelerated_only(acomm)
+
+
+def test_counts_shorter_than_the_buffer(acomm):
+    """[buf, count, T]: only the first count entries; the rest is left as it is."""
+    rank, n = WORLD.rank, WORLD.size
+    x = data(rank, 10, np.int64)
+    got, want = np.full(10, -5, np.int64), np.full(10, -5, np.int64)
+    acomm.Allreduce([x, 6, MPI.LONG], [got, 6, MPI.LONG])
+    WORLD.Allreduce([x, 6, MPI.LONG], [want, 6, MPI.LONG])
+    same_bits(got, want)
+    got, want = np.full(3 * n + 2, -5, np.int64), np.full(3 * n + 2, -5, np.int64)
+    acomm.Allgather([x, 3, MPI.LONG], [got, 3, MPI.LONG])
+    WORLD.Allgather([x, 3, MPI.LONG], [want, 3, MPI.LONG])
+    same_bits(got, want)
+    b = x.copy()
+    acomm.Bcast([b, 4, MPI.LONG], root=n - 1)
+    same_bits(b[:4], data(n - 1, 10, np.int64)[:4])
+    same_bits(b[4:], x[4:])
+    accelerated_only(acomm)
+
+
+# ---- IN_PLACE and other aliasing ---------------------------------------------------------
+
+def test_in_place(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    for name in ("DOUBLE", "INT", "UNSIGNED_SHORT"):
+        T, dt = getattr(MPI, name), np_dtype(name)
+        got, want = data(rank, 10, dt), data(rank, 10, dt)
+        acomm.Allreduce(MPI.IN_PLACE, [got, T], MPI.PROD)
+        WORLD.Allreduce(MPI.IN_PLACE, [want, T], MPI.PROD)
+        same_bits(got, want, f"Allreduce {name}")
+        for root in roots(n):
+            got, want = data(rank, 10, dt, root), data(rank, 10, dt, root)
+            if rank == root:
+                acomm.Reduce(MPI.IN_PLACE, [got, T], MPI.MIN, root)
+                WORLD.Reduce(MPI.IN_PLACE, [want, T], MPI.MIN, root)
+            else:
+                acomm.Reduce([got, T], None, MPI.MIN, root)
+                WORLD.Reduce([want, T], None, MPI.MIN, root)
+            same_bits(got, want, f"Reduce {name} root {root}")
+        got = np.zeros(3 * n, dt)
+        got[3 * rank:3 * rank + 3] = data(rank, 3, dt)
+        want = got.copy()
+        acomm.Allgather(MPI.IN_PLACE, [got, T])
+        WORLD.Allgather(MPI.IN_PLACE, [want, T])
+        same_bits(got, want, f"Allgather {name}")
+        got, want = data(rank, 2 * n, dt), data(rank, 2 * n, dt)
+        acomm.Alltoall(MPI.IN_PLACE, [got, T])
+        WORLD.Alltoall([want.copy(), T], [want, T])  # the blocks of a call with a separate send buffer
+        same_bits(got, want, f"Alltoall {name}")
+        got, want = data(rank, 4 * n, dt), data(rank, 4 * n, dt)
+        acomm.Reduce_scatter_block(MPI.IN_PLACE, [got, T], MPI.SUM)
+        WORLD.Reduce_scatter_block(MPI.IN_PLACE, [want, T], MPI.SUM)
+        same_bits(got[:4], want[:4], f"Reduce_scatter_block {name}")
+    accelerated_only(acomm)
+
+
+def test_the_same_buffer_twice_is_in_place(acomm):
+    """The same buffer as input and result is taken as MPI_IN_PLACE (as newer
+    mpi4py versions do; MPI itself refuses aliased buffers)."""
+    rank, n = WORLD.rank, WORLD.size
+    got, want = data(rank, 8, np.int32), data(rank, 8, np.int32)
+    acomm.Allreduce(got, got)
+    WORLD.Allreduce(MPI.IN_PLACE, want)
+    same_bits(got, want)
+    got, want = data(rank, 8, np.int32), data(rank, 8, np.int32)
+    acomm.Reduce(got, got, MPI.MAX, root=n - 1)
+    WORLD.Reduce(MPI.IN_PLACE if rank == n - 1 else want, want, MPI.MAX, root=n - 1)
+    same_bits(got, want)
+    got, want = data(rank, 2 * n, np.float64), data(rank, 2 * n, np.float64)
+    acomm.Reduce_scatter_block(got, [got, 2, MPI.DOUBLE])
+    WORLD.Reduce_scatter_block(MPI.IN_PLACE, [want, 2, MPI.DOUBLE])
+    same_bits(got[:2], want[:2])
+    got, want = data(rank, 3 * n, np.int16), data(rank, 3 * n, np.int16)
+    acomm.Alltoall(got, got)
+    WORLD.Alltoall(want.copy(), want)
+    same_bits(got, want)
+    accelerated_only(acomm)
+
+
+def test_partial_overlap_raises_everywhere(acomm):
+    x = np.arange(9.0)
+    with pytest.raises(shmtopo.ShmtopoValueError, match="overlaps"):
+        acomm.Allreduce(x[1:], x[:-1])  # 8 elements each, one apart
+    out = np.zeros(3)
+    acomm.Allreduce(np.ones(3), out)
+    same_bits(out, np.full(3, float(WORLD.size)))
+
+
+# ---- sizes and real floating-point data ---------------------------------------------------
+
+@pytest.mark.parametrize("count", [0, 1, 7, 256 * 1024 // 8 + 1, 3 * 2**20 // 8 + 5])
+def test_sizes(acomm, count):
+    rank, n = WORLD.rank, WORLD.size
+    x = data(rank, count, np.float64)
+    got, want = np.empty(count), np.empty(count)
+    acomm.Allreduce(x, got)
+    WORLD.Allreduce(x, want)
+    same_bits(got, want)
+    b = data(rank, count, np.int32)
+    acomm.Bcast(b, root=n - 1)
+    same_bits(b, data(n - 1, count, np.int32))
+    got = np.empty(count * n, np.uint8)
+    acomm.Allgather(data(rank, count, np.uint8), got)
+    same_bits(got, np.concatenate([data(p, count, np.uint8) for p in range(n)]))
+    accelerated_only(acomm)
+
+
+def test_float_results_are_the_same_on_every_rank(acomm):
+    """Random floats: MPI may sum in another order (so: close), while
+    shmtopo gives every rank the same bits."""
+    rank = WORLD.rank
+    x = np.random.default_rng(rank).random(1001) * 2 - 1
+    got, want = np.empty(1001), np.empty(1001)
+    acomm.Allreduce(x, got)
+    WORLD.Allreduce(x, want)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    everyone = WORLD.allgather(got.tobytes())
+    assert len(set(everyone)) == 1
+
+
+# ---- delegation ----------------------------------------------------------------------------
+
+def test_derived_datatype_is_delegated(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()
+    try:
+        b = data(rank, 6, np.float64)
+        acomm.Bcast([b, 3, pair], root=n - 1)
+        same_bits(b, data(n - 1, 6, np.float64))
+        got, want = np.zeros(4 * n), np.zeros(4 * n)
+        acomm.Allgather([data(rank, 4, np.float64), 2, pair], [got, 2, pair])
+        WORLD.Allgather([data(rank, 4, np.float64), 2, pair], [want, 2, pair])
+        same_bits(got, want)
+        x = data(rank, 8, np.float64)
+        got, want = np.zeros(8), np.zeros(8)
+        try:
+            WORLD.Allreduce([x, 4, pair], [want, 4, pair], MPI.SUM)
+        except MPI.Exception as exc:  # Open MPI: no predefined op on a derived type; then neither here
+            with pytest.raises(MPI.Exception) as info:
+                acomm.Allreduce([x, 4, pair], [got, 4, pair], MPI.SUM)
+            assert info.value.Get_error_class() == exc.Get_error_class()
+            reduced = 0
+        else:
+            acomm.Allreduce([x, 4, pair], [got, 4, pair], MPI.SUM)
+            same_bits(got, want)
+            reduced = 1
+        stats = {"Bcast": (0, 1), "Allgather": (0, 1)}
+        assert acomm.shm_stats() == (dict(stats, Allreduce=(0, 1)) if reduced else stats)
+    finally:
+        pair.Free()
+
+
+def test_derived_datatype_with_a_user_op_is_delegated(acomm):
+    def add_pairs(inbuf, inoutbuf, datatype):
+        a, b = np.frombuffer(inbuf, np.float64), np.frombuffer(inoutbuf, np.float64)
+        b += a
+
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()
+    op = MPI.Op.Create(add_pairs, commute=True)
+    try:
+        x = data(WORLD.rank, 8, np.float64)
+        got, want = np.zeros(8), np.zeros(8)
+        acomm.Allreduce([x, 4, pair], [got, 4, pair], op)
+        WORLD.Allreduce([x, 4, pair], [want, 4, pair], op)
+        same_bits(got, want)
+        assert acomm.shm_stats() == {"Allreduce": (0, 1)}
+    finally:
+        op.Free()
+        pair.Free()
+
+
+def test_user_op_is_delegated(acomm):
+    def absmax(inbuf, inoutbuf, datatype):
+        a, b = np.frombuffer(inbuf, np.float64), np.frombuffer(inoutbuf, np.float64)
+        np.maximum(np.abs(a), np.abs(b), out=b)
+
+    op = MPI.Op.Create(absmax, commute=True)
+    try:
+        rank = WORLD.rank
+        x = data(rank, 5, np.float64) - 2
+        got, want = np.zeros(5), np.zeros(5)
+        acomm.Allreduce(x, got, op)
+        WORLD.Allreduce(x, want, op)
+        same_bits(got, want)
+        got, want = np.zeros(5), np.zeros(5)
+        acomm.Reduce(x, got, op, root=0)
+        WORLD.Reduce(x, want, op, root=0)
+        same_bits(got, want)
+        assert acomm.shm_stats() == {"Allreduce": (0, 1), "Reduce": (0, 1)}
+    finally:
+        op.Free()
+
+
+def test_types_and_ops_not_accelerated_are_delegated(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    refused = 0
+    cases = [(np.ones(4, bool), MPI.LAND), (data(rank, 4, np.int32), MPI.LOR),
+             (data(rank, 4, np.complex128), MPI.SUM), (data(rank, 4, np.float64), MPI.BAND),
+             ([data(rank, 4, np.uint8), MPI.BYTE], MPI.BOR), ([data(rank, 4, np.int8), MPI.CHAR], MPI.MAX)]
+    for x, op in cases:
+        a = x[0] if isinstance(x, list) else x
+        got, want = np.zeros_like(a), np.zeros_like(a)
+        spec_got = [got, x[1]] if isinstance(x, list) else got
+        spec_want = [want, x[1]] if isinstance(x, list) else want
+        try:
+            WORLD.Allreduce(x, spec_want, op)
+        except MPI.Exception:  # MPI refuses (float BAND): so must the accelerated comm
+            with pytest.raises(MPI.Exception):
+                acomm.Allreduce(x, spec_got, op)
+            refused += 1
+            continue
+        acomm.Allreduce(x, spec_got, op)
+        same_bits(got, want, f"{a.dtype} {op}")
+    # a call MPI refused is no completed call
+    assert acomm.shm_stats()["Allreduce"] == (0, len(cases) - refused)
+
+
+def test_other_collectives_are_delegated(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    got = np.zeros(n, np.int32) if rank == 0 else None
+    acomm.Gather(np.array([rank], np.int32), got, root=0)
+    if rank == 0:
+        same_bits(got, np.arange(n, dtype=np.int32))
+    scanned = np.zeros(1, np.int64)
+    acomm.Scan(np.array([rank + 1]), scanned)
+    assert scanned[0] == (rank + 1) * (rank + 2) // 2
+    out = np.zeros(2)
+    acomm.Iallreduce(np.ones(2), out).Wait()
+    same_bits(out, np.full(2, float(n)))
+    assert acomm.shm_stats() == {"Gather": (0, 1), "Scan": (0, 1), "Iallreduce": (0, 1)}
+
+
+# ---- every rank takes the same path ----------------------------------------------------------
+
+def culprits(n):
+    return sorted({0, n // 2, n - 1})
+
+
+def mixed_calls(acomm, odd, pair):
+    """Each collective with the culprit (odd) describing its buffer with a
+    derived datatype, so that it alone would go to MPI."""
+    rank, n = WORLD.rank, WORLD.size
+    x = np.ones(4)
+
+    def buf(a):  # 4 doubles (a block of 4) either way
+        return [a, 2, pair] if odd else [a, MPI.DOUBLE]
+
+    return {
+        "Bcast": lambda: acomm.Bcast(buf(x.copy()), root=0),
+        "Reduce": lambda: acomm.Reduce(buf(x), buf(np.zeros(4)), MPI.SUM, root=n - 1),
+        "Allreduce": lambda: acomm.Allreduce(buf(x), buf(np.zeros(4))),
+        "Allgather": lambda: acomm.Allgather(buf(x), buf(np.zeros(4 * n))),
+        "Alltoall": lambda: acomm.Alltoall(buf(np.ones(4 * n)), buf(np.zeros(4 * n))),
+        "Reduce_scatter_block": lambda: acomm.Reduce_scatter_block(buf(np.ones(4 * n)), buf(np.zeros(4))),
+    }
+
+
+def test_one_rank_delegating_raises_on_every_rank(acomm):
+    n = WORLD.size
+    if n == 1:
+        pytest.skip("one rank takes one path")
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()
+    try:
+        for culprit in culprits(n):
+            for name, call in mixed_calls(acomm, WORLD.rank == culprit, pair).items():
+                t0 = time.monotonic()
+                with pytest.raises(shmtopo.ShmtopoValueError, match="delegated to MPI") as info:
+                    call()
+                assert time.monotonic() - t0 < 30
+                kind = "reduce_scatter" if name == "Reduce_scatter_block" else name.lower()
+                assert f"called {kind}(" in str(info.value)  # the core's names for the calls
+                if n > 2 or culprit != 0:  # 2 ranks, 1 each way: the lower one is named
+                    assert info.value.rank == culprit, str(info.value)
+                # nothing was lost: the comm still works
+                out = np.zeros(2)
+                acomm.Allreduce(np.ones(2), out)
+                same_bits(out, np.full(2, float(n)))
+    finally:
+        pair.Free()
+
+
+def test_one_rank_with_a_user_op_raises_on_every_rank(acomm):
+    n = WORLD.size
+    if n == 1:
+        pytest.skip("one rank takes one path")
+    op = MPI.Op.Create(lambda a, b, t: None, commute=True)
+    try:
+        with pytest.raises(shmtopo.ShmtopoValueError, match="delegated to MPI"):
+            acomm.Allreduce(np.ones(3), np.zeros(3), op if WORLD.rank == n - 1 else MPI.SUM)
+    finally:
+        op.Free()
+
+
+def test_no_hang_when_paths_differ():
+    """Under its own mpiexec (a hang fails the test instead of the run): one
+    rank describes its buffer with a derived datatype, on one node and on
+    nodes of 2 ranks; every rank must raise within the timeout."""
+    if WORLD.size > 1:
+        pytest.skip("starts its own mpiexec")
+    script = HERE / "scripts" / "accel_paths.py"
+    for n, node_size in ((3, 0), (4, 2)):
+        t0 = time.monotonic()
+        proc = run_mpiexec(n, [sys.executable, script, str(node_size)], timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("rank ")]  # rank 0 prints all
+        assert len(lines) == n * len(culprits(n)) * 6, proc.stdout + proc.stderr
+        assert all("ShmtopoValueError" in line for line in lines), proc.stdout
+        assert time.monotonic() - t0 < 100
+
+
+# ---- bad arguments raise on every rank ----------------------------------------------------
+
+def bad_calls(acomm, culprit):
+    n = WORLD.size
+    x, out, ints = np.ones(4), np.zeros(4), np.ones(4, np.int64)
+    readonly = np.zeros(4)
+    readonly.flags.writeable = False
+    return [
+        ("root", lambda: acomm.Bcast(x.copy(), root=n if culprit else 0)),
+        ("root", lambda: acomm.Reduce(x, out, MPI.SUM, root=-1 if culprit else 0)),
+        ("integer", lambda: acomm.Bcast(x.copy(), root="0" if culprit else 0)),
+        ("read-only", lambda: acomm.Allreduce(x, readonly if culprit else out)),
+        ("contiguous", lambda: acomm.Allreduce(np.ones(8)[::2] if culprit else x, out)),
+        ("cannot map", lambda: acomm.Allreduce(np.ones(4, [("f", "f8")]) if culprit else x, out)),  # 'T{d:f:}'
+        ("byte order", lambda: acomm.Allreduce(np.ones(4, ">f8") if culprit else x, out)),
+        ("MPI.Op", lambda: acomm.Allreduce(x, out, "sum" if culprit else MPI.SUM)),
+        ("mismatch", lambda: acomm.Allreduce(np.ones(3) if culprit else x, out)),
+        ("mismatch", lambda: acomm.Allreduce([ints, MPI.INT64_T if culprit else MPI.LONG], [ints * 0, MPI.LONG])),
+        ("do not fit", lambda: acomm.Allreduce([x, 9, MPI.DOUBLE] if culprit else x, [out, 9 if culprit else 4,
+                                                                                      MPI.DOUBLE])),
+        ("IN_PLACE", lambda: acomm.Bcast(MPI.IN_PLACE if culprit else x.copy())),
+        ("blocks", lambda: acomm.Alltoall(np.ones(4 * n + 1) if culprit and n > 1 else np.ones(4 * n),
+                                          np.zeros(4 * n + 1) if culprit and n > 1 else np.zeros(4 * n))),
+        ("expecting", lambda: acomm.Allgather(x, [np.zeros(4 * n), 1, 2, 3, 4] if culprit else np.zeros(4 * n))),
+    ]
+
+
+def test_bad_arguments_raise_on_every_rank(acomm):
+    n = WORLD.size
+    for culprit in culprits(n):
+        for i, (match, _) in enumerate(bad_calls(acomm, False)):
+            call = bad_calls(acomm, WORLD.rank == culprit)[i][1]
+            if match == "blocks" and n == 1:
+                continue
+            with pytest.raises(shmtopo.ShmtopoValueError, match=match) as info:
+                call()
+            assert info.value.rank == culprit, str(info.value)
+            assert f"rank {culprit}" in str(info.value)
+            out = np.zeros(2)
+            acomm.Allreduce(np.ones(2), out)
+            same_bits(out, np.full(2, float(n)))
+
+
+def test_in_place_off_the_root_of_reduce_raises(acomm):
+    n = WORLD.size
+    if n == 1:
+        pytest.skip("one rank is the root")
+    with pytest.raises(shmtopo.ShmtopoValueError, match="IN_PLACE is valid at the root"):
+        if WORLD.rank == n - 1:
+            acomm.Reduce(np.ones(2), np.zeros(2), MPI.SUM, n - 1)
+        else:
+            acomm.Reduce(MPI.IN_PLACE, None, MPI.SUM, n - 1)
+
+
+# ---- strict mode ---------------------------------------------------------------------------
+
+def test_strict_mode(monkeypatch):
+    monkeypatch.setenv("SHMTOPO_ACCEL_STRICT", "1")
+    a = shmtopo.accelerate(WORLD, timeout=60)
+    try:
+        assert a.strict
+        out = np.zeros(3)
+        a.Allreduce(np.ones(3), out)
+        pair = MPI.DOUBLE.Create_contiguous(2).Commit()
+        try:
+            with pytest.raises(shmtopo.ShmtopoValueError, match="SHMTOPO_ACCEL_STRICT=1") as info:
+                a.Allreduce([np.ones(4), 2, pair], [np.zeros(4), 2, pair])
+            assert "derived datatype" in str(info.value)
+        finally:
+            pair.Free()
+        with pytest.raises(shmtopo.ShmtopoValueError, match="SHMTOPO_ACCEL_STRICT=1"):
+            a.Gather(np.ones(1), np.zeros(WORLD.size), root=0)
+        if WORLD.size > 1:  # one rank would delegate, in strict mode: its reason, everywhere
+            with pytest.raises(shmtopo.ShmtopoValueError, match=f"rank {WORLD.size - 1}: .*LAND"):
+                a.Allreduce(np.ones(2, np.int32), np.zeros(2, np.int32),
+                            MPI.LAND if WORLD.rank == WORLD.size - 1 else MPI.SUM)
+        a.Allreduce(np.ones(3), out)
+        same_bits(out, np.full(3, float(WORLD.size)))
+        assert a.shm_stats() == {"Allreduce": (2, 0)}
+    finally:
+        a.shm_free()
+
+
+def test_strict_values(monkeypatch):
+    monkeypatch.setenv("SHMTOPO_ACCEL_STRICT", "yes")
+    with pytest.raises(shmtopo.ShmtopoValueError, match="expected 0 or 1"):
+        shmtopo.accelerate(WORLD)
+    monkeypatch.setenv("SHMTOPO_ACCEL_STRICT", "0")
+    a = shmtopo.accelerate(WORLD)
+    assert not a.strict
+    a.shm_free()
+    if WORLD.size > 1:
+        monkeypatch.setenv("SHMTOPO_ACCEL_STRICT", "1" if WORLD.rank == 0 else "0")
+        with pytest.raises(shmtopo.ShmtopoValueError, match="same on every rank"):
+            shmtopo.accelerate(WORLD)
+
+
+# ---- the rest is the wrapped communicator's --------------------------------------------------
+
+def test_everything_else_is_the_wrapped_comms(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    assert acomm.Get_rank() == rank and acomm.Get_size() == n and acomm.rank == rank
+    assert acomm == WORLD and not (acomm != WORLD) and acomm.mpi_comm is WORLD and bool(acomm)
+    assert isinstance(acomm.shm_comm, shmtopo.Comm) and acomm.shm_comm.world_size == n
+    assert acomm.bcast({"from": rank}, root=n - 1) == {"from": n - 1}  # lower case: objects
+    assert acomm.allreduce(rank) == n * (n - 1) // 2
+    if n > 1:
+        token = np.zeros(1, np.int64)
+        acomm.Sendrecv(np.array([rank]), dest=(rank + 1) % n, recvbuf=token, source=(rank - 1) % n)
+        assert token[0] == (rank - 1) % n
+    sub = acomm.Split(rank % 2, rank)
+    assert isinstance(sub, MPI.Intracomm) and not isinstance(sub, shmtopo.AcceleratedComm)
+    sub.Free()
+    assert "Allreduce" in dir(acomm) and "Send" in dir(acomm)
+    with pytest.raises(AttributeError):
+        acomm.no_such_method
+    assert acomm.shm_stats() == {}  # none of these was an upper-case collective
+
+
+def test_free_frees_both():
+    dup = WORLD.Dup()
+    a = shmtopo.accelerate(dup)
+    shm = a.shm_comm
+    a.Free()
+    assert shm.freed and dup == MPI.COMM_NULL
+    with pytest.raises(shmtopo.FreedError):
+        a.shm_comm
+
+
+def test_after_shm_free_everything_goes_to_mpi():
+    a = shmtopo.accelerate(WORLD)
+    a.shm_free()
+    a.shm_free()  # twice: nothing
+    out = np.zeros(2)
+    a.Allreduce(np.ones(2), out)
+    a.Barrier()
+    same_bits(out, np.full(2, float(WORLD.size)))
+    assert a.shm_stats() == {"Allreduce": (0, 1), "Barrier": (0, 1)}
+
+
+def test_an_accelerated_comm_can_be_accelerated_again():
+    a = shmtopo.accelerate(WORLD)
+    b = shmtopo.accelerate(a)
+    assert b.mpi_comm is WORLD and b.shm_comm is not a.shm_comm
+    b.shm_free()
+    a.shm_free()
+
+
+def test_exit_without_free(tmp_path):
+    """A script that never frees its accelerated comm exits cleanly: each rank
+    drops it at exit, with no warning."""
+    if WORLD.size > 1:
+        pytest.skip("starts its own mpiexec")
+    script = tmp_path / "unfreed.py"
+    script.write_text(
+        "from mpi4py import MPI\nimport numpy as np, shmtopo\n"
+        "acomm = shmtopo.accelerate(MPI.COMM_WORLD)\n"
+        "out = np.zeros(2)\nacomm.Allreduce(np.ones(2), out)\n"
+        "assert acomm.shm_stats() == {'Allreduce': (1, 0)}\nprint('done', out[0])\n")
+    proc = run_mpiexec(2, [sys.executable, "-W", "always::ResourceWarning", script], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("done") == 2 and proc.stdout.count("2.0") == 2, proc.stdout
+    assert "never freed" not in proc.stderr, proc.stderr
+
+
+def test_accelerate_refuses_what_is_not_an_intracomm():
+    with pytest.raises(TypeError):
+        shmtopo.accelerate("COMM_WORLD")
