@@ -681,8 +681,8 @@ def _allgather_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any) -> _Call:
 
 def _alltoall_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any) -> _Call:
     a, out, back, _ = _gathered(shm, t, sendbuf, recvbuf, "Alltoall", shm.world_size)
-    if a is out and shm.nnodes > 1:
-        a = out.copy()  # across nodes MPI moves the blocks, and MPI takes no aliased buffers
+    if shm.nnodes > 1 and np.may_share_memory(a, out):
+        a = a.copy()  # in place, across nodes: MPI moves the blocks, and MPI takes no aliased buffers
     return _Call(a, out, back=back)
 
 
