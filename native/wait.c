@@ -138,9 +138,18 @@ int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq,
         const int full = now >= next_check;
         int origin = -1;
         if (check(win, peer, what, waited, full, &origin) < 0) {
+            int err = errno;
+            /* A peer that posted this word and then left or died (a rank
+             * that raised right after this very step) did post it: the wait
+             * is over, and the step itself says what went wrong. Its leave
+             * came after the post (seq_cst), so an acquire fence here sees
+             * the post if the leave was seen. */
+            atomic_thread_fence(memory_order_acquire);
+            if ((err == ECONNABORTED || err == EOWNERDEAD) &&
+                atomic_load_explicit(seq, memory_order_acquire) >= target)
+                return 0;
             /* Leave, so that peers waiting for us fail too instead of
              * hanging; the failure that caused it stays the one named. */
-            int err = errno;
             shmtopo_win_leave(win, origin);
             errno = err;
             return -1;
