@@ -313,7 +313,14 @@ enum shmtopo_var {
     SHMTOPO_VAR_SHM_TYPE = 0, SHMTOPO_VAR_FENCE_ALGORITHM = 1, SHMTOPO_VAR_COLL_ALGORITHM = 2,
     SHMTOPO_VAR_COLL_BUFFER = 3, SHMTOPO_VAR_NODE_SIZE = 4, SHMTOPO_VAR_TOPO_SOURCE = 5,
     SHMTOPO_VAR_TIMEOUT = 6, SHMTOPO_VAR_SPIN_NS = 7, SHMTOPO_VAR_YIELD_NS = 8,
-    SHMTOPO_VAR_TOPO_DIR = 9, SHMTOPO_VAR_TOPO_CONFLICT_RANK = 10, SHMTOPO_NVARS = 11
+    SHMTOPO_VAR_TOPO_DIR = 9, SHMTOPO_VAR_TOPO_CONFLICT_RANK = 10, SHMTOPO_VAR_SINGLE_COPY = 11,
+    SHMTOPO_NVARS = 12
+};
+
+/* SHMTOPO_SINGLE_COPY: auto (where every rank can reach every peer), 0 (off),
+ * 1 (required: comm creation fails on every rank where a rank cannot). */
+enum shmtopo_single_copy_setting {
+    SHMTOPO_SINGLE_COPY_AUTO = 0, SHMTOPO_SINGLE_COPY_OFF = 1, SHMTOPO_SINGLE_COPY_ON = 2
 };
 
 typedef struct shmtopo_config {
@@ -323,12 +330,14 @@ typedef struct shmtopo_config {
     int32_t node_size;      /* SHMTOPO_NODE_SIZE (0: real nodes) */
     int32_t topo_source;    /* SHMTOPO_TOPO_SOURCE (auto) */
     int32_t conflict_rank;  /* SHMTOPO_TOPO_CONFLICT_RANK, a test hook (-1) */
+    int32_t single_copy;    /* SHMTOPO_SINGLE_COPY (auto): enum shmtopo_single_copy_setting */
+    int32_t pad;
     uint64_t coll_buffer;   /* SHMTOPO_COLL_BUFFER, page-rounded (262144) */
     double timeout;         /* SHMTOPO_TIMEOUT, seconds (0: forever) */
     int64_t spin_ns;        /* SHMTOPO_SPIN_NS (-1: by oversubscription) */
     int64_t yield_ns;       /* SHMTOPO_YIELD_NS (-1: by oversubscription) */
     char topo_dir[256];     /* SHMTOPO_TOPO_DIR (/dev/shm) */
-    char text[11][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
+    char text[12][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
 } shmtopo_config_t;
 
 /* Read and check every variable. EINVAL, the message naming the variable,
@@ -336,7 +345,7 @@ typedef struct shmtopo_config {
 int shmtopo_config_read(shmtopo_config_t *cfg);
 /* 0 when the settings that must agree (SHMTOPO_SHM_TYPE, the fence and
  * collective algorithms, SHMTOPO_COLL_BUFFER, SHMTOPO_NODE_SIZE,
- * SHMTOPO_TOPO_SOURCE) are alike in cfgs[0..n); else EINVAL naming the
+ * SHMTOPO_TOPO_SOURCE, SHMTOPO_SINGLE_COPY) are alike in cfgs[0..n); else EINVAL naming the
  * variable and two ranks' values (ranks[i]: the rank of cfgs[i], NULL for i). */
 int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks);
 /* Parse a backend / fence algorithm / topology source name ("posix", "rd",
