@@ -60,9 +60,12 @@ typedef struct shmtopo_oob {
  * callbacks are used here only: ranks exchange pids, CPU affinity masks and
  * their environment settings (shmtopo_config_t), and map the comm's own
  * shared memory (its channel), through which every later agreement and
- * set-up exchange runs, under the timeout. EINVAL: bad size/rank, ranks that
- * disagree on size or a setting that must agree, sit on different hosts, or
- * an invalid environment variable on some rank; ECOMM: a callback failed. */
+ * set-up exchange runs, under the timeout; then every rank probes single
+ * copy against every peer and the ranks agree on it (shmtopo_comm_single_copy).
+ * EINVAL: bad size/rank, ranks that disagree on size or a setting that must
+ * agree, sit on different hosts, or an invalid environment variable on some
+ * rank; ECOMM: a callback failed; ENOTSUP: SHMTOPO_SINGLE_COPY=1 and a rank
+ * cannot copy from a peer (the message says which and why). */
 int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob,
                         shmtopo_comm_t **commp);
 /* Collective: agree that every rank frees the comm, then free it (a comm
@@ -99,6 +102,18 @@ int shmtopo_comm_pid(const shmtopo_comm_t *comm, int rank);
 int shmtopo_comm_ncpus(const shmtopo_comm_t *comm);
 /* 1 when ranks outnumber those CPUs (waits then spin only briefly). */
 int shmtopo_comm_oversubscribed(const shmtopo_comm_t *comm);
+
+/* How collectives move large data between ranks' private arrays without the
+ * scratch buffers: decided once at comm creation (every rank probes every
+ * peer, then they agree; SHMTOPO_SINGLE_COPY), the same on every rank. */
+enum shmtopo_single_copy {
+    SHMTOPO_SC_NONE = 0,  /* off (SHMTOPO_SINGLE_COPY=0), or a rank could not reach a peer */
+    SHMTOPO_SC_CMA = 1    /* process_vm_readv / process_vm_writev */
+};
+/* The comm's enum shmtopo_single_copy (a 1-rank comm: CMA unless disabled). */
+int shmtopo_comm_single_copy(const shmtopo_comm_t *comm);
+/* "cma", "none". */
+const char *shmtopo_single_copy_name(int mechanism);
 
 /* ---- agreement ----------------------------------------------------------- */
 
