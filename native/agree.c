@@ -124,6 +124,8 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
             FIELD("in a window at offset %llu", (unsigned long long)sig->extra);
         if (sig->flags & SHMTOPO_SIG_IN_PLACE)
             FIELD("in place");
+        if (sig->flags & SHMTOPO_SIG_SINGLE_COPY)
+            FIELD("single copy");
         break;
     case SHMTOPO_KIND_WIN_ALLOC:
         FIELD("backend %s", shmtopo_backend_name(sig->dtype));

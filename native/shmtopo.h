@@ -143,7 +143,8 @@ typedef struct shmtopo_sig {
 enum shmtopo_sig_flags {
     SHMTOPO_SIG_WINDOW = 1,    /* data read in place in a window of the comm */
     SHMTOPO_SIG_IN_PLACE = 2,  /* the result replaces the input */
-    SHMTOPO_SIG_INIT = 4       /* making a persistent request for the call */
+    SHMTOPO_SIG_INIT = 4,      /* making a persistent request for the call */
+    SHMTOPO_SIG_SINGLE_COPY = 8 /* data copied straight between ranks' own arrays */
 };
 
 /* Collective: agree on a call before doing it by other means (the

@@ -1,8 +1,16 @@
-"""Single copy (native/single_copy.c): whether ranks can copy straight
-between each other's arrays with process_vm_readv/writev is probed and
-agreed at comm creation (SHMTOPO_SINGLE_COPY), the same on every rank."""
+"""Single copy (native/single_copy.c): collectives on large private arrays
+copy straight between ranks' arrays with process_vm_readv/writev instead of
+through the scratch buffers. The results must be those of mpi4py with it on
+and off; whether it is on is probed and agreed at comm creation
+(SHMTOPO_SINGLE_COPY); a copy that fails, or a peer that dies while others
+copy its memory, must end in an error on every rank."""
 import ctypes
+import errno
+import mmap
 import os
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -11,6 +19,9 @@ from mpi4py import MPI
 import ranks
 import shmtopo
 
+SC_MIN = 16 * 1024          # native/coll.c SC_MIN: single copy from this many bytes on,
+SC_MIN_OVERSUBSCRIBED = 4 << 20  # and from this many with more ranks than CPUs
+SC_ROUND = 32 << 20         # native/coll.c SC_ROUND: bytes per round of copying
 WORLD = MPI.COMM_WORLD
 
 
@@ -25,7 +36,52 @@ def comm_with(monkeypatch, setting):
         pytest.skip(f"single copy unavailable here: {exc}")
 
 
-# ---- single copy, the same on every rank ------------------------------------
+def roots():
+    return sorted({0, WORLD.size // 2, WORLD.size - 1})
+
+
+def payload(root, nbytes, dtype):
+    rng = np.random.default_rng(nbytes * 7 + root)
+    count = nbytes // np.dtype(dtype).itemsize
+    return rng.integers(0, 250, count).astype(dtype)
+
+
+# ---- results, with single copy on and off ------------------------------------
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_bcast_matches_mpi4py(monkeypatch, setting):
+    """Sizes around the threshold, odd sizes, several parts per rank; roots
+    first, middle and last; in place and into out=."""
+    with comm_with(monkeypatch, setting) as comm:
+        assert comm.single_copy == (None if setting == "0" else "cma")
+        cases = [(SC_MIN - 1, np.uint8), (SC_MIN, np.uint8), (SC_MIN + 1, np.uint8),
+                 (SC_MIN - 8, np.float64), (SC_MIN + 8, np.float64), (4 * SC_MIN + 4095, np.uint8),
+                 ((3 << 20) + 5, np.uint8), (1 << 20, np.int32),
+                 (SC_MIN_OVERSUBSCRIBED - 1, np.uint8), (SC_MIN_OVERSUBSCRIBED + 4097, np.uint8)]
+        for nbytes, dtype in cases:
+            for root in roots():
+                expected = payload(root, nbytes, dtype) if WORLD.rank == root else \
+                    np.zeros(nbytes // np.dtype(dtype).itemsize, dtype)
+                WORLD.Bcast(expected, root=root)
+                mine = payload(root, nbytes, dtype) if comm.rank == root else np.full_like(expected, 7)
+                got = comm.bcast(mine, root=root, out=mine)
+                assert got is mine
+                np.testing.assert_array_equal(mine, expected, err_msg=f"{nbytes} B {dtype} root {root}")
+                out = np.empty_like(expected)
+                comm.bcast(payload(root, nbytes, dtype), root=root, out=out)
+                np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_bcast_over_several_rounds(monkeypatch, setting):
+    """More than one round of copying (a step between rounds), last root."""
+    with comm_with(monkeypatch, setting) as comm:
+        nbytes, root = SC_ROUND + 3 * 4096 + 3, comm.size - 1
+        expected = payload(root, nbytes, np.uint8)
+        mine = expected.copy() if comm.rank == root else np.zeros_like(expected)
+        comm.bcast(mine, root=root, out=mine)
+        np.testing.assert_array_equal(mine, expected)
+
 
 def test_single_copy_is_the_same_on_every_rank(monkeypatch):
     with comm_with(monkeypatch, "auto") as comm:
@@ -140,3 +196,82 @@ def test_required_single_copy_fails_every_rank_where_a_rank_cannot(odd_rank):
     assert message.startswith(f"rank {odd_rank}: SHMTOPO_SINGLE_COPY=1, but") and rank == odd_rank, message
     assert "Operation not permitted" in message, message
 
+
+# ---- failures in the middle of copying -----------------------------------------
+
+def tail_unreadable(comm, nbytes):
+    """The root's array ends in pages nobody may read (PROT_NONE): the copies
+    of that part fail (EFAULT), and must fail the call on every rank, not
+    leave a wrong result; the comm stays usable."""
+    ok = np.arange(nbytes, dtype=np.uint8)
+    try:
+        inner = _inner_comm(comm, "1")
+    except shmtopo.BackendUnavailableError:
+        return "unavailable", "", None
+    with inner:
+        if inner.rank == 0:
+            region = mmap.mmap(-1, nbytes)
+            a = np.frombuffer(region, dtype=np.uint8)
+            a[:] = ok
+            address = ctypes.addressof(ctypes.c_char.from_buffer(region))
+            assert _libc().mprotect(ctypes.c_void_p(address + nbytes // 2), nbytes // 2, 0) == 0
+        else:
+            a = np.zeros(nbytes, np.uint8)
+        try:
+            inner.bcast(a, root=0, out=a)
+            result = "returned", "", None
+        except shmtopo.ShmtopoError as exc:
+            result = type(exc).__name__, f"{exc} [errno {exc.errno}]", exc.rank
+        again = ok.copy() if inner.rank == 0 else np.zeros_like(ok)
+        inner.bcast(again, root=0, out=again)
+        return result + (bool(np.array_equal(again, ok)),)
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("size", [2, 3])
+def test_failed_copy_fails_every_rank(size):
+    out = ranks.run(size, tail_unreadable, 2 * SC_MIN_OVERSUBSCRIBED)
+    assert len(out) == size, out
+    if out[0][1][0] == "unavailable":
+        pytest.skip("single copy unavailable here")
+    results = {value for status, value in out.values()}
+    assert len(results) == 1, out
+    name, message, rank, usable_after = results.pop()
+    assert name == "ShmtopoOSError" and f"[errno {errno.EFAULT}]" in message, out
+    assert "Bad address" in message and usable_after, out
+
+
+def bcast_until_killed(comm, victim, nbytes):
+    """Large bcasts in a loop (most of each call is copying) until the
+    victim kills itself from a thread, at a moment its main thread is inside
+    one; the survivors report what they raised and how long after their
+    last completed call."""
+    try:
+        inner = _inner_comm(comm, "1")
+    except shmtopo.BackendUnavailableError:
+        return "unavailable", None, 0.0
+    a = np.full(nbytes, inner.rank, np.uint8)
+    if inner.rank == victim:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    last = time.monotonic()
+    try:
+        for _ in range(100000):
+            inner.bcast(a, root=0, out=a)
+            last = time.monotonic()
+    except shmtopo.ShmtopoError as exc:
+        return type(exc).__name__, exc.rank, time.monotonic() - last
+    return "no error", None, 0.0
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("victim", [0, 1])  # the root, whose memory is read; a receiver
+def test_peer_killed_mid_copy_fails_every_survivor(victim):
+    before = ranks.shm_files()
+    out = ranks.run(3, bcast_until_killed, victim, 48 << 20, timeout=60)
+    if any(value[0] == "unavailable" for status, value in out.values()):
+        pytest.skip("single copy unavailable here")
+    assert victim not in out and len(out) == 2, out
+    for rank, (status, (name, blamed, waited)) in out.items():
+        assert name in ("PeerDeadError", "PeerAbortedError") and blamed == victim, out
+        assert waited < 2.0, out
+    assert ranks.shm_files() - before == set()
