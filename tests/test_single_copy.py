@@ -23,6 +23,7 @@ SC_MIN = 16 * 1024          # native/coll.c SC_MIN: single copy from this many b
 SC_MIN_OVERSUBSCRIBED = 4 << 20  # and from this many with more ranks than CPUs
 SC_ROUND = 32 << 20         # native/coll.c SC_ROUND: bytes per round of copying
 WORLD = MPI.COMM_WORLD
+PATH_KINDS = ("bcast", "allgather")  # collectives with a single-copy path
 
 
 def comm_with(monkeypatch, setting):
@@ -81,6 +82,41 @@ def test_bcast_over_several_rounds(monkeypatch, setting):
         mine = expected.copy() if comm.rank == root else np.zeros_like(expected)
         comm.bcast(mine, root=root, out=mine)
         np.testing.assert_array_equal(mine, expected)
+
+
+def sizes_around_thresholds(itemsize):
+    """Element counts just below, at and above both thresholds, and odd ones."""
+    counts = set()
+    for threshold in (SC_MIN, SC_MIN_OVERSUBSCRIBED):
+        at = threshold // itemsize
+        counts |= {at - 1, at, at + 1}
+    return sorted(counts | {3 * SC_MIN // itemsize + 7, (1 << 20) // itemsize + 3})
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_allgather_matches_mpi4py(monkeypatch, setting):
+    with comm_with(monkeypatch, setting) as comm:
+        for dtype in (np.uint8, np.float64):
+            for count in sizes_around_thresholds(np.dtype(dtype).itemsize):
+                mine = payload(comm.rank, count * np.dtype(dtype).itemsize, dtype)
+                expected = np.empty((comm.size, count), dtype)
+                WORLD.Allgather(mine, expected)
+                np.testing.assert_array_equal(comm.allgather(mine), expected, err_msg=f"{count} {dtype}")
+                inplace = np.zeros((comm.size, count), dtype)
+                inplace[comm.rank] = mine
+                comm.allgather(inplace[comm.rank], out=inplace)
+                np.testing.assert_array_equal(inplace, expected)
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_allgather_over_several_rounds(monkeypatch, setting):
+    with comm_with(monkeypatch, setting) as comm:
+        count = SC_ROUND + 4096 + 3
+        mine = np.full(count, comm.rank + 1, np.uint8)
+        mine[::4097] = 200 - comm.rank
+        got = comm.allgather(mine)
+        for r in range(comm.size):
+            assert (got[r][::4097] == 200 - r).all() and np.count_nonzero(got[r] == r + 1) == count - len(mine[::4097])
 
 
 def test_single_copy_is_the_same_on_every_rank(monkeypatch):
@@ -195,6 +231,43 @@ def test_required_single_copy_fails_every_rank_where_a_rank_cannot(odd_rank):
     assert name == "BackendUnavailableError", out
     assert message.startswith(f"rank {odd_rank}: SHMTOPO_SINGLE_COPY=1, but") and rank == odd_rank, message
     assert "Operation not permitted" in message, message
+
+
+def path_straddles(comm, what):
+    """Rank 0 passes a count that takes single copy, rank 1 one that does
+    not: the path is part of the signature, so both raise the mismatch,
+    naming it, instead of running different protocols."""
+    try:
+        inner = _inner_comm(comm, "1")
+    except shmtopo.BackendUnavailableError:
+        return "unavailable", ""
+    with inner:
+        a = np.ones((5 << 20) if inner.rank == 0 else 1000, np.uint8)
+        try:
+            if what == "bcast":
+                inner.bcast(a, root=0, out=a)
+            elif what == "allgather":
+                inner.allgather(a)
+            elif what == "allreduce":
+                inner.allreduce(a)
+            else:
+                inner.reduce(a, root=1)
+        except shmtopo.ShmtopoValueError as exc:
+            return "ShmtopoValueError", str(exc)
+    return "returned", ""
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("what", PATH_KINDS)
+def test_the_path_is_agreed(what):
+    out = ranks.run(2, path_straddles, what)
+    results = {value for status, value in out.values()}
+    assert len(out) == 2 and len(results) == 1, out
+    name, message = results.pop()
+    if name == "unavailable":
+        pytest.skip("single copy unavailable here")
+    assert name == "ShmtopoValueError" and f"rank 1 called {what}(count 1000, uint8" in message, message
+    assert f"but rank 0 called {what}(count {5 << 20}, uint8" in message and "single copy)" in message, message
 
 
 # ---- failures in the middle of copying -----------------------------------------
