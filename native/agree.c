@@ -510,6 +510,8 @@ int shmtopo_chan_free(shmtopo_comm_t *comm)
     comm->chan.win = NULL;
     free(comm->chan.tmp);
     comm->chan.tmp = NULL;
+    free(comm->chan.sc_tmp);
+    comm->chan.sc_tmp = NULL;
     if (win)
         shmtopo_win_delete(win); /* every rank agreed to free: nobody waits on it any more */
     return 0;
@@ -521,6 +523,8 @@ void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin)
     comm->chan.win = NULL;
     free(comm->chan.tmp);
     comm->chan.tmp = NULL;
+    free(comm->chan.sc_tmp);
+    comm->chan.sc_tmp = NULL;
     if (win)
         shmtopo_win_abandon_because(win, origin);
 }

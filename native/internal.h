@@ -96,6 +96,8 @@ typedef struct shmtopo_chan {
     size_t buffer;             /* bytes per scratch buffer */
     uint64_t step;             /* steps this rank has taken */
     char *tmp;                 /* private scratch of one buffer's size */
+    char *sc_tmp;              /* private chunks of single-copy reductions, made on first use */
+    size_t sc_tmp_size;
 } shmtopo_chan_t;
 
 /* ---- comm.c ------------------------------------------------------------ */

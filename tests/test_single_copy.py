@@ -21,9 +21,10 @@ import shmtopo
 
 SC_MIN = 16 * 1024          # native/coll.c SC_MIN: single copy from this many bytes on,
 SC_MIN_OVERSUBSCRIBED = 4 << 20  # and from this many with more ranks than CPUs
+SC_MIN_REDUCE = 128 << 10        # SC_MIN_REDUCE: reduce from this many
 SC_ROUND = 32 << 20         # native/coll.c SC_ROUND: bytes per round of copying
 WORLD = MPI.COMM_WORLD
-PATH_KINDS = ("bcast", "allgather")  # collectives with a single-copy path
+PATH_KINDS = ("bcast", "allgather", "allreduce", "reduce")  # collectives with a single-copy path
 
 
 def comm_with(monkeypatch, setting):
@@ -87,7 +88,7 @@ def test_bcast_over_several_rounds(monkeypatch, setting):
 def sizes_around_thresholds(itemsize):
     """Element counts just below, at and above both thresholds, and odd ones."""
     counts = set()
-    for threshold in (SC_MIN, SC_MIN_OVERSUBSCRIBED):
+    for threshold in (SC_MIN, SC_MIN_REDUCE, SC_MIN_OVERSUBSCRIBED):
         at = threshold // itemsize
         counts |= {at - 1, at, at + 1}
     return sorted(counts | {3 * SC_MIN // itemsize + 7, (1 << 20) // itemsize + 3})
@@ -106,6 +107,74 @@ def test_allgather_matches_mpi4py(monkeypatch, setting):
                 inplace[comm.rank] = mine
                 comm.allgather(inplace[comm.rank], out=inplace)
                 np.testing.assert_array_equal(inplace, expected)
+
+
+MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "bxor": MPI.BXOR}
+
+
+def reduce_input(rank, count, dtype):
+    rng = np.random.default_rng(31 * rank + count)
+    if np.dtype(dtype).kind == "f":
+        return (rng.random(count) * 4 - 2).astype(dtype)
+    return rng.integers(0, 4, count).astype(dtype)
+
+
+def folded(op, inputs):
+    """The reduction in rank order, as shmtopo folds it (bit for bit)."""
+    ufunc = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+             "bxor": np.bitwise_xor}[op]
+    out = inputs[0].copy()
+    for x in inputs[1:]:
+        out = ufunc(out, x).astype(out.dtype)
+    return out
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_allreduce_and_reduce_match(monkeypatch, setting):
+    """Against the rank-order fold (bit for bit, floats too) and mpi4py's
+    result (integers exactly, floats to rounding); roots first, middle and
+    last; in place; an algorithm asked for by name keeps the scratch path."""
+    with comm_with(monkeypatch, setting) as comm:
+        for dtype, ops in ((np.float64, ("sum", "max")), (np.int32, ("sum", "bxor")), (np.float32, ("prod",))):
+            for count in sizes_around_thresholds(np.dtype(dtype).itemsize):
+                inputs = [reduce_input(r, count, dtype) for r in range(comm.size)]
+                mine = inputs[comm.rank]
+                for op in ops:
+                    expected = folded(op, inputs)
+                    from_mpi = np.empty_like(mine)
+                    WORLD.Allreduce(mine, from_mpi, op=MPI_OPS[op])
+                    got = comm.allreduce(mine, op)
+                    np.testing.assert_array_equal(got, expected, err_msg=f"{op} {count} {dtype}")
+                    if np.dtype(dtype).kind == "f":
+                        np.testing.assert_allclose(got, from_mpi, rtol=1e-5)
+                    else:
+                        np.testing.assert_array_equal(got, from_mpi)
+                    inplace = mine.copy()
+                    comm.allreduce(inplace, op, out=inplace)
+                    np.testing.assert_array_equal(inplace, expected)
+                    np.testing.assert_array_equal(comm.allreduce(mine, op, algorithm="rsag"), expected)
+                    for root in roots():
+                        got = comm.reduce(mine, op, root=root)
+                        if comm.rank == root:
+                            np.testing.assert_array_equal(got, expected, err_msg=f"reduce {op} root {root}")
+                        else:
+                            assert got is None
+                        inplace = mine.copy()
+                        comm.reduce(inplace, op, root=root, out=inplace if comm.rank == root else None)
+                        if comm.rank == root:
+                            np.testing.assert_array_equal(inplace, expected)
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_reductions_over_several_rounds(monkeypatch, setting):
+    with comm_with(monkeypatch, setting) as comm:
+        count = SC_ROUND // 8 + 4096 + 3
+        inputs = [reduce_input(r, count, np.float64) for r in range(comm.size)]
+        expected = folded("sum", inputs)
+        np.testing.assert_array_equal(comm.allreduce(inputs[comm.rank]), expected)
+        got = comm.reduce(inputs[comm.rank], root=comm.size - 1)
+        if comm.rank == comm.size - 1:
+            np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.parametrize("setting", ["0", "1"])
@@ -272,11 +341,21 @@ def test_the_path_is_agreed(what):
 
 # ---- failures in the middle of copying -----------------------------------------
 
-def tail_unreadable(comm, nbytes):
-    """The root's array ends in pages nobody may read (PROT_NONE): the copies
-    of that part fail (EFAULT), and must fail the call on every rank, not
-    leave a wrong result; the comm stays usable."""
-    ok = np.arange(nbytes, dtype=np.uint8)
+def _call(comm, what, a):
+    if what == "bcast":
+        comm.bcast(a, root=0, out=a)
+    elif what == "allreduce":
+        return comm.allreduce(a)
+    else:
+        return comm.reduce(a, root=comm.size - 1)
+
+
+def tail_unreadable(comm, nbytes, what):
+    """Rank 0's array ends in pages nobody may read (PROT_NONE), in a part
+    only its peers copy (bcast: the root's array; allreduce, reduce: the
+    slices other ranks reduce): those copies fail (EFAULT), and must fail the
+    call on every rank, not leave a wrong result; the comm stays usable."""
+    good = np.arange(nbytes // 8, dtype=np.float64)
     try:
         inner = _inner_comm(comm, "1")
     except shmtopo.BackendUnavailableError:
@@ -284,26 +363,30 @@ def tail_unreadable(comm, nbytes):
     with inner:
         if inner.rank == 0:
             region = mmap.mmap(-1, nbytes)
-            a = np.frombuffer(region, dtype=np.uint8)
-            a[:] = ok
+            a = np.frombuffer(region, dtype=np.float64)
+            a[:] = good
             address = ctypes.addressof(ctypes.c_char.from_buffer(region))
             assert _libc().mprotect(ctypes.c_void_p(address + nbytes // 2), nbytes // 2, 0) == 0
         else:
-            a = np.zeros(nbytes, np.uint8)
+            a = good.copy() if what != "bcast" else np.zeros_like(good)
         try:
-            inner.bcast(a, root=0, out=a)
+            _call(inner, what, a)
             result = "returned", "", None
         except shmtopo.ShmtopoError as exc:
             result = type(exc).__name__, f"{exc} [errno {exc.errno}]", exc.rank
-        again = ok.copy() if inner.rank == 0 else np.zeros_like(ok)
-        inner.bcast(again, root=0, out=again)
-        return result + (bool(np.array_equal(again, ok)),)
+        again = good.copy() if inner.rank == 0 or what != "bcast" else np.zeros_like(good)
+        got = _call(inner, what, again)
+        expected = good if what == "bcast" else good * inner.size
+        ok = np.array_equal(again if what == "bcast" else got, expected) \
+            if what != "reduce" or inner.rank == inner.size - 1 else got is None
+        return result + (bool(ok),)
 
 
 @pytest.mark.serial
+@pytest.mark.parametrize("what", ["bcast", "allreduce", "reduce"])
 @pytest.mark.parametrize("size", [2, 3])
-def test_failed_copy_fails_every_rank(size):
-    out = ranks.run(size, tail_unreadable, 2 * SC_MIN_OVERSUBSCRIBED)
+def test_failed_copy_fails_every_rank(size, what):
+    out = ranks.run(size, tail_unreadable, 2 * SC_MIN_OVERSUBSCRIBED, what)
     assert len(out) == size, out
     if out[0][1][0] == "unavailable":
         pytest.skip("single copy unavailable here")
