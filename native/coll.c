@@ -414,8 +414,11 @@ static int sc_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char 
             for (size_t p = 0; p < 2; p++) {
                 x[p] = p == me ? send + at : slot + p * C * esz;
                 if (p != me && !err &&
-                    shmtopo_sc_read(comm, (int)p, slot + p * C * esz, in[p] + at, bytes, shmtopo_kind_name(sig->kind)) < 0)
+                    shmtopo_sc_read(comm, (int)p, slot + p * C * esz, in[p] + at, bytes, shmtopo_kind_name(sig->kind)) < 0) {
+                    if (shmtopo_sc_gone(comm, (int)p))
+                        goto out_failed;
                     err = errno;
+                }
             }
             if (err)
                 break;
@@ -424,6 +427,8 @@ static int sc_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char 
                 if (p == me) {
                     shmtopo_reduce_into(acc, send + at, k, dtype, op);
                 } else if (shmtopo_sc_read(comm, (int)p, slot + C * esz, in[p] + at, bytes, shmtopo_kind_name(sig->kind)) < 0) {
+                    if (shmtopo_sc_gone(comm, (int)p))
+                        goto out_failed;
                     err = errno;
                 } else {
                     shmtopo_reduce_into(acc, slot + C * esz, k, dtype, op);
@@ -432,20 +437,24 @@ static int sc_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char 
             for (size_t i = 1; i < P && !err; i++) {
                 const size_t q = (me + i) % P;
                 if ((root < 0 || q == (size_t)root) &&
-                    shmtopo_sc_write(comm, (int)q, out[q] + at, acc, bytes, shmtopo_kind_name(sig->kind)) < 0)
+                    shmtopo_sc_write(comm, (int)q, out[q] + at, acc, bytes, shmtopo_kind_name(sig->kind)) < 0) {
+                    if (shmtopo_sc_gone(comm, (int)q))
+                        goto out_failed;
                     err = errno;
+                }
             }
             if (!err && reads && !direct)
                 memcpy(recv + at, acc, bytes);
         }
         /* inputs and results stay until every rank is done with them */
-        if (shmtopo_step(comm, sig, err, NULL, 0) < 0) {
-            free(in);
-            return -1;
-        }
+        if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
+            goto out_failed;
     }
     free(in);
     return 0;
+out_failed:
+    free(in);
+    return -1;
 }
 
 static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, void *recv, size_t count,
@@ -547,24 +556,31 @@ static int sc_bcast(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, char *buf, s
         for (size_t k = 1; k < P && !err; k++) {
             if (is_root) { /* part k into the k-th receiver */
                 const size_t lo = part(m, k, P), hi = part(m, k + 1, P);
-                if (hi > lo && shmtopo_sc_write(comm, (int)((root + k) % P), to[k] + off + lo, buf + off + lo,
-                                                hi - lo, "bcast") < 0)
+                const int d = (int)((root + k) % P);
+                if (hi > lo && shmtopo_sc_write(comm, d, to[k] + off + lo, buf + off + lo, hi - lo, "bcast") < 0) {
+                    if (shmtopo_sc_gone(comm, d))
+                        goto out_failed;
                     err = errno;
+                }
             } else { /* a receiver: every part but its own, from the next one on */
                 const size_t i = (me + k) % P, lo = part(m, i, P), hi = part(m, i + 1, P);
-                if (hi > lo && shmtopo_sc_read(comm, root, buf + off + lo, from + off + lo, hi - lo, "bcast") < 0)
+                if (hi > lo && shmtopo_sc_read(comm, root, buf + off + lo, from + off + lo, hi - lo, "bcast") < 0) {
+                    if (shmtopo_sc_gone(comm, root))
+                        goto out_failed;
                     err = errno;
+                }
             }
         }
         /* the root's array, and the receivers', stay until every copy is
          * done; a failed copy fails this step on every rank */
-        if (shmtopo_step(comm, sig, err, NULL, 0) < 0) {
-            free(to);
-            return -1;
-        }
+        if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
+            goto out_failed;
     }
     free(to);
     return 0;
+out_failed:
+    free(to);
+    return -1;
 }
 
 int shmtopo_bcast(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int root)
@@ -663,19 +679,23 @@ static int sc_allgather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const ch
         const size_t m = min_size(SC_ROUND, n - off);
         for (int i = 1; i < P && !err; i++) {
             const int p = (comm->rank + i) % P;
-            if (shmtopo_sc_read(comm, p, out + (size_t)p * n + off, from[p] + off, m, "allgather") < 0)
+            if (shmtopo_sc_read(comm, p, out + (size_t)p * n + off, from[p] + off, m, "allgather") < 0) {
+                if (shmtopo_sc_gone(comm, p))
+                    goto out_failed;
                 err = errno;
+            }
         }
         if (!err)
             memmove(out + (size_t)comm->rank * n + off, send + off, m);
         /* every input stays until every rank has read it */
-        if (shmtopo_step(comm, sig, err, NULL, 0) < 0) {
-            free(from);
-            return -1;
-        }
+        if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
+            goto out_failed;
     }
     free(from);
     return 0;
+out_failed:
+    free(from);
+    return -1;
 }
 
 int shmtopo_allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype)

@@ -116,9 +116,12 @@ static int copy(const shmtopo_comm_t *comm, int peer, int write, char *local, ui
             continue;
         const int err = k < 0 ? errno : EFAULT;
         const int me = shmtopo_world(comm, comm->rank), them = shmtopo_world(comm, peer);
-        if (err == ESRCH) /* the peer is gone: what its waiters report too */
+        if (err == ESRCH || !shmtopo_process_alive(pid, comm->starttimes[peer])) {
+            /* the peer is gone: what a wait that finds it dead reports */
+            shmtopo_sweep_stale_files(comm->config.topo_dir);
             return shmtopo_fail(EOWNERDEAD, them, "rank %d (pid %d) exited while rank %d copied its memory in %s",
                                 them, (int)pid, me, what);
+        }
         /* EFAULT does not say which side: part of this rank's array or of
          * the peer's is not mapped (or not accessible) */
         return shmtopo_fail(err, them, "%s: rank %d could not %s %zu bytes %s rank %d (at %#llx there, "
@@ -138,6 +141,19 @@ int shmtopo_sc_write(const shmtopo_comm_t *comm, int peer, uint64_t dst, const v
                      const char *what)
 {
     return copy(comm, peer, 1, (char *)src, dst, n, what);
+}
+
+int shmtopo_sc_gone(shmtopo_comm_t *comm, int peer)
+{
+    if (errno != EOWNERDEAD)
+        return 0;
+    /* A failure posted in the step would name the poster, and the step
+     * could even succeed (the peer may have posted before it died): leave,
+     * as a failed wait does, so peers fail naming the dead rank. */
+    comm->broken = 1;
+    shmtopo_win_leave(comm->chan.win, peer);
+    errno = EOWNERDEAD;
+    return 1;
 }
 
 const char *shmtopo_single_copy_name(int mechanism)

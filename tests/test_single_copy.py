@@ -397,22 +397,22 @@ def test_failed_copy_fails_every_rank(size, what):
     assert "Bad address" in message and usable_after, out
 
 
-def bcast_until_killed(comm, victim, nbytes):
-    """Large bcasts in a loop (most of each call is copying) until the
-    victim kills itself from a thread, at a moment its main thread is inside
-    one; the survivors report what they raised and how long after their
-    last completed call."""
+def bcast_until_killed(comm, victim, nbytes, what="bcast"):
+    """Large bcasts (or allreduces) in a loop (most of each call is copying)
+    until the victim kills itself from a thread, at a moment its main thread
+    is inside one; the survivors report what they raised and how long after
+    their last completed call."""
     try:
         inner = _inner_comm(comm, "1")
     except shmtopo.BackendUnavailableError:
         return "unavailable", None, 0.0
-    a = np.full(nbytes, inner.rank, np.uint8)
+    a = np.full(nbytes // 8, inner.rank, np.float64)
     if inner.rank == victim:
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
     last = time.monotonic()
     try:
         for _ in range(100000):
-            inner.bcast(a, root=0, out=a)
+            _call(inner, what, a)
             last = time.monotonic()
     except shmtopo.ShmtopoError as exc:
         return type(exc).__name__, exc.rank, time.monotonic() - last
@@ -420,10 +420,11 @@ def bcast_until_killed(comm, victim, nbytes):
 
 
 @pytest.mark.serial
-@pytest.mark.parametrize("victim", [0, 1])  # the root, whose memory is read; a receiver
-def test_peer_killed_mid_copy_fails_every_survivor(victim):
+@pytest.mark.parametrize("what", ["bcast", "allreduce"])
+@pytest.mark.parametrize("victim", [0, 1])  # bcast: the root, whose memory is read; a receiver
+def test_peer_killed_mid_copy_fails_every_survivor(victim, what):
     before = ranks.shm_files()
-    out = ranks.run(3, bcast_until_killed, victim, 48 << 20, timeout=60)
+    out = ranks.run(3, bcast_until_killed, victim, 48 << 20, what, timeout=60)
     if any(value[0] == "unavailable" for status, value in out.values()):
         pytest.skip("single copy unavailable here")
     assert victim not in out and len(out) == 2, out
