@@ -124,6 +124,8 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
             FIELD("in a window at offset %llu", (unsigned long long)sig->extra);
         if (sig->flags & SHMTOPO_SIG_IN_PLACE)
             FIELD("in place");
+        if (sig->flags & SHMTOPO_SIG_SINGLE_COPY)
+            FIELD("single copy");
         break;
     case SHMTOPO_KIND_WIN_ALLOC:
         FIELD("backend %s", shmtopo_backend_name(sig->dtype));
@@ -508,6 +510,8 @@ int shmtopo_chan_free(shmtopo_comm_t *comm)
     comm->chan.win = NULL;
     free(comm->chan.tmp);
     comm->chan.tmp = NULL;
+    free(comm->chan.sc_tmp);
+    comm->chan.sc_tmp = NULL;
     if (win)
         shmtopo_win_delete(win); /* every rank agreed to free: nobody waits on it any more */
     return 0;
@@ -519,6 +523,8 @@ void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin)
     comm->chan.win = NULL;
     free(comm->chan.tmp);
     comm->chan.tmp = NULL;
+    free(comm->chan.sc_tmp);
+    comm->chan.sc_tmp = NULL;
     if (win)
         shmtopo_win_abandon_because(win, origin);
 }

@@ -131,6 +131,7 @@ typedef struct comm_record {
     uint64_t cpumask[MASK_WORDS];
     char host[64];
     char boot_id[40];
+    uint64_t probe_word, probe_sink; /* single copy: where peers read and write a word of ours */
     shmtopo_config_t config;
 } comm_record_t;
 
@@ -162,6 +163,7 @@ static void fill_record(comm_record_t *rec, int size, int rank)
                 rec->cpumask[cpu / 64] |= 1ull << (cpu % 64);
     gethostname(rec->host, sizeof(rec->host) - 1);
     read_boot_id(rec->boot_id, sizeof(rec->boot_id));
+    shmtopo_sc_publish(&rec->probe_word, &rec->probe_sink);
     if (shmtopo_config_read(&rec->config) < 0) {
         rec->status.err = errno;
         rec->status.origin = rank;
@@ -199,6 +201,48 @@ static int check_records(const comm_record_t *recs, int size, int rank)
     int rc = shmtopo_config_compare(cfgs, size, NULL);
     free(cfgs);
     return rc;
+}
+
+/* Single copy, decided alike on every rank: each probes every peer (unless
+ * SHMTOPO_SINGLE_COPY=0, which all ranks share), then one step of the
+ * channel agrees: on only if every rank reached every peer. Where it is
+ * required (=1), a rank that cannot fails the step, so the comm fails on
+ * every rank with that rank's reason. */
+static int agree_single_copy(shmtopo_comm_t *comm, const comm_record_t *recs)
+{
+    const int setting = comm->config.single_copy;
+    comm->single_copy = SHMTOPO_SC_NONE;
+    if (setting == SHMTOPO_SINGLE_COPY_OFF)
+        return 0;
+    if (comm->size == 1) {
+        comm->single_copy = SHMTOPO_SC_CMA;
+        return 0;
+    }
+    uint64_t *words = malloc((size_t)comm->size * 2 * sizeof(*words));
+    int ok = 0, err = 0;
+    if (!words) {
+        err = ENOMEM;
+        shmtopo_fail(ENOMEM, -1, "out of memory");
+    } else {
+        for (int r = 0; r < comm->size; r++) {
+            words[r] = recs[r].probe_word;
+            words[comm->size + r] = recs[r].probe_sink;
+        }
+        ok = shmtopo_sc_probe(comm, words, words + comm->size) == 0;
+        if (!ok && setting == SHMTOPO_SINGLE_COPY_ON) {
+            char why[400];
+            snprintf(why, sizeof(why), "%s", shmtopo_last_error());
+            shmtopo_fail(err = ENOTSUP, shmtopo_last_error_rank(),
+                         "SHMTOPO_SINGLE_COPY=1, but single copy does not work here: %s", why);
+        }
+        free(words);
+    }
+    shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_COMM_CREATE);
+    int all = 0;
+    if (shmtopo_agree_vote(comm, &sig, err, ok, &all) < 0)
+        return -1;
+    comm->single_copy = all ? SHMTOPO_SC_CMA : SHMTOPO_SC_NONE;
+    return 0;
 }
 
 static void comm_delete(shmtopo_comm_t *comm)
@@ -253,12 +297,24 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_co
     comm->timeout = mine.config.timeout;
     if (shmtopo_chan_create(comm, oob_exchange) < 0)
         goto out_with_comm;
+    if (agree_single_copy(comm, recs) < 0)
+        goto out_with_chan;
     free(recs);
     *commp = comm;
     return 0;
 
 out_nomem:
     shmtopo_fail(ENOMEM, -1, "out of memory creating a comm of %d ranks", size);
+    goto out_with_comm;
+out_with_chan: {
+    /* every rank failed the same step (or a wait broke the comm) */
+    int err = errno;
+    if (comm->broken)
+        shmtopo_chan_abandon(comm, -1);
+    else
+        shmtopo_chan_free(comm);
+    errno = err;
+}
 out_with_comm:
     if (comm) {
         int err = errno;
@@ -376,6 +432,11 @@ int shmtopo_comm_ncpus(const shmtopo_comm_t *comm)
 int shmtopo_comm_oversubscribed(const shmtopo_comm_t *comm)
 {
     return comm ? comm->oversubscribed : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+}
+
+int shmtopo_comm_single_copy(const shmtopo_comm_t *comm)
+{
+    return comm ? comm->single_copy : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
 }
 
 int shmtopo_comm_set_timeout(shmtopo_comm_t *comm, double seconds)

@@ -57,6 +57,7 @@ static const char *const var_names[SHMTOPO_NVARS] = {
     [SHMTOPO_VAR_YIELD_NS] = "SHMTOPO_YIELD_NS",
     [SHMTOPO_VAR_TOPO_DIR] = "SHMTOPO_TOPO_DIR",
     [SHMTOPO_VAR_TOPO_CONFLICT_RANK] = "SHMTOPO_TOPO_CONFLICT_RANK",
+    [SHMTOPO_VAR_SINGLE_COPY] = "SHMTOPO_SINGLE_COPY",
 };
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -66,6 +67,8 @@ static const char *const var_names[SHMTOPO_NVARS] = {
 #define FENCES_ACCEPTED "expected auto, linear, rd, dissemination, 1 or 2"
 #define SOURCES_ACCEPTED "expected auto, shmem, xml or local"
 #define COLL_ALGS_ACCEPTED "expected auto, flat or rsag"
+#define SINGLE_COPY_ACCEPTED "expected auto (where every rank can copy from every peer), 0 (off) " \
+                             "or 1 (required: comm creation fails where a rank cannot)"
 #define DEFAULT_COLL_BUFFER (256 * 1024)
 
 static const char *name_of(const char *const *names, int n, int i)
@@ -254,6 +257,16 @@ static int read_var(shmtopo_config_t *cfg, int var)
             return -1;
         cfg->conflict_rank = (int32_t)n;
         return 0;
+    case SHMTOPO_VAR_SINGLE_COPY:
+        if (strcmp(v, "0") == 0)
+            cfg->single_copy = SHMTOPO_SINGLE_COPY_OFF;
+        else if (strcmp(v, "1") == 0)
+            cfg->single_copy = SHMTOPO_SINGLE_COPY_ON;
+        else if (strcasecmp(v, "auto") == 0)
+            cfg->single_copy = SHMTOPO_SINGLE_COPY_AUTO;
+        else
+            return bad_value(var, v, SINGLE_COPY_ACCEPTED);
+        return 0;
     case SHMTOPO_VAR_TOPO_DIR:
         if (strlen(v) >= sizeof(cfg->topo_dir))
             return bad_value(var, v, "expected a directory path shorter than 256 bytes");
@@ -288,10 +301,12 @@ int shmtopo_config_read(shmtopo_config_t *cfg)
 }
 
 /* The settings ranks must share: a difference would desynchronise their
- * collectives (algorithm, buffer size) or split them differently. */
+ * collectives (algorithm, buffer size, single copy or not) or split them
+ * differently. */
 static const int must_agree[] = {
     SHMTOPO_VAR_SHM_TYPE, SHMTOPO_VAR_FENCE_ALGORITHM, SHMTOPO_VAR_COLL_ALGORITHM,
     SHMTOPO_VAR_COLL_BUFFER, SHMTOPO_VAR_NODE_SIZE, SHMTOPO_VAR_TOPO_SOURCE,
+    SHMTOPO_VAR_SINGLE_COPY,
 };
 
 static int same_setting(const shmtopo_config_t *a, const shmtopo_config_t *b, int var)
@@ -303,6 +318,7 @@ static int same_setting(const shmtopo_config_t *a, const shmtopo_config_t *b, in
     case SHMTOPO_VAR_COLL_BUFFER: return a->coll_buffer == b->coll_buffer;
     case SHMTOPO_VAR_NODE_SIZE: return a->node_size == b->node_size;
     case SHMTOPO_VAR_TOPO_SOURCE: return a->topo_source == b->topo_source;
+    case SHMTOPO_VAR_SINGLE_COPY: return a->single_copy == b->single_copy;
     }
     return 1;
 }

@@ -96,6 +96,8 @@ typedef struct shmtopo_chan {
     size_t buffer;             /* bytes per scratch buffer */
     uint64_t step;             /* steps this rank has taken */
     char *tmp;                 /* private scratch of one buffer's size */
+    char *sc_tmp;              /* private chunks of single-copy reductions, made on first use */
+    size_t sc_tmp_size;
 } shmtopo_chan_t;
 
 /* ---- comm.c ------------------------------------------------------------ */
@@ -107,6 +109,7 @@ struct shmtopo_comm {
     unsigned long long *starttimes;  /* per rank, from /proc/PID/stat: tells pid reuse apart */
     int ncpus;                       /* CPUs in the union of all affinity masks */
     int oversubscribed;              /* size > ncpus */
+    int single_copy;                 /* enum shmtopo_single_copy, agreed at creation */
     uint64_t next_win_id;
     shmtopo_config_t config;         /* the environment, read at creation */
     double timeout;                  /* seconds, 0 = forever */
@@ -195,6 +198,27 @@ int shmtopo_coll_alg_from_name(const char *name, int *algp);
  * as the kit reads them: unknown or unavailable backends fall back to posix
  * (warning says so; empty when none), DEFAULT when unset. */
 int shmtopo_config_compat(const char *api, int *backendp, int *fence_algp, char *warning, size_t len);
+
+/* ---- single_copy.c ----------------------------------------------------- */
+
+/* Addresses of this process's probe words (set up for this process), for
+ * the comm record peers probe. */
+void shmtopo_sc_publish(uint64_t *wordp, uint64_t *sinkp);
+/* Read every peer's probe word and write its sink (the addresses each
+ * published): 0, or -1 with the first failure (errno, the peer, why). */
+int shmtopo_sc_probe(const shmtopo_comm_t *comm, const uint64_t *words, const uint64_t *sinks);
+/* Copy n bytes from address `src` of rank `peer` into dst here / from src
+ * here to its address `dst`. 0, or -1 naming the peer, the address and the
+ * errno (EFAULT: the range is not mapped there; EOWNERDEAD: the peer is
+ * gone); `what` names the collective. */
+int shmtopo_sc_read(const shmtopo_comm_t *comm, int peer, void *dst, uint64_t src, size_t n, const char *what);
+int shmtopo_sc_write(const shmtopo_comm_t *comm, int peer, uint64_t dst, const void *src, size_t n,
+                     const char *what);
+/* After a failed copy with `peer`: 1 when the peer is gone (EOWNERDEAD):
+ * the comm is then broken and this rank has left it, as after a wait that
+ * found the peer dead, and the call must end; 0 when the failure is to be
+ * posted in the step that ends the round, so that every rank raises it. */
+int shmtopo_sc_gone(shmtopo_comm_t *comm, int peer);
 
 /* ---- liveness.c ----------------------------------------------------------- */
 

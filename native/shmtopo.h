@@ -69,9 +69,12 @@ typedef struct shmtopo_oob {
  * callbacks are used here only: ranks exchange pids, CPU affinity masks and
  * their environment settings (shmtopo_config_t), and map the comm's own
  * shared memory (its channel), through which every later agreement and
- * set-up exchange runs, under the timeout. EINVAL: bad size/rank, ranks that
- * disagree on size or a setting that must agree, sit on different hosts, or
- * an invalid environment variable on some rank; ECOMM: a callback failed. */
+ * set-up exchange runs, under the timeout; then every rank probes single
+ * copy against every peer and the ranks agree on it (shmtopo_comm_single_copy).
+ * EINVAL: bad size/rank, ranks that disagree on size or a setting that must
+ * agree, sit on different hosts, or an invalid environment variable on some
+ * rank; ECOMM: a callback failed; ENOTSUP: SHMTOPO_SINGLE_COPY=1 and a rank
+ * cannot copy from a peer (the message says which and why). */
 int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob,
                         shmtopo_comm_t **commp);
 /* Collective: agree that every rank frees the comm, then free it (a comm
@@ -109,6 +112,18 @@ int shmtopo_comm_ncpus(const shmtopo_comm_t *comm);
 /* 1 when ranks outnumber those CPUs (waits then spin only briefly). */
 int shmtopo_comm_oversubscribed(const shmtopo_comm_t *comm);
 
+/* How collectives move large data between ranks' private arrays without the
+ * scratch buffers: decided once at comm creation (every rank probes every
+ * peer, then they agree; SHMTOPO_SINGLE_COPY), the same on every rank. */
+enum shmtopo_single_copy {
+    SHMTOPO_SC_NONE = 0,  /* off (SHMTOPO_SINGLE_COPY=0), or a rank could not reach a peer */
+    SHMTOPO_SC_CMA = 1    /* process_vm_readv / process_vm_writev */
+};
+/* The comm's enum shmtopo_single_copy (a 1-rank comm: CMA unless disabled). */
+int shmtopo_comm_single_copy(const shmtopo_comm_t *comm);
+/* "cma", "none". */
+const char *shmtopo_single_copy_name(int mechanism);
+
 /* ---- agreement ----------------------------------------------------------- */
 
 /* What a rank calls: the operation and every argument that must be the
@@ -137,7 +152,8 @@ typedef struct shmtopo_sig {
 enum shmtopo_sig_flags {
     SHMTOPO_SIG_WINDOW = 1,    /* data read in place in a window of the comm */
     SHMTOPO_SIG_IN_PLACE = 2,  /* the result replaces the input */
-    SHMTOPO_SIG_INIT = 4       /* making a persistent request for the call */
+    SHMTOPO_SIG_INIT = 4,      /* making a persistent request for the call */
+    SHMTOPO_SIG_SINGLE_COPY = 8 /* data copied straight between ranks' own arrays */
 };
 
 /* Collective: agree on a call before doing it by other means (the
@@ -322,7 +338,14 @@ enum shmtopo_var {
     SHMTOPO_VAR_SHM_TYPE = 0, SHMTOPO_VAR_FENCE_ALGORITHM = 1, SHMTOPO_VAR_COLL_ALGORITHM = 2,
     SHMTOPO_VAR_COLL_BUFFER = 3, SHMTOPO_VAR_NODE_SIZE = 4, SHMTOPO_VAR_TOPO_SOURCE = 5,
     SHMTOPO_VAR_TIMEOUT = 6, SHMTOPO_VAR_SPIN_NS = 7, SHMTOPO_VAR_YIELD_NS = 8,
-    SHMTOPO_VAR_TOPO_DIR = 9, SHMTOPO_VAR_TOPO_CONFLICT_RANK = 10, SHMTOPO_NVARS = 11
+    SHMTOPO_VAR_TOPO_DIR = 9, SHMTOPO_VAR_TOPO_CONFLICT_RANK = 10, SHMTOPO_VAR_SINGLE_COPY = 11,
+    SHMTOPO_NVARS = 12
+};
+
+/* SHMTOPO_SINGLE_COPY: auto (where every rank can reach every peer), 0 (off),
+ * 1 (required: comm creation fails on every rank where a rank cannot). */
+enum shmtopo_single_copy_setting {
+    SHMTOPO_SINGLE_COPY_AUTO = 0, SHMTOPO_SINGLE_COPY_OFF = 1, SHMTOPO_SINGLE_COPY_ON = 2
 };
 
 typedef struct shmtopo_config {
@@ -332,12 +355,14 @@ typedef struct shmtopo_config {
     int32_t node_size;      /* SHMTOPO_NODE_SIZE (0: real nodes) */
     int32_t topo_source;    /* SHMTOPO_TOPO_SOURCE (auto) */
     int32_t conflict_rank;  /* SHMTOPO_TOPO_CONFLICT_RANK, a test hook (-1) */
+    int32_t single_copy;    /* SHMTOPO_SINGLE_COPY (auto): enum shmtopo_single_copy_setting */
+    int32_t pad;
     uint64_t coll_buffer;   /* SHMTOPO_COLL_BUFFER, page-rounded (262144) */
     double timeout;         /* SHMTOPO_TIMEOUT, seconds (0: forever) */
     int64_t spin_ns;        /* SHMTOPO_SPIN_NS (-1: by oversubscription) */
     int64_t yield_ns;       /* SHMTOPO_YIELD_NS (-1: by oversubscription) */
     char topo_dir[256];     /* SHMTOPO_TOPO_DIR (/dev/shm) */
-    char text[11][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
+    char text[12][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
 } shmtopo_config_t;
 
 /* Read and check every variable. EINVAL, the message naming the variable,
@@ -345,7 +370,7 @@ typedef struct shmtopo_config {
 int shmtopo_config_read(shmtopo_config_t *cfg);
 /* 0 when the settings that must agree (SHMTOPO_SHM_TYPE, the fence and
  * collective algorithms, SHMTOPO_COLL_BUFFER, SHMTOPO_NODE_SIZE,
- * SHMTOPO_TOPO_SOURCE) are alike in cfgs[0..n); else EINVAL naming the
+ * SHMTOPO_TOPO_SOURCE, SHMTOPO_SINGLE_COPY) are alike in cfgs[0..n); else EINVAL naming the
  * variable and two ranks' values (ranks[i]: the rank of cfgs[i], NULL for i). */
 int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks);
 /* Parse a backend / fence algorithm / topology source name ("posix", "rd",

@@ -56,6 +56,7 @@ def _info_lines(comm: Any) -> list[tuple[str, str]]:
     if comm is not None:
         rows.append(("node", f"{comm.size} rank(s) on {comm.ncpus} CPU(s): "
                              f"{'oversubscribed' if comm.oversubscribed else 'not oversubscribed'}"))
+        rows.append(("single copy", comm.single_copy or "off: large arrays go through the scratch buffers"))
     return rows
 
 

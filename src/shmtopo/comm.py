@@ -202,6 +202,14 @@ class Comm(Collective):
         return bool(check(lib.shmtopo_comm_oversubscribed(self.handle)))
 
     @property
+    def single_copy(self) -> str | None:
+        """How collectives copy large private arrays straight between ranks
+        ("cma": process_vm_readv/writev), or None when they go through the
+        scratch buffers; probed and agreed at creation (SHMTOPO_SINGLE_COPY)."""
+        mechanism = check(lib.shmtopo_comm_single_copy(self.handle))
+        return ffi.string(lib.shmtopo_single_copy_name(mechanism)).decode() if mechanism else None
+
+    @property
     def timeout(self) -> float:
         """Seconds any wait may last (0: forever)."""
         return float(lib.shmtopo_comm_timeout(self.handle))
