@@ -34,9 +34,9 @@ def _info_lines(comm: Any) -> list[tuple[str, str]]:
             ("hwloc", f"{ffi.string(lib.shmtopo_hwloc_version()).decode()} "
                       f"(API {ffi.string(run).decode()}, built against API {ffi.string(built).decode()})")]
     try:
-        from mpi4py import MPI
+        from .bench import mpi_library
 
-        rows.append(("MPI", MPI.Get_library_version().strip().splitlines()[0].strip()))
+        rows.append(("MPI", mpi_library()))
     except ImportError:
         rows.append(("MPI", "mpi4py not installed (pip install 'shmtopo[mpi]')"))
     for name in shmtopo.BACKENDS:

@@ -103,12 +103,18 @@ def _times_floor(t: float, floor: float) -> str:
     return f"{t / floor:.2f}" if floor > 0 else "-"
 
 
-def _title(comm: Comm, what: str) -> str:
+def mpi_library() -> str:
+    """The first line of the MPI library's version (Open MPI ends its string
+    with a NUL, which would end up in tables and titles)."""
     from mpi4py import MPI
 
+    return str(MPI.Get_library_version()).replace("\0", "").strip().splitlines()[0].strip()
+
+
+def _title(comm: Comm, what: str) -> str:
     import shmtopo
 
-    lib = MPI.Get_library_version().strip().splitlines()[0]
+    lib = mpi_library()
     return (f"\nshmtopo {shmtopo.__version__} {what}: {comm.size} ranks on {comm.ncpus} CPUs"
             f"{' (oversubscribed)' if comm.oversubscribed else ''}; {lib}")
 
@@ -335,7 +341,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
         _print_collective_table(rows, repeats)
         _print_targets(rows)
         if plot:
-            lib = MPI.Get_library_version().strip().splitlines()[0]
+            lib = mpi_library()
             _plot(rows, plot, f"{comm.size} ranks, " + " ".join(lib.split(",")[0].split()))
     comm.free()
     return rows
