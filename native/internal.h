@@ -322,6 +322,12 @@ void shmtopo_reduce_into(void *dst, const void *src, size_t count, int dtype, in
 /* dst = a op b, no checks; dst may be a or b but must not overlap them otherwise. */
 void shmtopo_reduce_pair(void *dst, const void *a, const void *b, size_t count, int dtype, int op);
 
+/* ---- topology.c ------------------------------------------------------------- */
+
+/* A new hwloc bitmap (hwloc_bitmap_t) holding the n indices, for the
+ * topology calls that take sets; NULL with the failure set (named `what`). */
+void *shmtopo_bitmap_of(const unsigned *idx, size_t n, const char *what);
+
 /* ---- topo_shmem.c ----------------------------------------------------------- */
 
 /* Load a topology from XML with hwloc topology flags (IS_THISSYSTEM lets

@@ -103,24 +103,7 @@ int shmtopo_topo_distances(void *topo, unsigned index, shmtopo_distances_info_t 
 
 static hwloc_bitmap_t cpus_of(const unsigned *cpus, size_t n)
 {
-    hwloc_bitmap_t set;
-    size_t i;
-
-    if (n && !cpus) {
-        shmtopo_fail(EINVAL, -1, "memattr: NULL CPU array");
-        return NULL;
-    }
-    if (!(set = hwloc_bitmap_alloc())) {
-        shmtopo_fail(ENOMEM, -1, "memattr: no memory for a bitmap");
-        return NULL;
-    }
-    for (i = 0; i < n; i++)
-        if (cpus[i] > INT_MAX || hwloc_bitmap_set(set, cpus[i]) < 0) {
-            hwloc_bitmap_free(set);
-            shmtopo_fail(EINVAL, -1, "memattr: cannot hold CPU %u", cpus[i]);
-            return NULL;
-        }
-    return set;
+    return shmtopo_bitmap_of(cpus, n, "memattr");
 }
 
 static void drop(hwloc_bitmap_t set)

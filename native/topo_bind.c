@@ -15,24 +15,7 @@
 
 static hwloc_bitmap_t bitmap_of(const unsigned *idx, size_t n)
 {
-    hwloc_bitmap_t set;
-    size_t i;
-
-    if (n && !idx) {
-        shmtopo_fail(EINVAL, -1, "bind: NULL index array");
-        return NULL;
-    }
-    if (!(set = hwloc_bitmap_alloc())) {
-        shmtopo_fail(ENOMEM, -1, "bind: no memory for a bitmap");
-        return NULL;
-    }
-    for (i = 0; i < n; i++)
-        if (idx[i] > INT_MAX || hwloc_bitmap_set(set, idx[i]) < 0) {
-            hwloc_bitmap_free(set);
-            shmtopo_fail(EINVAL, -1, "bind: cannot hold index %u", idx[i]);
-            return NULL;
-        }
-    return set;
+    return shmtopo_bitmap_of(idx, n, "bind");
 }
 
 /* Fill out/countp from a bitmap (see topology.h), then free it, keeping errno. */

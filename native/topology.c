@@ -342,29 +342,33 @@ static int bitmap_list(hwloc_const_bitmap_t set, unsigned *out, size_t max,
     return 0;
 }
 
-/* A new bitmap holding the indices; NULL with errno set on failure. */
-static hwloc_bitmap_t bitmap_of(const unsigned *idx, size_t n)
+void *shmtopo_bitmap_of(const unsigned *idx, size_t n, const char *what)
 {
     hwloc_bitmap_t set;
     size_t i;
 
     if (n && !idx) {
-        shmtopo_fail(EINVAL, -1, "topology: NULL index array");
+        shmtopo_fail(EINVAL, -1, "%s: NULL index array", what);
         return NULL;
     }
     set = hwloc_bitmap_alloc();
     if (!set) {
-        shmtopo_fail(ENOMEM, -1, "topology: no memory for a bitmap");
+        shmtopo_fail(ENOMEM, -1, "%s: no memory for a bitmap", what);
         return NULL;
     }
     for (i = 0; i < n; i++)
         if (idx[i] > INT_MAX || hwloc_bitmap_set(set, idx[i]) < 0) {
             hwloc_bitmap_free(set);
-            shmtopo_fail(idx[i] > INT_MAX ? EINVAL : ENOMEM, -1, "topology: cannot hold index %u",
+            shmtopo_fail(idx[i] > INT_MAX ? EINVAL : ENOMEM, -1, "%s: cannot hold index %u", what,
                          idx[i]);
             return NULL;
         }
     return set;
+}
+
+static hwloc_bitmap_t bitmap_of(const unsigned *idx, size_t n)
+{
+    return shmtopo_bitmap_of(idx, n, "topology");
 }
 
 /* Free a bitmap made here without touching errno. */
