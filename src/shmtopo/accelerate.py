@@ -511,6 +511,20 @@ class AcceleratedComm:
         if plan.back is not None and plan.out is not None:
             plan.back[...] = plan.out.reshape(plan.back.shape)
 
+    def _either(self, kind: int, name: str, planner: Callable[..., _Call], mpi_args: tuple[Any, ...],
+                run: Callable[[_Call], None], root: Any = None) -> None:
+        """One accelerated collective: plan it on this rank, then run it in
+        shared memory, or agree that it goes to MPI and hand MPI the caller's
+        own arguments."""
+        plan = self._plan(kind, name, planner, self._t, *mpi_args)
+        if isinstance(plan, str):
+            self._delegate(kind, name, plan, root)
+            getattr(self._comm, name)(*mpi_args)
+            self._count(name, 1)
+            return
+        run(plan)
+        self._count(name, 0)
+
     def _delegated(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """A collective this version always hands to MPI: every rank does, so
         no path needs agreeing (strictness is the same on every rank)."""
@@ -535,73 +549,36 @@ class AcceleratedComm:
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Bcast``."""
-        plan = self._plan(_BCAST, "Bcast", _bcast_plan, self._t, buf, root)
-        if isinstance(plan, str):
-            self._delegate(_BCAST, "Bcast", plan, root)
-            self._comm.Bcast(buf, root)
-            self._count("Bcast", 1)
-            return
-        self._run(collectives.bcast, plan, plan.send, plan.root, out=plan.out)
-        self._count("Bcast", 0)
+        self._either(_BCAST, "Bcast", _bcast_plan, (buf, root),
+                     lambda p: self._run(collectives.bcast, p, p.send, p.root, out=p.out), root)
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: int = 0) -> None:
         """Collective: as mpi4py's ``Reduce``."""
         op = self._t.SUM if op is _SUM else op
-        plan = self._plan(_REDUCE, "Reduce", _reduce_plan, self._t, sendbuf, recvbuf, op, root)
-        if isinstance(plan, str):
-            self._delegate(_REDUCE, "Reduce", plan, root)
-            self._comm.Reduce(sendbuf, recvbuf, op, root)
-            self._count("Reduce", 1)
-            return
-        self._run(collectives.reduce, plan, plan.send, plan.op, plan.root, out=plan.out)
-        self._count("Reduce", 0)
+        self._either(_REDUCE, "Reduce", _reduce_plan, (sendbuf, recvbuf, op, root),
+                     lambda p: self._run(collectives.reduce, p, p.send, p.op, p.root, out=p.out), root)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
         """Collective: as mpi4py's ``Allreduce``."""
         op = self._t.SUM if op is _SUM else op
-        plan = self._plan(_ALLREDUCE, "Allreduce", _allreduce_plan, self._t, sendbuf, recvbuf, op)
-        if isinstance(plan, str):
-            self._delegate(_ALLREDUCE, "Allreduce", plan)
-            self._comm.Allreduce(sendbuf, recvbuf, op)
-            self._count("Allreduce", 1)
-            return
-        self._run(collectives.allreduce, plan, plan.send, plan.op, out=plan.out)
-        self._count("Allreduce", 0)
+        self._either(_ALLREDUCE, "Allreduce", _allreduce_plan, (sendbuf, recvbuf, op),
+                     lambda p: self._run(collectives.allreduce, p, p.send, p.op, out=p.out))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgather``."""
-        plan = self._plan(_ALLGATHER, "Allgather", _allgather_plan, self._t, sendbuf, recvbuf)
-        if isinstance(plan, str):
-            self._delegate(_ALLGATHER, "Allgather", plan)
-            self._comm.Allgather(sendbuf, recvbuf)
-            self._count("Allgather", 1)
-            return
-        self._run(collectives.allgather, plan, plan.send, out=plan.out)
-        self._count("Allgather", 0)
+        self._either(_ALLGATHER, "Allgather", _allgather_plan, (sendbuf, recvbuf),
+                     lambda p: self._run(collectives.allgather, p, p.send, out=p.out))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoall``."""
-        plan = self._plan(_ALLTOALL, "Alltoall", _alltoall_plan, self._t, sendbuf, recvbuf)
-        if isinstance(plan, str):
-            self._delegate(_ALLTOALL, "Alltoall", plan)
-            self._comm.Alltoall(sendbuf, recvbuf)
-            self._count("Alltoall", 1)
-            return
-        self._run(collectives.alltoall, plan, plan.send, out=plan.out)
-        self._count("Alltoall", 0)
+        self._either(_ALLTOALL, "Alltoall", _alltoall_plan, (sendbuf, recvbuf),
+                     lambda p: self._run(collectives.alltoall, p, p.send, out=p.out))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
         """Collective: as mpi4py's ``Reduce_scatter_block``."""
         op = self._t.SUM if op is _SUM else op
-        plan = self._plan(_REDUCE_SCATTER, "Reduce_scatter_block", _reduce_scatter_plan, self._t,
-                          sendbuf, recvbuf, op)
-        if isinstance(plan, str):
-            self._delegate(_REDUCE_SCATTER, "Reduce_scatter_block", plan)
-            self._comm.Reduce_scatter_block(sendbuf, recvbuf, op)
-            self._count("Reduce_scatter_block", 1)
-            return
-        self._run(collectives.reduce_scatter, plan, plan.send, plan.op, out=plan.out)
-        self._count("Reduce_scatter_block", 0)
+        self._either(_REDUCE_SCATTER, "Reduce_scatter_block", _reduce_scatter_plan, (sendbuf, recvbuf, op),
+                     lambda p: self._run(collectives.reduce_scatter, p, p.send, p.op, out=p.out))
 
 
 # ---- each call's arguments, read on this rank ------------------------------------------
