@@ -327,6 +327,8 @@ void shmtopo_reduce_pair(void *dst, const void *a, const void *b, size_t count, 
 /* A new hwloc bitmap (hwloc_bitmap_t) holding the n indices, for the
  * topology calls that take sets; NULL with the failure set (named `what`). */
 void *shmtopo_bitmap_of(const unsigned *idx, size_t n, const char *what);
+/* Free a hwloc bitmap without touching errno (failure paths keep theirs). */
+void shmtopo_bitmap_drop(void *set);
 
 /* ---- topo_shmem.c ----------------------------------------------------------- */
 

@@ -106,13 +106,6 @@ static hwloc_bitmap_t cpus_of(const unsigned *cpus, size_t n)
     return shmtopo_bitmap_of(cpus, n, "memattr");
 }
 
-static void drop(hwloc_bitmap_t set)
-{
-    int err = errno;
-    hwloc_bitmap_free(set);
-    errno = err;
-}
-
 static int known_id(hwloc_topology_t topo, unsigned id)
 {
     const char *name;
@@ -276,7 +269,7 @@ int shmtopo_topo_memattr_value(void *topo, unsigned id, void *target, const unsi
     rc = hwloc_memattr_get_value(topo, (hwloc_memattr_id_t)id, target, set ? &loc : NULL, 0, &value);
     err = errno ? errno : EINVAL;
     if (set)
-        drop(set);
+        shmtopo_bitmap_drop(set);
     /* the arguments are checked: hwloc's EINVAL here means no such value */
     if (rc < 0)
         return shmtopo_fail(err == EINVAL ? ENOENT : err, -1, "hwloc_memattr_get_value: %s",
@@ -309,7 +302,7 @@ int shmtopo_topo_memattr_best_target(void *topo, unsigned id, const unsigned *cp
     rc = hwloc_memattr_get_best_target(topo, (hwloc_memattr_id_t)id, set ? &loc : NULL, 0, &best, &value);
     err = errno ? errno : EINVAL;
     if (set)
-        drop(set);
+        shmtopo_bitmap_drop(set);
     if (rc < 0)
         return shmtopo_fail(err, -1, "hwloc_memattr_get_best_target: %s",
                             err == ENOENT ? "no target has a value for that initiator" : strerror(err));
@@ -341,7 +334,7 @@ int shmtopo_topo_local_numanodes(void *topo, const unsigned *cpus, size_t n, uns
     loc.location.cpuset = set;
     room = (unsigned)hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
     if (!(found = calloc(room ? room : 1, sizeof(*found)))) {
-        drop(set);
+        shmtopo_bitmap_drop(set);
         return shmtopo_fail(ENOMEM, -1, "local NUMA nodes: no memory");
     }
     nr = room;
@@ -414,9 +407,7 @@ int shmtopo_topo_cpukind(void *topo, unsigned index, int *efficiencyp, unsigned 
         return shmtopo_fail(err, -1, "cpukinds: no kind number %u", index);
     }
     rc = shmtopo_bitmap_indices(set, cpus, max, countp);
-    err = errno;
-    hwloc_bitmap_free(set);
-    errno = err;
+    shmtopo_bitmap_drop(set);
     return rc;
 }
 

@@ -21,9 +21,8 @@ static hwloc_bitmap_t bitmap_of(const unsigned *idx, size_t n)
 /* Fill out/countp from a bitmap (see topology.h), then free it, keeping errno. */
 static int give_set(hwloc_bitmap_t set, unsigned *out, size_t max, size_t *countp)
 {
-    int rc = shmtopo_bitmap_indices(set, out, max, countp), err = errno;
-    hwloc_bitmap_free(set);
-    errno = err;
+    int rc = shmtopo_bitmap_indices(set, out, max, countp);
+    shmtopo_bitmap_drop(set);
     return rc;
 }
 
@@ -65,7 +64,6 @@ static int read_cpus(void *topo, int flags, cpu_getter get, const char *what, un
                      size_t *countp)
 {
     hwloc_bitmap_t set;
-    int err;
 
     if (!topo || check_flags(flags, SHMTOPO_BIND_THREAD, what) < 0)
         return topo ? -1 : shmtopo_fail(EINVAL, -1, "%s: NULL topology", what);
@@ -76,9 +74,7 @@ static int read_cpus(void *topo, int flags, cpu_getter get, const char *what, un
     errno = 0;
     if (get(topo, set, flags & SHMTOPO_BIND_THREAD ? HWLOC_CPUBIND_THREAD : 0) < 0) {
         fail_hwloc(what);
-        err = errno;
-        hwloc_bitmap_free(set);
-        errno = err;
+        shmtopo_bitmap_drop(set);
         return -1;
     }
     return give_set(set, out, max, countp);
@@ -99,7 +95,7 @@ int shmtopo_topo_get_last_cpu(void *topo, int flags, unsigned *out, size_t max, 
 int shmtopo_topo_set_cpubind(void *topo, const unsigned *cpus, size_t n, int flags)
 {
     hwloc_bitmap_t set;
-    int hflags, err;
+    int hflags;
 
     if (!topo)
         return shmtopo_fail(EINVAL, -1, "set_cpubind: NULL topology");
@@ -119,9 +115,7 @@ int shmtopo_topo_set_cpubind(void *topo, const unsigned *cpus, size_t n, int fla
     errno = 0;
     if (hwloc_set_cpubind(topo, set, hflags) < 0) {
         fail_hwloc("hwloc_set_cpubind");
-        err = errno;
-        hwloc_bitmap_free(set);
-        errno = err;
+        shmtopo_bitmap_drop(set);
         return -1;
     }
     hwloc_bitmap_free(set);
@@ -170,7 +164,6 @@ int shmtopo_topo_get_membind(void *topo, int flags, int *policyp, unsigned *out,
 {
     hwloc_bitmap_t set;
     hwloc_membind_policy_t policy;
-    int err;
 
     if (!topo || !policyp)
         return shmtopo_fail(EINVAL, -1, "get_membind: NULL argument");
@@ -182,9 +175,7 @@ int shmtopo_topo_get_membind(void *topo, int flags, int *policyp, unsigned *out,
     if (hwloc_get_membind(topo, set, &policy,
                           HWLOC_MEMBIND_BYNODESET | (flags & SHMTOPO_BIND_THREAD ? HWLOC_MEMBIND_THREAD : 0)) < 0) {
         fail_hwloc("hwloc_get_membind");
-        err = errno;
-        hwloc_bitmap_free(set);
-        errno = err;
+        shmtopo_bitmap_drop(set);
         return -1;
     }
     *policyp = (int)policy;
@@ -194,7 +185,7 @@ int shmtopo_topo_get_membind(void *topo, int flags, int *policyp, unsigned *out,
 int shmtopo_topo_set_membind(void *topo, const unsigned *nodes, size_t n, int policy, int flags)
 {
     hwloc_bitmap_t set;
-    int hflags, err;
+    int hflags;
 
     if (!topo)
         return shmtopo_fail(EINVAL, -1, "set_membind: NULL topology");
@@ -219,9 +210,7 @@ int shmtopo_topo_set_membind(void *topo, const unsigned *nodes, size_t n, int po
     errno = 0;
     if (hwloc_set_membind(topo, set, (hwloc_membind_policy_t)policy, hflags) < 0) {
         fail_hwloc("hwloc_set_membind");
-        err = errno;
-        hwloc_bitmap_free(set);
-        errno = err;
+        shmtopo_bitmap_drop(set);
         return -1;
     }
     hwloc_bitmap_free(set);

@@ -371,8 +371,7 @@ static hwloc_bitmap_t bitmap_of(const unsigned *idx, size_t n)
     return shmtopo_bitmap_of(idx, n, "topology");
 }
 
-/* Free a bitmap made here without touching errno. */
-static void bitmap_drop(hwloc_bitmap_t set)
+void shmtopo_bitmap_drop(void *set)
 {
     int err = errno;
     hwloc_bitmap_free(set);
@@ -641,7 +640,7 @@ int shmtopo_topo_inside(void *topo, const unsigned *cpus, size_t n, int type, vo
         if (got < 0) {
             shmtopo_fail(EINVAL, -1, "hwloc_get_largest_objs_inside_cpuset: the set lies outside the topology");
             free(all);
-            bitmap_drop(set);
+            shmtopo_bitmap_drop(set);
             return -1;
         }
         for (i = 0; i < got; i++)
@@ -676,8 +675,8 @@ int shmtopo_topo_convert_set(void *topo, int to_nodeset, const unsigned *in, siz
     else
         hwloc_cpuset_from_nodeset(topo, to, from);
     rc = bitmap_list(to, out, max, countp);
-    bitmap_drop(from);
-    bitmap_drop(to);
+    shmtopo_bitmap_drop(from);
+    shmtopo_bitmap_drop(to);
     return rc;
 }
 
@@ -716,7 +715,7 @@ int shmtopo_bitmap_parse(const char *text, int syntax, unsigned *out, size_t max
         return shmtopo_fail(EINVAL, -1, "bitmap: '%s' is an infinite set", text);
     }
     rc = bitmap_list(set, out, max, countp);
-    bitmap_drop(set);
+    shmtopo_bitmap_drop(set);
     return rc;
 }
 
@@ -739,7 +738,7 @@ int shmtopo_bitmap_format(const unsigned *idx, size_t n, int syntax, char *buf, 
         rc = hwloc_bitmap_taskset_snprintf(buf, len, set);
     if (rc < 0)
         shmtopo_fail_errno("hwloc_bitmap_snprintf");
-    bitmap_drop(set);
+    shmtopo_bitmap_drop(set);
     return rc;
 }
 
