@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ._native import ffi, lib
+from .bitmap import Bitmap
 from .errors import check
 
 # Copy sizes: 8 B ... 8 MiB in steps of 4, plus 1 MiB (the collectives' sizes).
@@ -120,17 +121,8 @@ def measure(comm: Any, seconds: float = 0.02, repeats: int = REPEATS,
 
 def _where() -> str:
     cpus = sorted(os.sched_getaffinity(0))
-    bound = f"bound to CPU {cpus[0]}" if len(cpus) == 1 else f"unbound ({_cpu_list(cpus)})"
+    bound = f"bound to CPU {cpus[0]}" if len(cpus) == 1 else f"unbound ({Bitmap(cpus)})"
     return f"on CPU {lib.shmtopo_floor_cpu()}, {bound}"
-
-
-def _cpu_list(cpus: list[int]) -> str:
-    spans, start = [], cpus[0]
-    for a, b in zip(cpus, cpus[1:] + [-1]):
-        if b != a + 1:
-            spans.append(f"{start}" if start == a else f"{start}-{a}")
-            start = b
-    return ",".join(spans)
 
 
 def _measure_pair(comm: Any, win: Any, floor: Floor, seconds: float, repeats: int,
