@@ -92,10 +92,6 @@ const char *shmtopo_kind_name(int kind)
     return kind > 0 && kind < n && kind_names[kind] ? kind_names[kind] : "an unknown operation";
 }
 
-static const char *const dtype_names[] = {"int8", "int16", "int32", "int64", "uint8", "uint16",
-                                          "uint32", "uint64", "float32", "float64"};
-static const char *const op_names[] = {"sum", "prod", "min", "max", "band", "bor", "bxor"};
-
 /* "allreduce(count 4, float64, sum, flat)": the fields the kind uses. */
 static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
 {
@@ -113,9 +109,9 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
     case SHMTOPO_KIND_BCAST: case SHMTOPO_KIND_REDUCE: case SHMTOPO_KIND_ALLREDUCE:
     case SHMTOPO_KIND_ALLGATHER: case SHMTOPO_KIND_REDUCE_SCATTER: case SHMTOPO_KIND_ALLTOALL:
         FIELD("count %llu", (unsigned long long)sig->count);
-        FIELD("%s", sig->dtype >= 0 && sig->dtype < 10 ? dtype_names[sig->dtype] : "an unknown type");
+        FIELD("%s", shmtopo_dtype_name(sig->dtype));
         if (sig->op >= 0)
-            FIELD("%s", sig->op < 7 ? op_names[sig->op] : "an unknown op");
+            FIELD("%s", shmtopo_op_name(sig->op));
         if (sig->root >= 0)
             FIELD("root %d", sig->root);
         if (sig->alg > 0)

@@ -171,30 +171,32 @@ static uint64_t posted_address(const shmtopo_comm_t *comm, int rank)
 /* ---- reductions ------------------------------------------------------------ */
 
 /* dst = in[0] op in[1] op ... in rank order, the same on every rank so that
- * floating-point results agree bit for bit. dst may be in[0] or in[1] (the
- * pair kernel allows that); when it is a later input, which the first
- * writes would clobber, the result goes through the private slice. */
+ * floating-point results agree bit for bit: every path of every reduction
+ * folds its ranks' inputs here (single copy: in sc_reduce, alike). dst may
+ * be in[0] or in[1] (the pair kernel allows that); when it is a later
+ * input, which the first writes would clobber, or the type accumulates
+ * wider (16-bit floats: in float32, rounded once after the last rank), the
+ * accumulator is the private slice instead. */
 static void reduce_ranks(const shmtopo_comm_t *comm, char *dst,
                          const char *(*src)(const shmtopo_comm_t *, int, const void *),
                          const void *arg, size_t count, int dtype, int op)
 {
-    const size_t esz = shmtopo_dtype_size(dtype);
+    const size_t esz = shmtopo_dtype_size(dtype), asz = shmtopo_acc_size(dtype);
     if (comm->size == 1) {
         memmove(dst, src(comm, 0, arg), count * esz);
         return;
     }
-    int later = 0;
+    int apart = asz != esz;
     for (int p = 2; p < comm->size; p++)
-        later |= src(comm, p, arg) == dst;
-    const size_t per = later ? comm->chan.buffer / esz : count;
+        apart |= src(comm, p, arg) == dst;
+    const size_t per = apart ? comm->chan.buffer / asz : count;
     for (size_t off = 0; off < count; off += per) {
         const size_t m = min_size(per, count - off);
-        char *out = later ? comm->chan.tmp : dst + off * esz;
-        shmtopo_reduce_pair(out, src(comm, 0, arg) + off * esz, src(comm, 1, arg) + off * esz, m, dtype, op);
+        char *acc = apart ? comm->chan.tmp : dst + off * esz;
+        shmtopo_acc_pair(acc, src(comm, 0, arg) + off * esz, src(comm, 1, arg) + off * esz, m, dtype, op);
         for (int p = 2; p < comm->size; p++)
-            shmtopo_reduce_into(out, src(comm, p, arg) + off * esz, m, dtype, op);
-        if (later)
-            memcpy(dst + off * esz, out, m * esz);
+            shmtopo_acc_into(acc, src(comm, p, arg) + off * esz, m, dtype, op);
+        shmtopo_acc_round(dst + off * esz, acc, m, dtype);
     }
 }
 
@@ -392,9 +394,10 @@ static int sc_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char 
     const uint64_t mine[2] = {(uint64_t)(uintptr_t)send, reads ? (uint64_t)(uintptr_t)recv : 0};
     if (step(comm, sig, mine, sizeof(mine)) < 0) /* the agreement, and every rank's addresses */
         return -1;
-    const size_t C = comm->chan.buffer / esz, round = SC_ROUND / esz;
+    const size_t C = comm->chan.buffer / esz, round = SC_ROUND / esz, asz = shmtopo_acc_size(dtype);
     uint64_t *in = malloc(2 * P * sizeof(*in)), *out = in ? in + P : NULL;
-    char *slot = sc_scratch(comm, 3 * C * esz);
+    /* two chunks of inputs, then the accumulator (wider for 16-bit floats) */
+    char *slot = sc_scratch(comm, 2 * C * esz + C * asz);
     int err = in && slot ? 0 : (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM);
     for (size_t p = 0; in && p < P; p++) {
         uint64_t a[2];
@@ -403,8 +406,9 @@ static int sc_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char 
         out[p] = a[1];
     }
     /* my result chunk is built in place, unless my input is my result and
-     * still needed after the first two inputs are folded */
-    const int direct = reads && !(recv == send && me >= 2);
+     * still needed after the first two inputs are folded, or the type
+     * accumulates wider (then rounded into my result, or into slot 0) */
+    const int wide = asz != esz, direct = reads && !wide && !(recv == send && me >= 2);
     for (size_t off = 0; off < count; off += round) {
         const size_t m = min_size(round, count - off), lo = m * me / P, hi = m * (me + 1) / P;
         for (size_t c = lo; c < hi && !err; c += C) {
@@ -422,29 +426,34 @@ static int sc_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char 
             }
             if (err)
                 break;
-            shmtopo_reduce_pair(acc, x[0], x[1], k, dtype, op);
+            shmtopo_acc_pair(acc, x[0], x[1], k, dtype, op);
             for (size_t p = 2; p < P && !err; p++) {
                 if (p == me) {
-                    shmtopo_reduce_into(acc, send + at, k, dtype, op);
+                    shmtopo_acc_into(acc, send + at, k, dtype, op);
                 } else if (shmtopo_sc_read(comm, (int)p, slot + C * esz, in[p] + at, bytes, shmtopo_kind_name(sig->kind)) < 0) {
                     if (shmtopo_sc_gone(comm, (int)p))
                         goto out_failed;
                     err = errno;
                 } else {
-                    shmtopo_reduce_into(acc, slot + C * esz, k, dtype, op);
+                    shmtopo_acc_into(acc, slot + C * esz, k, dtype, op);
                 }
+            }
+            char *res = acc; /* the result chunk, as every reader gets it */
+            if (wide && !err) {
+                res = reads ? recv + at : slot;
+                shmtopo_acc_round(res, acc, k, dtype);
             }
             for (size_t i = 1; i < P && !err; i++) {
                 const size_t q = (me + i) % P;
                 if ((root < 0 || q == (size_t)root) &&
-                    shmtopo_sc_write(comm, (int)q, out[q] + at, acc, bytes, shmtopo_kind_name(sig->kind)) < 0) {
+                    shmtopo_sc_write(comm, (int)q, out[q] + at, res, bytes, shmtopo_kind_name(sig->kind)) < 0) {
                     if (shmtopo_sc_gone(comm, (int)q))
                         goto out_failed;
                     err = errno;
                 }
             }
-            if (!err && reads && !direct)
-                memcpy(recv + at, acc, bytes);
+            if (!err && reads && res != recv + at)
+                memcpy(recv + at, res, bytes);
         }
         /* inputs and results stay until every rank is done with them */
         if (shmtopo_step(comm, sig, err, NULL, 0) < 0)

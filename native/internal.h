@@ -321,6 +321,19 @@ int shmtopo_reduce_check(int dtype, int op);
 void shmtopo_reduce_into(void *dst, const void *src, size_t count, int dtype, int op);
 /* dst = a op b, no checks; dst may be a or b but must not overlap them otherwise. */
 void shmtopo_reduce_pair(void *dst, const void *a, const void *b, size_t count, int dtype, int op);
+/* Folding several ranks' inputs into an accumulator of the type the
+ * reduction works in (shmtopo_dtype_accumulator: float32 for 16-bit
+ * floats, else the type itself, when these are the two kernels above):
+ * acc = a op b, acc op= src, then dst = acc rounded once (a copy, or
+ * nothing when dst is acc, for the other types). */
+void shmtopo_acc_pair(void *acc, const void *a, const void *b, size_t count, int dtype, int op);
+void shmtopo_acc_into(void *acc, const void *src, size_t count, int dtype, int op);
+void shmtopo_acc_round(void *dst, const void *acc, size_t count, int dtype);
+/* Bytes of one accumulator element (of a known dtype). */
+size_t shmtopo_acc_size(int dtype);
+/* "float16", "maxloc", ...: for messages. */
+const char *shmtopo_dtype_name(int dtype);
+const char *shmtopo_op_name(int op);
 
 /* ---- topology.c ------------------------------------------------------------- */
 

@@ -250,17 +250,42 @@ int shmtopo_win_abandon_because(shmtopo_win_t *win, int origin);
 
 /* ---- collectives -------------------------------------------------------- */
 
-/* Element types and reduction operations of the window collectives. */
+/* Element types and reduction operations of the window collectives.
+ * FLOAT16 and BFLOAT16 (IEEE half, and the upper half of a float32) reduce
+ * in float32 over all ranks and round once, to nearest even, at the end;
+ * COMPLEX64/128 are (real, imaginary) pairs of FLOAT32/64; the pair types
+ * are the structs below, laid out as MPI's MPI_FLOAT_INT, MPI_DOUBLE_INT,
+ * MPI_LONG_INT, MPI_2INT and MPI_SHORT_INT. Which type takes which op:
+ * integers all of sum..lxor; floats sum, prod, min, max; bool land, lor,
+ * lxor and band, bor, bxor (the same, on 0/1); complex sum, prod; pairs
+ * maxloc, minloc. */
 enum shmtopo_dtype {
     SHMTOPO_INT8 = 0, SHMTOPO_INT16 = 1, SHMTOPO_INT32 = 2, SHMTOPO_INT64 = 3,
     SHMTOPO_UINT8 = 4, SHMTOPO_UINT16 = 5, SHMTOPO_UINT32 = 6, SHMTOPO_UINT64 = 7,
-    SHMTOPO_FLOAT32 = 8, SHMTOPO_FLOAT64 = 9
+    SHMTOPO_FLOAT32 = 8, SHMTOPO_FLOAT64 = 9,
+    SHMTOPO_BOOL = 10, SHMTOPO_COMPLEX64 = 11, SHMTOPO_COMPLEX128 = 12,
+    SHMTOPO_FLOAT16 = 13, SHMTOPO_BFLOAT16 = 14,
+    SHMTOPO_FLOAT_INT = 15, SHMTOPO_DOUBLE_INT = 16, SHMTOPO_LONG_INT = 17, SHMTOPO_2INT = 18,
+    SHMTOPO_SHORT_INT = 19,
+    SHMTOPO_NDTYPES = 20  /* how many there are */
 };
 
+/* LAND, LOR, LXOR: 1 or 0 of the element type (MPI's). MAXLOC/MINLOC: the
+ * pair with the larger/smaller value, on equal values the smaller index. */
 enum shmtopo_op {
     SHMTOPO_OP_SUM = 0, SHMTOPO_OP_PROD = 1, SHMTOPO_OP_MIN = 2, SHMTOPO_OP_MAX = 3,
-    SHMTOPO_OP_BAND = 4, SHMTOPO_OP_BOR = 5, SHMTOPO_OP_BXOR = 6
+    SHMTOPO_OP_BAND = 4, SHMTOPO_OP_BOR = 5, SHMTOPO_OP_BXOR = 6,
+    SHMTOPO_OP_LAND = 7, SHMTOPO_OP_LOR = 8, SHMTOPO_OP_LXOR = 9,
+    SHMTOPO_OP_MAXLOC = 10, SHMTOPO_OP_MINLOC = 11,
+    SHMTOPO_NOPS = 12  /* how many there are */
 };
+
+/* The (value, index) elements of maxloc and minloc. */
+typedef struct shmtopo_float_int { float value; int index; } shmtopo_float_int_t;
+typedef struct shmtopo_double_int { double value; int index; } shmtopo_double_int_t;
+typedef struct shmtopo_long_int { long value; int index; } shmtopo_long_int_t;
+typedef struct shmtopo_2int { int value; int index; } shmtopo_2int_t;
+typedef struct shmtopo_short_int { short value; int index; } shmtopo_short_int_t;
 
 enum shmtopo_coll_alg {
     SHMTOPO_COLL_AUTO = 0,  /* by size (SHMTOPO_COLL_ALGORITHM overrides) */
@@ -322,9 +347,18 @@ int shmtopo_request_start(shmtopo_request_t *req);
 int shmtopo_request_wait(shmtopo_request_t *req);
 int shmtopo_request_free(shmtopo_request_t *req);
 
-/* dst[i] = dst[i] op src[i] (the kernel the collectives use). */
+/* dst[i] = dst[i] op src[i] (the kernel the collectives use; 16-bit
+ * floats: computed in float32 and rounded). */
 int shmtopo_reduce_local(void *dst, const void *src, size_t count, int dtype, int op);
 size_t shmtopo_dtype_size(int dtype);
+/* The type reductions of dtype accumulate in: SHMTOPO_FLOAT32 for FLOAT16
+ * and BFLOAT16, dtype itself for the others; -1/EINVAL for an unknown
+ * type. A reduction done in pieces (across nodes) passes partials of this
+ * type and rounds once, with shmtopo_reduce_round. */
+int shmtopo_dtype_accumulator(int dtype);
+/* dst = acc rounded to dtype, to nearest even (acc: count elements of
+ * shmtopo_dtype_accumulator(dtype)); a copy where that is dtype itself. */
+int shmtopo_reduce_round(void *dst, const void *acc, size_t count, int dtype);
 
 /* ---- configuration ---------------------------------------------------- */
 

@@ -134,8 +134,10 @@ def assert_bits(got, want, what=""):
 
 
 def same_everywhere(comm, got):
-    """Every rank got the same bits."""
-    rows = WORLD.allgather(np.ascontiguousarray(got).tobytes())
+    """Every rank got the same bits (pairs: of their fields; MPI's maxloc
+    leaves the padding as it likes)."""
+    b = bits(got)
+    rows = WORLD.allgather(b"".join(x.tobytes() for x in (b if isinstance(b, list) else [b])))
     assert all(r == rows[0] for r in rows), "ranks got different results"
 
 
@@ -194,7 +196,8 @@ def test_logical_ops_on_integers(comm, dtype):
             inputs = everyone(count, dtype)
             got = comm.allreduce(inputs[comm.world_rank], op)
             assert_bits(got, reference(op, inputs), f"{op} {count}")
-            assert set(np.unique(got)) <= {0, 1}
+            if comm.world_size > 1:  # one rank's input comes back as it is, as in MPI
+                assert set(np.unique(got)) <= {0, 1}
 
 
 @pytest.mark.parametrize("name", ALL_NEW)
@@ -297,7 +300,8 @@ def test_sixteen_bit_rounds_once(comm):
         big = np.full(5, 60000 if dtype == np.float16 else 3e38, np.float32).astype(dtype)
         special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float32).astype(dtype)
         got = comm.allreduce(np.concatenate([big, special]), "sum")
-        want = reference("sum", [np.concatenate([big, special])] * comm.world_size)
+        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are the point
+            want = reference("sum", [np.concatenate([big, special])] * comm.world_size)
         assert_bits(got, want)
 
 

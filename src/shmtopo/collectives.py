@@ -31,14 +31,59 @@ if TYPE_CHECKING:
     from .comm import Comm
     from .window import Window
 
+
+def _bfloat16() -> np.dtype[Any] | None:
+    """ml_dtypes' bfloat16, where ml_dtypes is installed (optional)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _c_pair(value: Any, struct: str) -> np.dtype[Any]:
+    """The numpy dtype of the C struct {value; int index;}, padding and all."""
+    return np.dtype({"names": ["value", "index"], "formats": [value, np.intc],
+                     "offsets": [0, ffi.offsetof(struct, "index")], "itemsize": ffi.sizeof(struct)},
+                    align=True)
+
+
+# The (value, index) pair types of maxloc/minloc, by value type: MPI's
+# MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_2INT, MPI_SHORT_INT.
+PAIRS = {np.dtype(v): (_c_pair(v, struct), code) for v, struct, code in [
+    (np.float32, "shmtopo_float_int_t", lib.SHMTOPO_FLOAT_INT),
+    (np.float64, "shmtopo_double_int_t", lib.SHMTOPO_DOUBLE_INT),
+    (np.dtype("l"), "shmtopo_long_int_t", lib.SHMTOPO_LONG_INT),  # C long
+    (np.intc, "shmtopo_2int_t", lib.SHMTOPO_2INT),
+    (np.short, "shmtopo_short_int_t", lib.SHMTOPO_SHORT_INT)]}
+BFLOAT16 = _bfloat16()
 DTYPES = {np.dtype(t): code for t, code in [
     (np.int8, lib.SHMTOPO_INT8), (np.int16, lib.SHMTOPO_INT16), (np.int32, lib.SHMTOPO_INT32),
     (np.int64, lib.SHMTOPO_INT64), (np.uint8, lib.SHMTOPO_UINT8), (np.uint16, lib.SHMTOPO_UINT16),
     (np.uint32, lib.SHMTOPO_UINT32), (np.uint64, lib.SHMTOPO_UINT64),
-    (np.float32, lib.SHMTOPO_FLOAT32), (np.float64, lib.SHMTOPO_FLOAT64)]}
+    (np.float32, lib.SHMTOPO_FLOAT32), (np.float64, lib.SHMTOPO_FLOAT64),
+    (np.bool_, lib.SHMTOPO_BOOL), (np.complex64, lib.SHMTOPO_COMPLEX64),
+    (np.complex128, lib.SHMTOPO_COMPLEX128), (np.float16, lib.SHMTOPO_FLOAT16)]
+    + ([(BFLOAT16, lib.SHMTOPO_BFLOAT16)] if BFLOAT16 is not None else [])
+    + [(pair, code) for pair, code in PAIRS.values()]}
+BY_CODE = {code: dtype for dtype, code in DTYPES.items()}
 OPS = {"sum": lib.SHMTOPO_OP_SUM, "prod": lib.SHMTOPO_OP_PROD, "min": lib.SHMTOPO_OP_MIN,
        "max": lib.SHMTOPO_OP_MAX, "band": lib.SHMTOPO_OP_BAND, "bor": lib.SHMTOPO_OP_BOR,
-       "bxor": lib.SHMTOPO_OP_BXOR}
+       "bxor": lib.SHMTOPO_OP_BXOR, "land": lib.SHMTOPO_OP_LAND, "lor": lib.SHMTOPO_OP_LOR,
+       "lxor": lib.SHMTOPO_OP_LXOR, "maxloc": lib.SHMTOPO_OP_MAXLOC, "minloc": lib.SHMTOPO_OP_MINLOC}
+
+
+def pair_dtype(value: npt.DTypeLike) -> np.dtype[Any]:
+    """The numpy dtype of maxloc/minloc's (value, index) pairs of `value`
+    (float32, float64, int64 (C long), int32, int16): an aligned struct
+    [('value', value), ('index', 'i4')] with C's padding, the layout of MPI's
+    FLOAT_INT, DOUBLE_INT, LONG_INT, 2INT, SHORT_INT. Collectives take any
+    structured dtype of exactly that layout, whatever its field names."""
+    try:
+        return PAIRS[np.dtype(value)][0]
+    except (KeyError, TypeError):
+        raise ShmtopoValueError(f"no (value, index) pair type of {value!r}: pair_dtype takes "
+                                "float32, float64, int64 (C long), int32 or int16") from None
 ALGORITHMS = {None: lib.SHMTOPO_COLL_AUTO, "auto": lib.SHMTOPO_COLL_AUTO,
               "flat": lib.SHMTOPO_COLL_FLAT, "rsag": lib.SHMTOPO_COLL_RSAG}
 BARRIER, BCAST, REDUCE, ALLREDUCE = (lib.SHMTOPO_KIND_BARRIER, lib.SHMTOPO_KIND_BCAST,
@@ -55,7 +100,7 @@ WINDOW_MIN = 64 * 1024  # smaller arrays: the copy path is as fast, and finding 
 # calls the same native functions (the one libshmtopo.so both modules link)
 # without cffi's per-call Python costs.
 _fastpath.bind(np.ndarray, np.empty_like, OPS, WINDOW_MIN,
-               tuple(sorted(DTYPES, key=DTYPES.__getitem__)), last_error, ShmtopoValueError)
+               tuple(BY_CODE.get(c) for c in range(lib.SHMTOPO_NDTYPES)), last_error, ShmtopoValueError)
 _fast_allreduce, _fast_reduce = _fastpath.allreduce, _fastpath.reduce
 _fast_bcast, _fast_allgather = _fastpath.bcast, _fastpath.allgather
 
@@ -78,8 +123,23 @@ def _code(table: dict[Any, int], key: Any, what: str) -> int:
                                 f"{', '.join(str(k) for k in table if k is not None)})") from None
 
 
+def _layout(dtype: np.dtype[Any]) -> tuple[Any, ...]:
+    fields = dtype.fields or {}
+    return (dtype.itemsize,) + tuple(sorted((f[1], f[0].str) for f in fields.values()))
+
+
+_PAIR_LAYOUTS = {_layout(pair): code for pair, code in PAIRS.values()}
+
+
 def _dtype(a: Array) -> int:
-    return _code(DTYPES, a.dtype, "dtype")
+    code = DTYPES.get(a.dtype)
+    if code is None and a.dtype.fields is not None:  # a pair type under other field names
+        code = _PAIR_LAYOUTS.get(_layout(a.dtype))
+    if code is None:
+        names = ", ".join(str(k) for k in DTYPES if k.fields is None)
+        raise ShmtopoValueError(f"unsupported dtype {a.dtype!r} (expected one of {names}, or a "
+                                "(value, index) pair of shmtopo.pair_dtype)")
+    return code
 
 
 def _root(comm: "Comm", root: Any) -> int:
@@ -215,13 +275,13 @@ def node_bcast(comm: Comm, a: Array, root: int, source: Array | None = None) -> 
     found = _in_window(comm, a if source is None else source)
     if found:
         win, offset = found
-        _run(lib.shmtopo_win_bcast(win._h, offset, _from_buffer(a), a.size, DTYPES[a.dtype], root))
+        _run(lib.shmtopo_win_bcast(win._h, offset, _from_buffer(a), a.size, _dtype(a), root))
         return
-    _run(lib.shmtopo_bcast(comm.handle, _buf(a), a.size, DTYPES[a.dtype], root))
+    _run(lib.shmtopo_bcast(comm.handle, _buf(a), a.size, _dtype(a), root))
 
 
 def node_reduce(comm: Comm, a: Array, out: Array | None, op: int, root: int, alg: int) -> None:
-    code = DTYPES[a.dtype]
+    code = _dtype(a)
     found = _in_window(comm, a)
     if found:
         win, offset = found
@@ -234,16 +294,41 @@ def node_reduce(comm: Comm, a: Array, out: Array | None, op: int, root: int, alg
 
 # ---- across nodes: agreed first, then shared memory and MPI ---------------
 
+def _node_partial(comm: Comm, a: Array, result: Array, opc: int, alg: int) -> tuple[Array, int]:
+    """The node's reduction, at its rank 0, in the type the reduction
+    accumulates in, and that type's code: into result itself, or for 16-bit
+    floats into a float32 partial (a exactly widened), which crosses nodes
+    unrounded."""
+    code = _dtype(a)
+    acc = lib.shmtopo_dtype_accumulator(code)
+    if acc == code:
+        node_reduce(comm, a, result, opc, 0, alg)
+        return result, code
+    part = a.astype(BY_CODE[acc])
+    node_reduce(comm, part, part, opc, 0, alg)
+    return part, acc
+
+
+def _rounded(part: Array, result: Array) -> None:
+    """result = the job's partial rounded once (where they differ)."""
+    if part is not result:
+        _run(lib.shmtopo_reduce_round(_buf(result), _buf(part), result.size, _dtype(result)))
+
+
 def _hier_allreduce(comm: Comm, a: Array, result: Array, opc: int, alg: int) -> None:
-    node_reduce(comm, a, result, opc, 0, alg)
-    multinode.leaders_allreduce(comm, result, opc)
+    part, code = _node_partial(comm, a, result, opc, alg)
+    multinode.leaders_allreduce(comm, part, opc, code)
+    if comm.rank == 0:
+        _rounded(part, result)
     node_bcast(comm, result, 0)
 
 
 def _hier_reduce(comm: Comm, a: Array, result: Array, opc: int, root: int, alg: int) -> None:
     root_node, root_local = multinode.node_root(comm.plan, root)
-    node_reduce(comm, a, result, opc, 0, alg)
-    multinode.leaders_reduce(comm, result, opc, root_node)
+    part, code = _node_partial(comm, a, result, opc, alg)
+    multinode.leaders_reduce(comm, part, opc, root_node, code)
+    if comm.plan.node_index == root_node and comm.rank == 0:
+        _rounded(part, result)
     if comm.plan.node_index == root_node and root_local != 0:
         node_bcast(comm, result, 0)
 
@@ -259,7 +344,7 @@ def _hier_bcast(comm: Comm, result: Array, root: int) -> None:
 
 def _hier_allgather(comm: Comm, a: Array, result: Array) -> None:
     node_rows = np.empty((comm.size,) + a.shape, a.dtype)
-    _run(lib.shmtopo_allgather(comm.handle, _buf(a), _buf(node_rows), a.size, DTYPES[a.dtype]))
+    _run(lib.shmtopo_allgather(comm.handle, _buf(a), _buf(node_rows), a.size, _dtype(a)))
     multinode.leaders_allgather(comm, node_rows, result, a.size)
     node_bcast(comm, result, 0)
 
@@ -279,8 +364,11 @@ def allreduce(comm: Comm, array: npt.ArrayLike, op: str = "sum", *, out: Array |
               algorithm: str | None = None) -> Array:
     """Collective: the element-wise reduction of every rank's array.
 
-    op: sum, prod, min, max (band, bor, bxor for integers). algorithm: None
-    (by size), "flat" or "rsag". Returns out (a new array when None)."""
+    op: sum, prod, min, max (floats, integers; float16/bfloat16 reduced in
+    float32 and rounded once), band, bor, bxor, land, lor, lxor (integers,
+    bool), sum, prod (complex), maxloc, minloc (pair_dtype pairs).
+    algorithm: None (by size), "flat" or "rsag". Returns out (a new array
+    when None)."""
     if algorithm is None:
         fast: Array | None = _fast_allreduce(comm._fast, array, out, op)
         if fast is not None:
