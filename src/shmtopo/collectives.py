@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -38,24 +38,27 @@ def _bfloat16() -> np.dtype[Any] | None:
         import ml_dtypes
     except ImportError:
         return None
-    return np.dtype(ml_dtypes.bfloat16)
+    bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    return bfloat16
 
 
 def _c_pair(value: Any, struct: str) -> np.dtype[Any]:
     """The numpy dtype of the C struct {value; int index;}, padding and all."""
-    return np.dtype({"names": ["value", "index"], "formats": [value, np.intc],
-                     "offsets": [0, ffi.offsetof(struct, "index")], "itemsize": ffi.sizeof(struct)},
-                    align=True)
+    spec: Any = {"names": ["value", "index"], "formats": [value, np.intc],
+                 "offsets": [0, ffi.offsetof(struct, "index")], "itemsize": ffi.sizeof(struct)}
+    pair: np.dtype[Any] = np.dtype(spec, align=True)
+    return pair
 
 
 # The (value, index) pair types of maxloc/minloc, by value type: MPI's
 # MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_2INT, MPI_SHORT_INT.
-PAIRS = {np.dtype(v): (_c_pair(v, struct), code) for v, struct, code in [
+_PAIR_TYPES: list[tuple[Any, str, int]] = [
     (np.float32, "shmtopo_float_int_t", lib.SHMTOPO_FLOAT_INT),
     (np.float64, "shmtopo_double_int_t", lib.SHMTOPO_DOUBLE_INT),
-    (np.dtype("l"), "shmtopo_long_int_t", lib.SHMTOPO_LONG_INT),  # C long
+    ("l", "shmtopo_long_int_t", lib.SHMTOPO_LONG_INT),  # C long
     (np.intc, "shmtopo_2int_t", lib.SHMTOPO_2INT),
-    (np.short, "shmtopo_short_int_t", lib.SHMTOPO_SHORT_INT)]}
+    (np.short, "shmtopo_short_int_t", lib.SHMTOPO_SHORT_INT)]
+PAIRS = {np.dtype(v): (_c_pair(v, struct), code) for v, struct, code in _PAIR_TYPES}
 BFLOAT16 = _bfloat16()
 DTYPES = {np.dtype(t): code for t, code in [
     (np.int8, lib.SHMTOPO_INT8), (np.int16, lib.SHMTOPO_INT16), (np.int32, lib.SHMTOPO_INT32),
@@ -124,7 +127,7 @@ def _code(table: dict[Any, int], key: Any, what: str) -> int:
 
 
 def _layout(dtype: np.dtype[Any]) -> tuple[Any, ...]:
-    fields = dtype.fields or {}
+    fields: Mapping[str, Any] = dtype.fields or {}
     return (dtype.itemsize,) + tuple(sorted((f[1], f[0].str) for f in fields.values()))
 
 
@@ -139,7 +142,7 @@ def _dtype(a: Array) -> int:
         names = ", ".join(str(k) for k in DTYPES if k.fields is None)
         raise ShmtopoValueError(f"unsupported dtype {a.dtype!r} (expected one of {names}, or a "
                                 "(value, index) pair of shmtopo.pair_dtype)")
-    return code
+    return int(code)
 
 
 def _root(comm: "Comm", root: Any) -> int:
