@@ -136,7 +136,10 @@ enum shmtopo_kind {
     SHMTOPO_KIND_ALLREDUCE = 4, SHMTOPO_KIND_ALLGATHER = 5, SHMTOPO_KIND_REDUCE_SCATTER = 6,
     SHMTOPO_KIND_ALLTOALL = 7, SHMTOPO_KIND_WIN_ALLOC = 8, SHMTOPO_KIND_WIN_FREE = 9,
     SHMTOPO_KIND_COMM_FREE = 10, SHMTOPO_KIND_TOPO_SHARE = 11, SHMTOPO_KIND_SPLIT = 12,
-    SHMTOPO_KIND_COMM_CREATE = 13, SHMTOPO_KIND_BIND = 14, SHMTOPO_KIND_VERDICT = 15
+    SHMTOPO_KIND_COMM_CREATE = 13, SHMTOPO_KIND_BIND = 14, SHMTOPO_KIND_VERDICT = 15,
+    SHMTOPO_KIND_GATHER = 16, SHMTOPO_KIND_SCATTER = 17, SHMTOPO_KIND_GATHERV = 18,
+    SHMTOPO_KIND_SCATTERV = 19, SHMTOPO_KIND_ALLGATHERV = 20, SHMTOPO_KIND_ALLTOALLV = 21,
+    SHMTOPO_KIND_SCAN = 22, SHMTOPO_KIND_EXSCAN = 23
 };
 
 typedef struct shmtopo_sig {
@@ -153,7 +156,11 @@ enum shmtopo_sig_flags {
     SHMTOPO_SIG_WINDOW = 1,    /* data read in place in a window of the comm */
     SHMTOPO_SIG_IN_PLACE = 2,  /* the result replaces the input */
     SHMTOPO_SIG_INIT = 4,      /* making a persistent request for the call */
-    SHMTOPO_SIG_SINGLE_COPY = 8 /* data copied straight between ranks' own arrays */
+    SHMTOPO_SIG_SINGLE_COPY = 8, /* data copied straight between ranks' own arrays */
+    SHMTOPO_SIG_OWN_COUNT = 16, /* count is this rank's own (v-variants): not compared,
+                                   checked against the counts the call holds instead */
+    SHMTOPO_SIG_COUNTS = 32     /* extra is shmtopo_counts_digest of a counts array every
+                                   rank passes (allgatherv, reduce_scatter with counts) */
 };
 
 /* Collective: agree on a call before doing it by other means (the
@@ -166,6 +173,20 @@ int shmtopo_agree_call(shmtopo_comm_t *comm, const shmtopo_sig_t *sig);
  * (reason says why): take part in that operation's agreement as invalid.
  * Always -1: EINVAL on every rank, with "rank R: reason". */
 int shmtopo_reject(shmtopo_comm_t *comm, int kind, const char *reason);
+/* A 64-bit digest of n counts, for a signature's extra word: ranks whose
+ * counts arrays differ post different signatures. */
+uint64_t shmtopo_counts_digest(const size_t *counts, size_t n);
+/* The verdict on counts every rank of a call has seen (the v-variants; the
+ * core calls these after the agreement's step, the across-nodes half after
+ * gathering the same arrays), the same wherever it is computed; ranks are
+ * job ranks 0..n-1. counts_verdict: rank r passed posted[r] elements where
+ * the call's counts (the root's) give it table[r]. pairs_verdict (alltoallv):
+ * rank r's sendcounts[p] is send[r * n + p], rank p's recvcounts[r] is
+ * recv[p * n + r]; every pair must match. 0, or -1/EINVAL naming the rank at
+ * fault (the first that differs; for pairs, the rank in most mismatched
+ * pairs, the lowest of a tie). sig describes the call for the message. */
+int shmtopo_counts_verdict(const shmtopo_sig_t *sig, const size_t *posted, const size_t *table, size_t n);
+int shmtopo_pairs_verdict(const shmtopo_sig_t *sig, const size_t *send, const size_t *recv, size_t n);
 
 /* ---- windows ---------------------------------------------------------- */
 
@@ -317,6 +338,37 @@ int shmtopo_reduce_scatter(shmtopo_comm_t *comm, const void *send, void *recv, s
 /* send, recv: size * count elements; block p of recv is block `rank` of p's send. */
 int shmtopo_alltoall(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
                      int dtype);
+/* Rooted and varying-count collectives (coll_v.c), through the scratch
+ * buffers like the others, any size. root is a rank of the comm; counts and
+ * displacements are in elements. gather: recv (size * count, root only) gets
+ * rank r's block at r * count; send may be the root's own block of recv (in
+ * place). scatter: send (root only) holds size blocks of count; recv may be
+ * the root's own block of send (in place). gatherv / scatterv: counts and
+ * displs (size each) matter on the root only, `count` is this rank's own
+ * and must equal the root's counts[rank] (checked in the agreement, EINVAL
+ * on every rank naming the rank). allgatherv: counts (the same on every
+ * rank) and displs (this rank's layout of recv); send may be this rank's
+ * block of recv. alltoallv: rank r's sendcounts[p] must equal rank p's
+ * recvcounts[r]; send and recv must not overlap. reduce_scatterv: send holds
+ * sum(counts) elements, recv gets counts[rank]: the reduction of everybody's
+ * elements from sum(counts[:rank]); recv may be send (in place, the result at
+ * its start). scan: recv = send of ranks 0..rank reduced in rank order;
+ * exclusive: of ranks 0..rank-1, and rank 0's recv is left as it is; recv
+ * may be send. */
+int shmtopo_gather(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root);
+int shmtopo_scatter(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root);
+int shmtopo_gatherv(shmtopo_comm_t *comm, const void *send, size_t count, void *recv, const size_t *counts,
+                    const size_t *displs, int dtype, int root);
+int shmtopo_scatterv(shmtopo_comm_t *comm, const void *send, const size_t *counts, const size_t *displs,
+                     void *recv, size_t count, int dtype, int root);
+int shmtopo_allgatherv(shmtopo_comm_t *comm, const void *send, size_t count, void *recv, const size_t *counts,
+                       const size_t *displs, int dtype);
+int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *sendcounts, const size_t *sdispls,
+                      void *recv, const size_t *recvcounts, const size_t *rdispls, int dtype);
+int shmtopo_reduce_scatterv(shmtopo_comm_t *comm, const void *send, void *recv, const size_t *counts,
+                            int dtype, int op);
+int shmtopo_scan(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
+                 int exclusive);
 /* Zero-copy variants: every rank's input lies at byte `offset` of its own
  * part of `win` (a window of the comm), where peers read it directly.
  * win_reduce with root < 0 is an allreduce; its result may be the input

@@ -282,6 +282,14 @@ class Comm(Collective):
     allgather = collectives.allgather
     reduce_scatter = collectives.reduce_scatter
     alltoall = collectives.alltoall
+    gather = collectives.gather
+    scatter = collectives.scatter
+    gatherv = collectives.gatherv
+    scatterv = collectives.scatterv
+    allgatherv = collectives.allgatherv
+    alltoallv = collectives.alltoallv
+    scan = collectives.scan
+    exscan = collectives.exscan
 
     def allreduce_init(self, send: Any, recv: Any, op: str = "sum", *,
                        algorithm: str | None = None) -> "request.Request":

@@ -242,3 +242,42 @@ def world_alltoall(comm: "Comm", a: np.ndarray, result: np.ndarray) -> None:
 
 
 
+# The rooted and varying-count calls go to MPI's own across nodes, as
+# alltoall does, once the job agreed on them (and on their counts):
+# collectives.py gathers what the counts check needs first. MPI wants no
+# aliased buffers, so an input that lies inside the result travels as a copy.
+
+def _apart(a: np.ndarray, result: np.ndarray | None) -> np.ndarray:
+    return a.copy() if result is not None and np.may_share_memory(a, result) else a
+
+
+def _layout(array: np.ndarray, counts: Any, displs: Any) -> Any:
+    return [array, (counts.tolist(), displs.tolist())]
+
+
+def world_gatherv(comm: "Comm", a: np.ndarray, result: np.ndarray | None, counts: Any, displs: Any,
+                  root: int) -> None:
+    plan = comm.plan
+    recv = _layout(result, counts, displs) if result is not None else None
+    mine = _apart(a, result)
+    _wait(plan, plan.world.Igatherv(mine, recv, root=root), "gatherv", mine, result)
+
+
+def world_scatterv(comm: "Comm", a: np.ndarray | None, result: np.ndarray, counts: Any, displs: Any,
+                   root: int) -> None:
+    plan = comm.plan
+    send = _layout(_apart(a, result), counts, displs) if a is not None else None
+    _wait(plan, plan.world.Iscatterv(send, result, root=root), "scatterv", send, result)
+
+
+def world_allgatherv(comm: "Comm", a: np.ndarray, result: np.ndarray, counts: Any, displs: Any) -> None:
+    plan = comm.plan
+    mine = _apart(a, result)
+    _wait(plan, plan.world.Iallgatherv(mine, _layout(result, counts, displs)), "allgatherv", mine, result)
+
+
+def world_alltoallv(comm: "Comm", a: np.ndarray, result: np.ndarray, sendcounts: Any, sdispls: Any,
+                    recvcounts: Any, rdispls: Any) -> None:
+    plan = comm.plan
+    _wait(plan, plan.world.Ialltoallv(_layout(a, sendcounts, sdispls), _layout(result, recvcounts, rdispls)),
+          "alltoallv", a, result)
