@@ -132,18 +132,18 @@ def _code(table: dict[Any, int], key: Any, what: str) -> int:
                                 f"{', '.join(str(k) for k in table if k is not None)})") from None
 
 
-def _layout(dtype: np.dtype[Any]) -> tuple[Any, ...]:
+def _pair_layout(dtype: np.dtype[Any]) -> tuple[Any, ...]:
     fields: Mapping[str, Any] = dtype.fields or {}
     return (dtype.itemsize,) + tuple(sorted((f[1], f[0].str) for f in fields.values()))
 
 
-_PAIR_LAYOUTS = {_layout(pair): code for pair, code in PAIRS.values()}
+_PAIR_LAYOUTS = {_pair_layout(pair): code for pair, code in PAIRS.values()}
 
 
 def _dtype(a: Array) -> int:
     code = DTYPES.get(a.dtype)
     if code is None and a.dtype.fields is not None:  # a pair type under other field names
-        code = _PAIR_LAYOUTS.get(_layout(a.dtype))
+        code = _PAIR_LAYOUTS.get(_pair_layout(a.dtype))
     if code is None:
         names = ", ".join(str(k) for k in DTYPES if k.fields is None)
         raise ShmtopoValueError(f"unsupported dtype {a.dtype!r} (expected one of {names}, or a "
@@ -520,7 +520,7 @@ def _counts(comm: Comm, values: Any, what: str, name: str) -> Array:
     return np.array(items, SIZES)
 
 
-def _layout(comm: Comm, what: str, counts: Any, displs: Any, prefix: str = "") -> tuple[Array, Array]:
+def _counts_layout(comm: Comm, what: str, counts: Any, displs: Any, prefix: str = "") -> tuple[Array, Array]:
     """counts and displacements; displacements default to the exclusive
     prefix sums of the counts (blocks back to back)."""
     c = _counts(comm, counts, what, prefix + "counts")
@@ -652,7 +652,7 @@ def _gatherv_args(comm: Comm, array: Any, counts: Any, displs: Any, root: Any,
     if me != r:
         a = _contiguous(array).reshape(-1)
         return a, _dtype(a), r, None, None, None, None
-    c, d = _layout(comm, "gatherv", counts, displs)
+    c, d = _counts_layout(comm, "gatherv", counts, displs)
     need = _end(c, d)
     if array is None:  # in place: the root's block already lies in out
         if out is None:
@@ -696,7 +696,7 @@ def _scatterv_args(comm: Comm, array: Any, counts: Any, displs: Any, root: Any,
             raise ShmtopoValueError("scatterv: out (this rank's block) is needed")
         result = _flat_out(out, "scatterv", None, 0)
         return None, _dtype(result), r, result, None, None, out
-    c, d = _layout(comm, "scatterv", counts, displs)
+    c, d = _counts_layout(comm, "scatterv", counts, displs)
     a = _contiguous(array).reshape(-1)
     code = _dtype(a)
     if a.size < _end(c, d):
@@ -731,7 +731,7 @@ def scatterv(comm: Comm, array: Any, counts: Any = None, displs: Any = None, roo
 
 def _allgatherv_args(comm: Comm, array: Any, counts: Any, displs: Any,
                      out: Any) -> tuple[Array, int, Array, Array, Array, Array]:
-    c, d = _layout(comm, "allgatherv", counts, displs)
+    c, d = _counts_layout(comm, "allgatherv", counts, displs)
     me, need = comm.world_rank, _end(c, d)
     if array is None:  # in place: this rank's block already lies in out
         if out is None:
@@ -765,8 +765,8 @@ def allgatherv(comm: Comm, array: Any, counts: Any, displs: Any = None, *, out: 
 
 def _alltoallv_args(comm: Comm, array: Any, sendcounts: Any, sdispls: Any, recvcounts: Any, rdispls: Any,
                     out: Any) -> tuple[Array, int, Array, Array, Array, Array, Array, Array]:
-    sc, sd = _layout(comm, "alltoallv", sendcounts, sdispls, "send")
-    rc, rd = _layout(comm, "alltoallv", recvcounts, rdispls, "recv")
+    sc, sd = _counts_layout(comm, "alltoallv", sendcounts, sdispls, "send")
+    rc, rd = _counts_layout(comm, "alltoallv", recvcounts, rdispls, "recv")
     a = _contiguous(array).reshape(-1)
     code = _dtype(a)
     if a.size < _end(sc, sd):
