@@ -2,10 +2,13 @@
 the flat algorithms, run under mpiexec by tests/test_levels.py (with
 HWLOC_SYNTHETIC and SHMTOPO_COLL_LEVELS set by the test).
 
-    levels_check.py STRUCTURE [quick]
+    levels_check.py STRUCTURE levels|flat [quick]
+    levels_check.py disagree CULPRIT
 
-STRUCTURE: the description of the levels every rank must find ("flat..."
-for none). Every rank checks every result bit for bit; any failure, on any
+STRUCTURE: how the levels every rank finds must be described (its start);
+levels|flat: whether the collectives must take them. disagree: rank
+CULPRIT sets another SHMTOPO_COLL_LEVELS before Comm.from_mpi: every rank
+must raise the same ShmtopoValueError naming the variable. Every rank checks every result bit for bit; any failure, on any
 rank, prints it and aborts the job (so the test fails instead of hanging).
 Rank 0 prints ``LEVELS OK <levelled calls>`` at the end.
 """
@@ -50,12 +53,27 @@ def check(cond: bool, what: str) -> None:
         raise AssertionError(f"rank {WORLD.Get_rank()}: {what}")
 
 
-def run(expected: str, quick: bool) -> int:
+def disagree(culprit: int) -> str:
+    import os
+
+    if WORLD.Get_rank() == culprit:
+        os.environ["SHMTOPO_COLL_LEVELS"] = "core" if os.environ.get("SHMTOPO_COLL_LEVELS") != "core" else "l3"
+    try:
+        shmtopo.Comm.from_mpi(WORLD).free()
+        message = "created"
+    except shmtopo.ShmtopoValueError as exc:
+        message = str(exc)
+    everyone = WORLD.allgather(message)
+    check(len(set(everyone)) == 1 and "SHMTOPO_COLL_LEVELS differs between ranks" in message
+          and f"rank {culprit} has" in message, f"disagreeing setting: {everyone}")
+    return 0
+
+
+def run(expected: str, levelled: bool, quick: bool) -> int:
     comm = shmtopo.Comm.from_mpi(WORLD)
     p, me = comm.size, comm.rank
     found = levels.describe(comm)
     check(found.startswith(expected), f"levels {found!r}, expected {expected!r}")
-    levelled = not expected.startswith("flat")
     chunk = levels.CHUNK
     case = 0
     dtypes = [np.float64, np.float32, np.int32, np.int8]
@@ -123,7 +141,10 @@ def run(expected: str, quick: bool) -> int:
 
 def main() -> None:
     try:
-        calls = run(sys.argv[1], "quick" in sys.argv[2:])
+        if sys.argv[1] == "disagree":
+            calls = disagree(int(sys.argv[2]))
+        else:
+            calls = run(sys.argv[1], sys.argv[2] == "levels", "quick" in sys.argv[3:])
     except BaseException:  # noqa: BLE001 - one rank's failure must end the job
         sys.stdout.write(traceback.format_exc())
         sys.stdout.flush()
