@@ -111,3 +111,20 @@ def test_flat_where_levels_are_not_asked_for(n, synthetic, setting, expected):
 @pytest.mark.parametrize("culprit", [0, 2, 3])
 def test_a_rank_with_another_setting_fails_creation_everywhere(culprit):
     run_check(4, "pack:2 core:2 pu:1", "package", "disagree", str(culprit))
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("setting, expected", [
+    ("numa,package", "levels          " + NODE + "; for arrays from 64 KiB"),
+    (None, "levels          " + NODE + "; for arrays from 64 KiB"),
+    ("flat", "levels          flat (SHMTOPO_COLL_LEVELS=flat)"),
+])
+def test_info_prints_the_levels(setting, expected):
+    env = dict(CLEAN_ENV, HWLOC_SYNTHETIC="pack:2 numa:2 core:2 pu:1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    env.pop("SHMTOPO_COLL_LEVELS", None)
+    if setting:
+        env["SHMTOPO_COLL_LEVELS"] = setting
+    proc = subprocess.run(mpiexec_command() + ["-n", "8", sys.executable, "-m", "shmtopo", "info"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert expected in proc.stdout.splitlines(), proc.stdout

@@ -221,13 +221,13 @@ class Levels:
         self._tmp: Array | None = None
         try:
             for t in range(len(structure.tiers)):
-                self.comms.append(_sub(comm, structure.group_of(t, comm.rank), flat=True))
+                self.comms.append(_sub(comm, structure.group_of(t, comm.rank)))
             leaders = [g[0] for g in structure.tiers[0].groups]
             chain_color = 0 if comm.rank in leaders else None
             if len(structure.tiers) == 2:  # the top tier is the chain
                 self.chain = self.comms[1]
             else:
-                self.chain = _sub(comm, chain_color, flat=True)
+                self.chain = _sub(comm, chain_color)
             if self.chain is not None:
                 self.window = self.chain.allocate(2 * CHUNK)
             failure: BaseException | None = None
@@ -355,7 +355,7 @@ def _op_name(opc: int) -> str:
     return next(k for k, v in OPS.items() if v == opc)
 
 
-def _sub(comm: "Comm", color: int | None, *, flat: bool) -> Optional["Comm"]:
+def _sub(comm: "Comm", color: int | None) -> Optional["Comm"]:
     """The sub-comm of the ranks with this color (None: not a member)."""
     from mpi4py import MPI
 
@@ -370,7 +370,7 @@ def _sub(comm: "Comm", color: int | None, *, flat: bool) -> Optional["Comm"]:
     except BaseException:
         sub.Free()
         raise
-    made._levels = FLAT if flat else None  # a sub-comm never levels itself
+    made._levels = FLAT  # a sub-comm never levels itself
     return made
 
 
@@ -405,8 +405,9 @@ def ready(comm: "Comm") -> Levels | None:
     if not found.tiers:
         comm._levels = FLAT
         return None
-    comm._levels = Levels(comm, found)
-    return comm._levels
+    made = Levels(comm, found)
+    comm._levels = made
+    return made
 
 
 def _last_leader(lv: Levels) -> int:
