@@ -39,8 +39,9 @@ multi-node comms stay flat.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -371,6 +372,7 @@ def _sub(comm: "Comm", color: int | None) -> Optional["Comm"]:
         sub.Free()
         raise
     made._levels = FLAT  # a sub-comm never levels itself
+    check(lib.shmtopo_comm_set_timeout(made.handle, comm.timeout))
     return made
 
 
@@ -410,6 +412,21 @@ def ready(comm: "Comm") -> Levels | None:
     return made
 
 
+@contextmanager
+def _running(comm: "Comm", lv: Levels) -> Iterator[None]:
+    """A levelled call's data phase: a failure on this rank (a wait that
+    failed, Ctrl-C) abandons the sub-comms and leaves the comm, so that peers
+    waiting in other groups, or on the chain, fail too instead of hanging."""
+    try:
+        yield
+    except BaseException:
+        lv.abandon()
+        comm._levels = FLAT
+        agreement.leave(comm)
+        raise
+    lv.calls += 1
+
+
 def _last_leader(lv: Levels) -> int:
     return lv.structure.tiers[0].groups[-1][0]
 
@@ -420,9 +437,9 @@ def allreduce(comm: "Comm", a: Array, result: Array, opc: int) -> bool:
     lv = ready(comm)
     if lv is None:
         return False
-    lv.calls += 1
-    lv.reduce(comm.rank, a, result, opc)
-    lv.bcast(comm.rank, result, _last_leader(lv))
+    with _running(comm, lv):
+        lv.reduce(comm.rank, a, result, opc)
+        lv.bcast(comm.rank, result, _last_leader(lv))
     return True
 
 
@@ -431,13 +448,13 @@ def reduce(comm: "Comm", a: Array, result: Array | None, opc: int, root: int) ->
     lv = ready(comm)
     if lv is None:
         return False
-    lv.calls += 1
     last = _last_leader(lv)
-    got = lv.reduce(comm.rank, a, result if comm.rank == root else None, opc)
-    if root != last:
-        buf = got if got is not None else result if comm.rank == root else np.empty_like(a)
-        assert buf is not None
-        lv.bcast(comm.rank, buf, last, dest=root)
+    with _running(comm, lv):
+        got = lv.reduce(comm.rank, a, result if comm.rank == root else None, opc)
+        if root != last:
+            buf = got if got is not None else result if comm.rank == root else np.empty_like(a)
+            assert buf is not None
+            lv.bcast(comm.rank, buf, last, dest=root)
     return True
 
 
@@ -446,8 +463,8 @@ def bcast(comm: "Comm", buf: Array, root: int) -> bool:
     lv = ready(comm)
     if lv is None:
         return False
-    lv.calls += 1
-    lv.bcast(comm.rank, buf, root)
+    with _running(comm, lv):
+        lv.bcast(comm.rank, buf, root)
     return True
 
 
