@@ -425,8 +425,22 @@ enum shmtopo_var {
     SHMTOPO_VAR_COLL_BUFFER = 3, SHMTOPO_VAR_NODE_SIZE = 4, SHMTOPO_VAR_TOPO_SOURCE = 5,
     SHMTOPO_VAR_TIMEOUT = 6, SHMTOPO_VAR_SPIN_NS = 7, SHMTOPO_VAR_YIELD_NS = 8,
     SHMTOPO_VAR_TOPO_DIR = 9, SHMTOPO_VAR_TOPO_CONFLICT_RANK = 10, SHMTOPO_VAR_SINGLE_COPY = 11,
-    SHMTOPO_NVARS = 12
+    SHMTOPO_VAR_COLL_LEVELS = 12,
+    SHMTOPO_NVARS = 13
 };
+
+/* SHMTOPO_COLL_LEVELS: auto (levels from the topology on big comms), flat
+ * (never), or a list of object types, innermost first ("numa,package"). */
+enum shmtopo_coll_levels_mode {
+    SHMTOPO_LEVELS_AUTO = 0, SHMTOPO_LEVELS_FLAT = 1, SHMTOPO_LEVELS_LIST = 2
+};
+/* The object types a level may follow (0 ends a list); names as hwloc's
+ * short ones, so the Python side finds them in the topology. */
+enum shmtopo_level_type {
+    SHMTOPO_LEVEL_END = 0, SHMTOPO_LEVEL_CORE = 1, SHMTOPO_LEVEL_L1 = 2, SHMTOPO_LEVEL_L2 = 3,
+    SHMTOPO_LEVEL_L3 = 4, SHMTOPO_LEVEL_NUMA = 5, SHMTOPO_LEVEL_DIE = 6, SHMTOPO_LEVEL_PACKAGE = 7
+};
+#define SHMTOPO_MAX_LEVELS 4
 
 /* SHMTOPO_SINGLE_COPY: auto (where every rank can reach every peer), 0 (off),
  * 1 (required: comm creation fails on every rank where a rank cannot). */
@@ -447,8 +461,10 @@ typedef struct shmtopo_config {
     double timeout;         /* SHMTOPO_TIMEOUT, seconds (0: forever) */
     int64_t spin_ns;        /* SHMTOPO_SPIN_NS (-1: by oversubscription) */
     int64_t yield_ns;       /* SHMTOPO_YIELD_NS (-1: by oversubscription) */
+    int32_t coll_levels_mode;                  /* SHMTOPO_COLL_LEVELS (auto): enum shmtopo_coll_levels_mode */
+    int32_t coll_levels[4];   /* SHMTOPO_MAX_LEVELS: its types when a list, innermost first, 0-ended */
     char topo_dir[256];     /* SHMTOPO_TOPO_DIR (/dev/shm) */
-    char text[12][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
+    char text[13][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
 } shmtopo_config_t;
 
 /* Read and check every variable. EINVAL, the message naming the variable,
@@ -456,9 +472,15 @@ typedef struct shmtopo_config {
 int shmtopo_config_read(shmtopo_config_t *cfg);
 /* 0 when the settings that must agree (SHMTOPO_SHM_TYPE, the fence and
  * collective algorithms, SHMTOPO_COLL_BUFFER, SHMTOPO_NODE_SIZE,
- * SHMTOPO_TOPO_SOURCE, SHMTOPO_SINGLE_COPY) are alike in cfgs[0..n); else EINVAL naming the
+ * SHMTOPO_TOPO_SOURCE, SHMTOPO_SINGLE_COPY, SHMTOPO_COLL_LEVELS) are alike in cfgs[0..n); else EINVAL naming the
  * variable and two ranks' values (ranks[i]: the rank of cfgs[i], NULL for i). */
 int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks);
+/* The name of a level type ("numanode", "package", ...; "unknown"). */
+const char *shmtopo_level_type_name(int type);
+/* The comm's SHMTOPO_COLL_LEVELS, as agreed at creation: the mode (enum
+ * shmtopo_coll_levels_mode) into *modep and, for a list, its types into
+ * types[0..SHMTOPO_MAX_LEVELS) (0-ended). EBADF for a freed comm. */
+int shmtopo_comm_coll_levels(const shmtopo_comm_t *comm, int *modep, int *types);
 /* Parse a backend / fence algorithm / topology source name ("posix", "rd",
  * "xml", ...). EINVAL for an unknown name, saying what is accepted. */
 int shmtopo_backend_from_name(const char *name, int *backendp);

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 import numpy as np
 import numpy.typing as npt
 
-from . import _fastpath, multinode
+from . import _fastpath, levels, multinode
 from .agreement import agree, counts_digest, counts_verdict, normalised, pairs_verdict, signature
 from ._native import ffi, lib
 from .errors import ShmtopoValueError, last_error
@@ -385,6 +385,10 @@ def allreduce(comm: Comm, array: npt.ArrayLike, op: str = "sum", *, out: Array |
     a, code, opc, alg, _, result = normalised(comm, ALLREDUCE, _reduce_args, comm, "allreduce",
                                                array, op, out, algorithm, None)
     if comm.nnodes == 1:
+        if levels.wanted_for(comm, a.nbytes, alg) and not _in_window(comm, a):
+            agree(comm, ALLREDUCE, a.size, code, opc, -1, alg, extra=levels.SIG_MARK)
+            if levels.allreduce(comm, a, _present(result), opc):
+                return _present(result)
         node_reduce(comm, a, result, opc, -1, alg)
         return _present(result)
     agree(comm, ALLREDUCE, a.size, code, opc, -1, alg)
@@ -403,6 +407,10 @@ def reduce(comm: Comm, array: npt.ArrayLike, op: str = "sum", root: int = 0, *, 
     a, code, opc, alg, r, result = normalised(comm, REDUCE, _reduce_args, comm, "reduce",
                                                array, op, out, algorithm, root)
     if comm.nnodes == 1:
+        if levels.wanted_for(comm, a.nbytes, alg) and not _in_window(comm, a):
+            agree(comm, REDUCE, a.size, code, opc, r, alg, extra=levels.SIG_MARK)
+            if levels.reduce(comm, a, result, opc, r):
+                return result
         node_reduce(comm, a, result, opc, r, alg)
         return result
     agree(comm, REDUCE, a.size, code, opc, r, alg)
@@ -424,6 +432,10 @@ def bcast(comm: Comm, array: npt.ArrayLike, root: int = 0, *, out: Array | None 
             return result
         if result is not a and comm.world_rank == r:
             result[...] = a
+        if levels.wanted_for(comm, a.nbytes, lib.SHMTOPO_COLL_AUTO):
+            agree(comm, BCAST, a.size, code, -1, r, extra=levels.SIG_MARK)
+            if levels.bcast(comm, result, r):
+                return result
         node_bcast(comm, result, r)
         return result
     agree(comm, BCAST, a.size, code, -1, r)

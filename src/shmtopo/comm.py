@@ -51,6 +51,7 @@ class Comm(Collective):
         self._transport = transport
         self._mpi = mpi_comm
         self._windows: list[Window] = []
+        self._levels: Any = None  # levels.py: made at the first levelled call
         self.plan = NodePlan.single(rank, size)
         self._fast = 0
         handle = ffi.new("shmtopo_comm_t **")
@@ -316,6 +317,7 @@ class Comm(Collective):
             return
         for win in list(self._windows):
             win.free()
+        self._free_levels()
         handle = self._h
         broken_before = lib.shmtopo_comm_broken(handle)
         if lib.shmtopo_comm_destroy(handle) < 0:
@@ -340,10 +342,23 @@ class Comm(Collective):
             return
         for win in list(self._windows):
             win.abandon(_origin)
+        from .levels import Levels
+
+        if isinstance(self._levels, Levels):
+            self._levels.abandon()
+        self._levels = None
         handle, self._h, self._fast = self._h, ffi.NULL, 0
         check(lib.shmtopo_comm_abandon(handle))
         self.plan.free()
         self._free_mpi()
+
+    def _free_levels(self) -> None:
+        """Collective: the sub-comms of the levelled collectives, if made."""
+        from .levels import Levels
+
+        held, self._levels = self._levels, None
+        if isinstance(held, Levels):
+            held.free()
 
     def _free_mpi(self) -> None:
         if self._mpi is not None:
