@@ -5,8 +5,11 @@ allgatherv, alltoallv, scan, exscan.
 Inside a node they run in shmtopo's native core over the comm's shared
 scratch buffers. When the comm spans several nodes (Comm.from_mpi on a
 multi-node job), they are hierarchical: shared memory inside each node,
-mpi4py between one leader per node, shared memory again. Ranks and roots are
-ranks of the comm given to from_mpi (comm.world_rank).
+mpi4py between one leader per node, shared memory again. The rooted and
+varying-count ones (gather ... exscan) agree first across nodes, then move
+their data with MPI's own call between all ranks (as alltoall does); scans
+gather every input hierarchically and fold them in job rank order. Ranks
+and roots are ranks of the comm given to from_mpi (comm.world_rank).
 
 Every call is normalised on its own rank first (array, dtype, op, root,
 out); anything that cannot be converted or is out of range does not raise
