@@ -297,6 +297,10 @@ int shmtopo_win_alloc_via(shmtopo_comm_t *comm, size_t size, const shmtopo_win_a
     /* A bad argument on one rank fails the first exchange on every rank. */
     if (alloc_steps(win, size, err, exchange, &a) < 0) {
         err = errno;
+        /* every rank failed this allocation, one that refused its arguments
+         * before reaching the core too (shmtopo_reject): none keeps the id,
+         * or the next window's free would name different ids */
+        comm->next_win_id = win->id;
         shmtopo_win_delete(win);
         errno = err;
         return -1;

@@ -38,7 +38,8 @@ def _placement_report(policy: str, place: Any) -> str:
     if place.placed == lib.SHMTOPO_PLACED_UNSUPPORTED:
         how += f" ({_errno.errorcode.get(place.err, place.err)}), first touch"
     where = f" on NUMA node{'s' if len(nodes) > 1 else ''} {nodes}" if nodes else ""
-    one = " (1 NUMA node)" if place.allowed == 1 else ""
+    # the machine's own count; a modelled placement is about another machine
+    one = " (1 NUMA node)" if place.allowed == 1 and place.placed != lib.SHMTOPO_PLACED_MODELLED else ""
     return f"{policy}{one}{where}: {how}"
 
 
