@@ -29,7 +29,7 @@ typedef struct shmtopo_seg_key {
     int32_t backend;
     int32_t pid;      /* creator */
     int32_t handle;   /* memfd: fd number in the creator; sysv: shmid */
-    int32_t pad;
+    int32_t huge;     /* enum shmtopo_huge_kind: peers madvise transparent ones too */
     uint64_t length;
     char name[48];    /* posix: shm_open name */
 } shmtopo_seg_key_t;

@@ -151,6 +151,7 @@ static int create_any(int backend, size_t length, uint64_t win_id, int huge, shm
 int shmtopo_seg_create(int backend, size_t length, uint64_t win_id, int huge, shmtopo_seg_t *seg)
 {
     if (create_any(backend, length, win_id, huge, seg) == 0) {
+        seg->key.huge = huge;
         /* before any page exists: the kernel then faults huge ones */
         if (huge == SHMTOPO_HUGE_TRANSPARENT)
             madvise(seg->addr, length, MADV_HUGEPAGE);
@@ -189,15 +190,23 @@ int shmtopo_seg_attach(const shmtopo_seg_key_t *key, shmtopo_seg_t *seg)
         if (addr == (void *)-1)
             return shmtopo_fail(errno, -1, "shmat id %d: %s", key->handle, strerror(errno));
         seg->addr = addr;
-        return 0;
+        break;
     }
     default:
         return shmtopo_fail(EINVAL, -1, "cannot attach a %s segment",
                             shmtopo_backend_name(key->backend));
     }
-    int rc = map_fd(fd, seg->length, &seg->addr);
-    close(fd);
-    return rc;
+    if (fd >= 0) {
+        int rc = map_fd(fd, seg->length, &seg->addr);
+        close(fd);
+        if (rc < 0)
+            return -1;
+    }
+    /* the advice is per mapping: a peer that faults pages (its own part of
+     * a contiguous window) asks for huge ones too */
+    if (key->huge == SHMTOPO_HUGE_TRANSPARENT)
+        madvise(seg->addr, seg->length, MADV_HUGEPAGE);
+    return 0;
 }
 
 void shmtopo_seg_unpublish(shmtopo_seg_t *seg)

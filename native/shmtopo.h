@@ -250,9 +250,11 @@ typedef struct shmtopo_win_place {
 
 /* Collective: allocate a window; this rank's part has `size` bytes (sizes may
  * differ, 0 allowed), zero-filled, memory reserved up front (ENOSPC/ENOMEM
- * here, never SIGBUS later). Before reserving, the node's total is checked
- * against the memory available (MemAvailable, the cgroup's limit) and the
- * file system's free space: ENOMEM on every rank when it cannot fit. attr
+ * here, never SIGBUS later) by the rank that owns it (placed as attr says,
+ * then first touched). Before reserving, the node's total is checked
+ * against the memory available (MemAvailable, the cgroup's limit, or the
+ * free hugetlb pool) and the file system's free space: ENOMEM on every rank
+ * when it cannot fit, or when huge pages are required and none exist. attr
  * may be NULL. *basep: this rank's part. Errors, on every rank alike:
  * EINVAL (bad attr, ranks disagree on backend/algorithm/layout), ENODEV
  * (backend unavailable here), ENOSPC/ENOMEM; ETIMEDOUT, EOWNERDEAD as for

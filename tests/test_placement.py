@@ -296,3 +296,66 @@ def test_one_rank_differs(comm, kw, bad):
     assert shm_leftovers() == set()
     with comm.allocate(8) as after:
         after.fence()
+
+
+# ---- transparent huge pages, in a /dev/shm of our own ------------------------------------
+
+THP_CHILD = """
+import os, sys, shmtopo
+comm = shmtopo.Comm.from_callbacks(1, 0, allgather=lambda s, r: r.__setitem__(slice(None), s),
+                                   barrier=lambda: None)
+mode = sys.argv[1]
+def eligible(win):
+    start = win.query(0).__array_interface__["data"][0]
+    head = None
+    for line in open("/proc/self/smaps"):
+        first = line.split()[0]
+        if "-" in first and not first.endswith(":"):
+            lo, hi = (int(x, 16) for x in first.split("-"))
+            head = lo <= start < hi
+        elif head and line.startswith("THPeligible:"):
+            return int(line.split()[1])
+    raise SystemExit("mapping not found in smaps")
+for contiguous in (False, True):
+    with comm.allocate(4 << 20, backend="posix", huge_pages=True, contiguous=contiguous) as win:
+        win.local[:] = 5
+        assert int(win.local[-1]) == 5
+        print(mode, "contiguous" if contiguous else "separate", win.huge_pages, eligible(win), flush=True)
+try:
+    comm.allocate(4 << 20, backend="posix", huge_pages="required").free()
+    print(mode, "required ok", flush=True)
+except shmtopo.ShmtopoMemoryError as exc:
+    print(mode, "required raised", exc, flush=True)
+comm.free()
+assert os.listdir("/dev/shm") == [], os.listdir("/dev/shm")
+"""
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("huge", ["advise", "never"])
+def test_transparent_huge_pages_where_dev_shm_allows_them(huge):
+    """A private /dev/shm mounted with huge=advise: posix windows with
+    huge_pages=True ask for transparent huge pages (the kernel then deems
+    the mapping THP-eligible); mounted with huge=never they fall back to
+    normal pages and "required" raises."""
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare(1) is not installed")
+    if Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled").read_text().find("[deny]") >= 0:
+        pytest.skip("shmem_enabled=deny: no transparent huge pages for shared memory at all")
+    script = (f"mount -t tmpfs -o size=64m,huge={huge} tmpfs /dev/shm && "
+              f"exec {sys.executable} -c \"$0\" {huge}")
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, THP_CHILD],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 and "mount" in proc.stderr and "ermission" in proc.stderr:
+        pytest.skip(f"cannot mount a private /dev/shm here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    if huge == "advise":
+        assert lines[:2] == ["advise separate transparent 1", "advise contiguous transparent 1"], proc.stdout
+        assert lines[2] == "advise required ok", proc.stdout
+    else:
+        assert lines[:2] == ["never separate None 0", "never contiguous None 0"], proc.stdout
+        assert lines[2].startswith("never required raised") and "huge pages are required" in lines[2], proc.stdout
