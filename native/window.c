@@ -205,7 +205,7 @@ static int alloc_steps(shmtopo_win_t *win, size_t size, int err, shmtopo_exchang
         shmtopo_fail(ENOMEM, -1, "out of memory allocating a window");
         err = ENOMEM;
     }
-    if (!err)
+    if (!err && a->huge_pages != SHMTOPO_HUGE_OFF) /* files to read: only when asked */
         shmtopo_huge_probe(win->backend, &mine.huge);
     if (exchange(win->comm, &sig, err, &mine, infos, sizeof(mine)) < 0)
         goto out;

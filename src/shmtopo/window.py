@@ -28,12 +28,12 @@ _HUGE_KINDS = (None, "hugetlb", "transparent")
 
 def _nodes(place: Any) -> Bitmap:
     """The NUMA nodes of a shmtopo_win_place_t's mask."""
-    return Bitmap._trusted(w * 64 + b for w in range(16) for b in range(64) if place.nodes[w] >> b & 1)
+    words = list(place.nodes)
+    return Bitmap._trusted(w * 64 + b for w, word in enumerate(words) if word for b in range(64) if word >> b & 1)
 
 
-def _placement_report(policy: str, place: Any) -> str:
+def _placement_report(policy: str, place: Any, nodes: Bitmap) -> str:
     """One line on how a rank's part was placed: policy, nodes, how."""
-    nodes = _nodes(place)
     how = _PLACED[place.placed]
     if place.placed == lib.SHMTOPO_PLACED_UNSUPPORTED:
         how += f" ({_errno.errorcode.get(place.err, place.err)}), first touch"
@@ -99,16 +99,12 @@ class Window(NativeWindow, Collective):
     symmetric: bool
     #: "local" or "interleave", as allocated
     placement: str
-    #: per rank, how its part was placed, e.g. "local (1 NUMA node): first touch",
-    #: "local on NUMA node 1: bound", "interleave on NUMA nodes 0-1: modelled, not bound"
-    placement_report: list[str]
-    #: per rank, the NUMA nodes chosen for its part (empty: left to the kernel)
-    numa_nodes: list[Bitmap]
     #: the huge pages the segments got: None (normal pages), "hugetlb" or
     #: "transparent" (madvise asked the kernel for them; it may still not)
     huge_pages: str | None
     #: bytes per page of the segments (hugetlb: the huge page size)
     page_size: int
+    _placed: tuple[list[str], list[Bitmap]] | None
     _h: Any
     _mappings: list[tuple[int, npt.NDArray[np.uint8]]]
     _parts: list[npt.NDArray[np.uint8]]
@@ -135,13 +131,10 @@ class Window(NativeWindow, Collective):
         self.size = comm.size
         self.contiguous = bool(attr.contiguous)
         self.symmetric = bool(attr.symmetric)
-        policy, place = ffi.new("int *"), ffi.new("shmtopo_win_place_t *")
-        self.placement_report, self.numa_nodes = [], []
-        for r in range(self.size):
-            check(lib.shmtopo_win_placement(self._h, r, policy, place))
-            self.placement = ("local", "interleave")[policy[0] - 1]
-            self.placement_report.append(_placement_report(self.placement, place))
-            self.numa_nodes.append(_nodes(place))
+        policy = ffi.new("int *")
+        check(lib.shmtopo_win_placement(self._h, self.rank, policy, ffi.NULL))
+        self.placement = ("local", "interleave")[policy[0] - 1]
+        self._placed = None  # read when first asked
         page = ffi.new("size_t *")
         self.huge_pages = _HUGE_KINDS[check(lib.shmtopo_win_huge_pages(self._h, page))]
         self.page_size = int(page[0])
@@ -160,6 +153,30 @@ class Window(NativeWindow, Collective):
         self._my_range = (mine.__array_interface__["data"][0], mine.nbytes)
         self._local = self._view(self.rank, dtype, shape)
         return self
+
+    def _placements(self) -> tuple[list[str], list[Bitmap]]:
+        if self._placed is None:
+            self._check_open()
+            place = ffi.new("shmtopo_win_place_t *")
+            reports, nodes = [], []
+            for r in range(self.size):
+                check(lib.shmtopo_win_placement(self._h, r, ffi.NULL, place))
+                nodes.append(_nodes(place))
+                reports.append(_placement_report(self.placement, place, nodes[-1]))
+            self._placed = reports, nodes
+        return self._placed
+
+    @property
+    def placement_report(self) -> list[str]:
+        """Per rank, how its part was placed, e.g. "local (1 NUMA node): first
+        touch", "local on NUMA node 1: bound", "interleave on NUMA nodes 0-1:
+        modelled, not bound"."""
+        return self._placements()[0]
+
+    @property
+    def numa_nodes(self) -> list[Bitmap]:
+        """Per rank, the NUMA nodes chosen for its part (empty: left to the kernel)."""
+        return self._placements()[1]
 
     @property
     def local(self) -> npt.NDArray[Any]:
