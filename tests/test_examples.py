@@ -114,6 +114,17 @@ def test_cli_bench_collectives_runs(n):
             if line.split()[:1] and line.split()[0] in ("allreduce", "bcast", "reduce", "allgather")
             and len(line.split()) > 8]
     assert len(rows) == 8 * 5, proc.stdout  # 8 rows x 8, 32, 128, 512, 2048 B
+    # the drop-in's upper-case calls, each size, with both figures and the ratio
+    dropin = [line.split() for line in proc.stdout.splitlines() if "(drop-in)" in line.split()[1:2]]
+    assert sorted((r[0], int(r[2])) for r in dropin) == sorted(
+        (name, size) for name in ("Allgather", "Allreduce", "Bcast", "Reduce") for size in (8, 32, 128, 512, 2048)
+    ), proc.stdout
+    for row in dropin:
+        words = [w for w in row if not w.startswith("(") or w == "(drop-in)"]
+        assert float(words[4]) > 0 and float(words[6]) > 0 and float(words[8]) >= 0, row  # mpi4py, shmtopo, ratio
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("drop-in over shmtopo's own API"))
+    for name in ("Allreduce", "Bcast", "Reduce", "Allgather"):
+        assert f"{name} " in line, line
     for row in rows:
         words = [w for w in row if not w.startswith("(")]
         name_len = len(words) - 8
