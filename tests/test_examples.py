@@ -1,4 +1,5 @@
 """Every example runs, under its own mpiexec, and so does the CLI."""
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,23 @@ def test_demo(n):
     assert "demo ok" in proc.stdout
     assert f"from {n} ranks" in proc.stdout
     assert proc.stdout.count("after a peer fence") == n - n % 2
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_cg_poisson(n):
+    """The mpi4py CG solver switched by one line: it converges to the exact
+    solution, its Allreduce ran in shared memory only, and its solution is
+    mpi4py's (bitwise with 2 ranks; the example itself asserts all of it)."""
+    proc = run_mpiexec(n, [sys.executable, EXAMPLES / "cg_poisson.py"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "cg_poisson ok" in out and "speedup" in out, out
+    stats = next(line for line in out.splitlines() if line.startswith("shm_stats: "))
+    accelerated, delegated = ast.literal_eval(stats[len("shm_stats: "):])["Allreduce"]
+    assert accelerated > 0 and delegated == 0, stats
+    assert "the same dot products on every rank: True" in out, out
+    if n == 2:
+        assert "bitwise identical to mpi4py's: True" in out, out
 
 
 def _hwloc_library_version() -> str:
