@@ -383,6 +383,8 @@ static int accel_root(PyObject *value, const shmtopo_comm_t *comm)
 
 static PyObject *accel_done(int rc, int err)
 {
+    if (rc < 0 && !accel.last_error) /* called before bind_accelerate */
+        return failed(NULL, err);
     if (rc < 0) {
         PyObject *exc = PyObject_CallFunction(accel.last_error, "i", err);
         if (exc) {
