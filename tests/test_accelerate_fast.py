@@ -248,3 +248,33 @@ def test_after_shm_free_the_plain_calls_go_to_mpi():
     acomm.Barrier()
     same_bits(got, np.full(3, float(WORLD.size)))
     assert acomm.shm_stats() == {"Allreduce": (0, 1), "Barrier": (0, 1)}
+
+
+class _MyComm(MPI.Intracomm):
+    """A user's communicator class with a method of its own."""
+
+    def twice_the_rank(self):
+        return 2 * self.Get_rank()
+
+
+def test_the_wrapped_comms_attributes_without_a_getattr_hook():
+    """The wrapper reads the wrapped communicator's attributes through
+    properties made per mpi4py class (no __getattr__, which would slow every
+    lookup of the wrapper's own collectives too): topology comms' and user
+    subclasses' attributes included."""
+    assert "__getattr__" not in vars(shmtopo.AcceleratedComm)
+    n = WORLD.size
+    cart = WORLD.Create_cart([n], periods=[True])
+    mine = _MyComm(WORLD.Dup())
+    try:
+        acart = shmtopo.accelerate(cart)
+        assert acart.Get_topo() == cart.Get_topo() and acart.Shift(0, 1) == cart.Shift(0, 1)
+        acart.shm_free()
+        amine = shmtopo.accelerate(mine)
+        assert amine.twice_the_rank() == 2 * WORLD.rank and amine.rank == WORLD.rank
+        with pytest.raises(AttributeError):
+            amine.no_such_attribute
+        amine.shm_free()
+    finally:
+        cart.Free()
+        mine.Free()
