@@ -1,4 +1,5 @@
 """Every example runs, under its own mpiexec, and so does the CLI."""
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,23 @@ def test_demo(n):
     assert "demo ok" in proc.stdout
     assert f"from {n} ranks" in proc.stdout
     assert proc.stdout.count("after a peer fence") == n - n % 2
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_cg_poisson(n):
+    """The mpi4py CG solver switched by one line: it converges to the exact
+    solution, its Allreduce ran in shared memory only, and its solution is
+    mpi4py's (bitwise with 2 ranks; the example itself asserts all of it)."""
+    proc = run_mpiexec(n, [sys.executable, EXAMPLES / "cg_poisson.py"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "cg_poisson ok" in out and "speedup" in out, out
+    stats = next(line for line in out.splitlines() if line.startswith("shm_stats: "))
+    accelerated, delegated = ast.literal_eval(stats[len("shm_stats: "):])["Allreduce"]
+    assert accelerated > 0 and delegated == 0, stats
+    assert "the same dot products on every rank: True" in out, out
+    if n == 2:
+        assert "bitwise identical to mpi4py's: True" in out, out
 
 
 def _hwloc_library_version() -> str:
@@ -114,6 +132,17 @@ def test_cli_bench_collectives_runs(n):
             if line.split()[:1] and line.split()[0] in ("allreduce", "bcast", "reduce", "allgather")
             and len(line.split()) > 8]
     assert len(rows) == 8 * 5, proc.stdout  # 8 rows x 8, 32, 128, 512, 2048 B
+    # the drop-in's upper-case calls, each size, with both figures and the ratio
+    dropin = [line.split() for line in proc.stdout.splitlines() if "(drop-in)" in line.split()[1:2]]
+    assert sorted((r[0], int(r[2])) for r in dropin) == sorted(
+        (name, size) for name in ("Allgather", "Allreduce", "Bcast", "Reduce") for size in (8, 32, 128, 512, 2048)
+    ), proc.stdout
+    for row in dropin:
+        words = [w for w in row if not w.startswith("(") or w == "(drop-in)"]
+        assert float(words[4]) > 0 and float(words[6]) > 0 and float(words[8]) >= 0, row  # mpi4py, shmtopo, ratio
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("drop-in over shmtopo's own API"))
+    for name in ("Allreduce", "Bcast", "Reduce", "Allgather"):
+        assert f"{name} " in line, line
     for row in rows:
         words = [w for w in row if not w.startswith("(")]
         name_len = len(words) - 8

@@ -316,6 +316,214 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* ---- the drop-in's entries (shmtopo.accelerate) -------------------------
+ *
+ * The same small collectives on mpi4py's upper-case arguments, in their
+ * plain case only: exact ndarrays passed without a datatype (mpi4py types
+ * them by their format), aligned (the kernels load whole elements), an op
+ * object of the table below, an int root in range. Each returns True once
+ * the collective ran, and None, having done nothing, for anything else: the
+ * drop-in's planner then reads the arguments in full, and says what is
+ * wrong. What is plain comes from the planner's own tables (bind_accelerate),
+ * so both take the same decisions. */
+
+#define ACCEL_MOVES (1u << 31) /* in masks: the format's datatype is one shmtopo moves */
+
+static struct {
+    PyObject *ops;           /* ((op object, shmtopo_op code), ...), matched by identity */
+    PyObject *last_error;    /* last_error(errno) -> the exception, as the planner's path words it */
+    unsigned masks[NDTYPES]; /* by dtype code: ACCEL_MOVES | 1 << op for each op MPI defines on it */
+} accel;
+
+static int accel_op(PyObject *op, int code)
+{
+    Py_ssize_t n = accel.ops ? PyTuple_GET_SIZE(accel.ops) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(accel.ops, i);
+        if (PyTuple_GET_ITEM(pair, 0) == op) {
+            int opc = (int)PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+            return accel.masks[code] & (1u << opc) ? opc : -1;
+        }
+    }
+    return -1;
+}
+
+/* view_of (or array_view up to `limit`), and only for a type shmtopo moves
+ * at an address aligned for it; 0 with no view held otherwise. */
+static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code, Py_ssize_t limit)
+{
+    if (!array_view(obj, view, writable, code, limit))
+        return 0;
+    if (!(accel.masks[*code] & ACCEL_MOVES) || (uintptr_t)view->buf % shmtopo_dtype_size(*code)) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/* A result buffer like `in` (same type, same length); 0 with no view held otherwise. */
+static int accel_result(PyObject *obj, Py_buffer *view, const Py_buffer *in, int code)
+{
+    int out_code;
+    if (!accel_view(obj, view, 1, &out_code, bound.max_bytes))
+        return 0;
+    if (out_code != code || view->len != in->len) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/* The root as the core takes it, or -1 for what the planner must judge. */
+static int accel_root(PyObject *value, const shmtopo_comm_t *comm)
+{
+    int root = root_of(value);
+    return root < shmtopo_comm_size(comm) ? root : -1;
+}
+
+static PyObject *accel_done(int rc, int err)
+{
+    if (rc < 0 && !accel.last_error) /* called before bind_accelerate */
+        return failed(NULL, err);
+    if (rc < 0) {
+        PyObject *exc = PyObject_CallFunction(accel.last_error, "i", err);
+        if (exc) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
+/* accel_allreduce(handle, sendbuf, recvbuf, op) -> True | None */
+static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "accel_allreduce takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, op;
+    Py_buffer in, out;
+    if (!comm || !accel_view(args[1], &in, 0, &code, bound.max_bytes))
+        Py_RETURN_NONE;
+    if ((op = accel_op(args[3], code)) < 0 || !accel_result(args[2], &out, &in, code)) {
+        PyBuffer_Release(&in);
+        Py_RETURN_NONE;
+    }
+    int rc, err;
+    CORE_CALL(shmtopo_allreduce(comm, in.buf, out.buf, count_of(&in, code), code, op, SHMTOPO_COLL_AUTO));
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return accel_done(rc, err);
+}
+
+/* accel_reduce(handle, sendbuf, recvbuf, op, root) -> True | None
+ * (recvbuf is read on the root only, as mpi4py does) */
+static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "accel_reduce takes 5 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, op, root;
+    Py_buffer in, out = {0};
+    if (!comm || (root = accel_root(args[4], comm)) < 0 || !accel_view(args[1], &in, 0, &code, bound.max_bytes))
+        Py_RETURN_NONE;
+    int is_root = root == shmtopo_comm_rank(comm);
+    if ((op = accel_op(args[3], code)) < 0 || (is_root && !accel_result(args[2], &out, &in, code))) {
+        PyBuffer_Release(&in);
+        Py_RETURN_NONE;
+    }
+    int rc, err;
+    CORE_CALL(shmtopo_reduce(comm, in.buf, out.buf, count_of(&in, code), code, op, root, SHMTOPO_COLL_AUTO));
+    PyBuffer_Release(&in);
+    if (is_root)
+        PyBuffer_Release(&out);
+    return accel_done(rc, err);
+}
+
+/* accel_bcast(handle, buf, root) -> True | None (a read-only root buffer,
+ * which the planner copies, is not plain) */
+static PyObject *accel_bcast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "accel_bcast takes 3 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, root;
+    Py_buffer buf;
+    if (!comm || (root = accel_root(args[2], comm)) < 0 || !accel_view(args[1], &buf, 1, &code, bound.max_bytes))
+        Py_RETURN_NONE;
+    int rc, err;
+    CORE_CALL(shmtopo_bcast(comm, buf.buf, count_of(&buf, code), code, root));
+    PyBuffer_Release(&buf);
+    return accel_done(rc, err);
+}
+
+/* accel_allgather(handle, sendbuf, recvbuf) -> True | None */
+static PyObject *accel_allgather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "accel_allgather takes 3 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, out_code;
+    Py_buffer in, out;
+    if (!comm || !accel_view(args[1], &in, 0, &code, bound.max_bytes))
+        Py_RETURN_NONE;
+    if (!accel_view(args[2], &out, 1, &out_code, PY_SSIZE_T_MAX)) { /* recvbuf: a block per rank */
+        PyBuffer_Release(&in);
+        Py_RETURN_NONE;
+    }
+    if (out_code != code || out.len != in.len * shmtopo_comm_size(comm)) {
+        PyBuffer_Release(&in);
+        PyBuffer_Release(&out);
+        Py_RETURN_NONE;
+    }
+    int rc, err;
+    CORE_CALL(shmtopo_allgather(comm, in.buf, out.buf, count_of(&in, code), code));
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return accel_done(rc, err);
+}
+
+/* accel_barrier(handle) -> True | None */
+static PyObject *accel_barrier(PyObject *self, PyObject *handle)
+{
+    shmtopo_comm_t *comm = comm_of(handle);
+    if (!comm)
+        Py_RETURN_NONE;
+    int rc, err;
+    CORE_CALL(shmtopo_barrier(comm));
+    return accel_done(rc, err);
+}
+
+/* bind_accelerate(ops, masks, last_error): the drop-in's op objects with
+ * their shmtopo_op codes, per dtype code the mask described at `accel`, and
+ * the maker of failures' exceptions. */
+static PyObject *bind_accelerate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != NDTYPES
+        || !PyCallable_Check(args[2]))
+        return PyErr_Format(PyExc_TypeError, "bind_accelerate takes a tuple of (op, code), %d masks and a "
+                            "callable", NDTYPES), NULL;
+    unsigned masks[NDTYPES];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(args[0], i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyLong_Check(PyTuple_GET_ITEM(pair, 1)))
+            return PyErr_Format(PyExc_TypeError, "bind_accelerate: ops are (op, code) pairs"), NULL;
+        long opc = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        if (opc < 0 || opc > 30)
+            return PyErr_Format(PyExc_ValueError, "bind_accelerate: op code %ld", opc), NULL;
+    }
+    for (int i = 0; i < NDTYPES; i++) {
+        masks[i] = (unsigned)PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(args[1], i));
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    Py_XSETREF(accel.ops, new_ref(args[0]));
+    Py_XSETREF(accel.last_error, new_ref(args[2]));
+    memcpy(accel.masks, masks, sizeof masks);
+    Py_RETURN_NONE;
+}
+
 /* ---- NativeWindow: the base of shmtopo.Window ---------------------------
  *
  * It holds the native window, so that win.fence() is one C method call: a
@@ -418,6 +626,16 @@ static PyMethodDef methods[] = {
     {"reduce", (PyCFunction)(void (*)(void))fast_reduce, METH_FASTCALL, "reduce(handle, array, out, op, root, is_root)"},
     {"bcast", (PyCFunction)(void (*)(void))fast_bcast, METH_FASTCALL, "bcast(handle, array, root)"},
     {"allgather", (PyCFunction)(void (*)(void))fast_allgather, METH_FASTCALL, "allgather(handle, array, out, nranks)"},
+    {"bind_accelerate", (PyCFunction)(void (*)(void))bind_accelerate, METH_FASTCALL,
+     "Bind the drop-in's op objects and per-type masks (shmtopo.accelerate internal)."},
+    {"accel_allreduce", (PyCFunction)(void (*)(void))accel_allreduce, METH_FASTCALL,
+     "accel_allreduce(handle, sendbuf, recvbuf, op) -> True | None"},
+    {"accel_reduce", (PyCFunction)(void (*)(void))accel_reduce, METH_FASTCALL,
+     "accel_reduce(handle, sendbuf, recvbuf, op, root) -> True | None"},
+    {"accel_bcast", (PyCFunction)(void (*)(void))accel_bcast, METH_FASTCALL, "accel_bcast(handle, buf, root) -> True | None"},
+    {"accel_allgather", (PyCFunction)(void (*)(void))accel_allgather, METH_FASTCALL,
+     "accel_allgather(handle, sendbuf, recvbuf) -> True | None"},
+    {"accel_barrier", accel_barrier, METH_O, "accel_barrier(handle) -> True | None"},
     {NULL, NULL, 0, NULL},
 };
 

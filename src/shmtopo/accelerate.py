@@ -32,10 +32,10 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import agreement, collectives
+from . import _fastpath, agreement, collectives
 from ._native import lib
 from .comm import Comm
-from .errors import FreedError, ShmtopoValueError
+from .errors import FreedError, ShmtopoValueError, last_error
 
 Array = npt.NDArray[Any]
 
@@ -137,7 +137,67 @@ def _get_tables() -> _Tables:
     global _tables
     if _tables is None:
         _tables = _Tables()
+        _bind_fast_entries(_tables)
+        for cls in (_tables.MPI.Intracomm, _tables.MPI.Cartcomm, _tables.MPI.Graphcomm,
+                    _tables.MPI.Distgraphcomm):
+            _forward(cls)
     return _tables
+
+
+# ---- the fast entry: the plain case in C ----------------------------------------------
+#
+# Most calls are plain: numpy arrays without a datatype, a predefined op, an
+# int root. shmtopo._fastpath's accel_* entries take those straight to the
+# core, and return None for anything else, which then goes through the
+# planner below; reading buffer specs in Python would cost more than the
+# collective itself. What the entries take for plain is what the planner
+# decides for those arguments, from its own tables.
+_accel_allreduce, _accel_reduce = _fastpath.accel_allreduce, _fastpath.accel_reduce
+_accel_bcast, _accel_allgather = _fastpath.accel_bcast, _fastpath.accel_allgather
+_accel_barrier = _fastpath.accel_barrier
+_MOVES = 1 << 31  # in a mask: the type is one shmtopo moves
+
+
+def _bind_fast_entries(t: _Tables) -> None:
+    """Hand the fast entries the op objects (by identity) and, per element
+    type of the core, the ops the planner reduces an array of that type with
+    when no datatype is given (mpi4py's datatype for its format)."""
+    ops = [(_SUM, collectives.OPS["sum"])]
+    ops += [(getattr(t.MPI, name.upper()), code) for name, code in collectives.OPS.items()]
+    masks = [0] * len(collectives.DTYPES)
+    for dtype, code in collectives.DTYPES.items():
+        probe = np.empty(1, dtype)
+        try:
+            known = t.types.get(t.handle(_format_type(t, probe, "probe")))
+        except (_Delegate, ValueError, BufferError):
+            continue
+        if known is not None and known.dtype == dtype:
+            masks[code] = _MOVES | sum(1 << collectives.OPS[name] for name in known.ops)
+    _fastpath.bind_accelerate(tuple(ops), tuple(masks), _fast_failure)
+
+
+_forwarded: set[type] = set()
+
+
+def _forward(cls: type) -> None:
+    """Make each public attribute of the mpi4py communicator class `cls` that
+    AcceleratedComm does not define read the wrapped communicator's. (A
+    __getattr__ would do that too, but a class with one pays for it on every
+    attribute lookup, its own collectives' included: 0.1-0.2 us a call.)"""
+    if cls in _forwarded:
+        return
+    for name in dir(cls):
+        if not name.startswith("__") and not hasattr(AcceleratedComm, name):
+            setattr(AcceleratedComm, name, property(operator.attrgetter(f"_comm.{name}"),
+                                                    doc=f"The wrapped communicator's ``{name}``."))
+    _forwarded.add(cls)
+
+
+def _fast_failure(err: int) -> BaseException:
+    """The exception of a collective that failed in a fast entry, worded as
+    the planner's path words it."""
+    exc = last_error(err)
+    return _explained(exc) if isinstance(exc, ShmtopoValueError) else exc
 
 
 class _Delegate(Exception):
@@ -410,11 +470,6 @@ class AcceleratedComm:
         collective called at least once, in the order of the first calls."""
         return {name: (n[0], n[1]) for name, n in self._stats.items()}
 
-    def __getattr__(self, name: str) -> Any:
-        if name in _OWN:  # not set yet (while unpickling, say): no recursion
-            raise AttributeError(name)
-        return getattr(self._comm, name)
-
     def __dir__(self) -> list[str]:
         return sorted(set(dir(type(self))) | set(dir(self._comm)))
 
@@ -539,6 +594,13 @@ class AcceleratedComm:
     def Barrier(self) -> None:
         """Collective: as mpi4py's ``Barrier``, in shared memory."""
         shm = self._shm
+        # the plain case runs in C (see _bind_fast_entries), the rest below
+        if shm is not None and _accel_barrier(shm._fast):
+            try:
+                self._stats["Barrier"][0] += 1
+            except KeyError:
+                self._count("Barrier", 0)
+            return
         if shm is None:
             self._delegate(_BARRIER, "Barrier", "the shmtopo comm has been freed")
             self._comm.Barrier()
@@ -549,23 +611,51 @@ class AcceleratedComm:
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Bcast``."""
+        shm = self._shm
+        if shm is not None and _accel_bcast(shm._fast, buf, root):
+            try:
+                self._stats["Bcast"][0] += 1
+            except KeyError:
+                self._count("Bcast", 0)
+            return
         self._either(_BCAST, "Bcast", _bcast_plan, (buf, root),
                      lambda p: self._run(collectives.bcast, p, p.send, p.root, out=p.out), root)
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: int = 0) -> None:
         """Collective: as mpi4py's ``Reduce``."""
+        shm = self._shm
+        if shm is not None and _accel_reduce(shm._fast, sendbuf, recvbuf, op, root):
+            try:
+                self._stats["Reduce"][0] += 1
+            except KeyError:
+                self._count("Reduce", 0)
+            return
         op = self._t.SUM if op is _SUM else op
         self._either(_REDUCE, "Reduce", _reduce_plan, (sendbuf, recvbuf, op, root),
                      lambda p: self._run(collectives.reduce, p, p.send, p.op, p.root, out=p.out), root)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
         """Collective: as mpi4py's ``Allreduce``."""
+        shm = self._shm
+        if shm is not None and _accel_allreduce(shm._fast, sendbuf, recvbuf, op):
+            try:
+                self._stats["Allreduce"][0] += 1
+            except KeyError:
+                self._count("Allreduce", 0)
+            return
         op = self._t.SUM if op is _SUM else op
         self._either(_ALLREDUCE, "Allreduce", _allreduce_plan, (sendbuf, recvbuf, op),
                      lambda p: self._run(collectives.allreduce, p, p.send, p.op, out=p.out))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgather``."""
+        shm = self._shm
+        if shm is not None and _accel_allgather(shm._fast, sendbuf, recvbuf):
+            try:
+                self._stats["Allgather"][0] += 1
+            except KeyError:
+                self._count("Allgather", 0)
+            return
         self._either(_ALLGATHER, "Allgather", _allgather_plan, (sendbuf, recvbuf),
                      lambda p: self._run(collectives.allgather, p, p.send, out=p.out))
 
@@ -741,6 +831,7 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
         comm = tables.MPI.COMM_WORLD
     if not isinstance(comm, tables.MPI.Comm):
         raise TypeError(f"accelerate needs an mpi4py communicator, not {type(comm).__name__}")
+    _forward(type(comm))
     if comm.Is_inter():  # the same on every rank
         raise ShmtopoValueError("accelerate needs an intracommunicator, not an intercommunicator")
     shm = Comm.from_mpi(comm, node_size=node_size, timeout=timeout)

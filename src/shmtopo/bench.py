@@ -271,12 +271,17 @@ def _print_fence_table(rows: list[FenceRow], floor: Floor, repeats: int) -> None
 COLLECTIVE_SIZES = sorted({8 * 4**k for k in range(12)} | {1 << 20})
 _ROW_ORDER = ["allreduce", "allreduce persistent", "allreduce in window", "bcast", "bcast in window",
               "reduce", "allgather", "allgather in window"]
+# The drop-in's upper-case calls (shmtopo.accelerate), after the lower-case rows
+# they run; their mpi4py figure is the raw call on the same buffers in the same rounds.
+DROPIN = " (drop-in)"
+_DROPIN_ROWS = {"allreduce": "Allreduce", "bcast": "Bcast", "reduce": "Reduce", "allgather": "Allgather"}
+_ROW_ORDER += [f"{upper}{DROPIN}" for upper in _DROPIN_ROWS.values()]
 
 
 def _floor_op(name: str) -> tuple[str, bool]:
     """The model's operation of a row, and whether the row works in place."""
-    op = name.split()[0]
-    return op, name in ("allreduce in window", "bcast", "bcast in window")
+    op = name.split()[0].lower()
+    return op, name in ("allreduce in window", "bcast", "bcast in window", f"Bcast{DROPIN}")
 
 
 def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
@@ -292,6 +297,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
 
     world = MPI.COMM_WORLD
     comm = shmtopo.Comm.from_mpi(world)
+    acomm = shmtopo.accelerate(world)  # the drop-in's rows
     if comm.rank == 0:
         print_load()
     mpi = comm.mpi
@@ -327,16 +333,32 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
             "allgather in window": (lambda: mpi.Allgather(a, gathered),
                                     lambda: comm.allgather(shared, out=gathered)),
         }
+        # the drop-in: mpi4py's own calls, word for word, on the accelerated comm
+        dropin = {
+            "allreduce": lambda: acomm.Allreduce(a, out),
+            "bcast": lambda: acomm.Bcast(out, root=0),
+            "reduce": lambda: acomm.Reduce(a, out, root=0),
+            "allgather": lambda: acomm.Allgather(a, gathered),
+        }
         with comm.allreduce_init(a, out) as req:
             # mpi4py and shmtopo alternate: (mpi, shm) per case; the persistent
-            # row's baseline is the plain Allreduce, timed in the same rounds
+            # row's and the drop-in rows' baselines are the plain mpi4py calls,
+            # timed in the same rounds
             bodies = [_loop(fn) for pair in cases.values() for fn in pair] + [_loop(req.start)]
+            bodies += [_loop(fn) for fn in dropin.values()]
             stats = interleaved(mpi, bodies, seconds, repeats)
         for i, name in enumerate(cases):
             op, in_place = _floor_op(name)
             rows.append((name, nbytes, stats[2 * i], stats[2 * i + 1], model.time(op, nbytes, in_place)))
-        rows.append(("allreduce persistent", nbytes, stats[0], stats[-1], model.time("allreduce", nbytes)))
+        rows.append(("allreduce persistent", nbytes, stats[0], stats[2 * len(cases)],
+                     model.time("allreduce", nbytes)))
+        for j, lower in enumerate(dropin):
+            i = list(cases).index(lower)
+            name = f"{_DROPIN_ROWS[lower]}{DROPIN}"
+            op, in_place = _floor_op(name)
+            rows.append((name, nbytes, stats[2 * i], stats[2 * len(cases) + 1 + j], model.time(op, nbytes, in_place)))
     win.free()
+    acomm.shm_free()
     if comm.rank == 0:
         _print_collective_table(rows, repeats)
         _print_targets(rows)
@@ -358,7 +380,23 @@ def _print_collective_table(rows: list[CollectiveRow], repeats: int) -> None:
           "shmtopo time / mpi4py time (< 1: shmtopo faster); x floor = time / the floor of the operation (the\n"
           "model: README); persistent = allreduce_init + start(); in window = the input is this rank's part of\n"
           "a shmtopo window (zero-copy path); allreduce and bcast there also receive in place, against mpi4py\n"
-          "with MPI.IN_PLACE on a private array", flush=True)
+          "with MPI.IN_PLACE on a private array; (drop-in) = mpi4py's upper-case call on shmtopo.accelerate(\n"
+          "COMM_WORLD), against the same call on COMM_WORLD", flush=True)
+    _print_dropin_overhead(rows)
+
+
+def _print_dropin_overhead(rows: list[CollectiveRow]) -> None:
+    """The drop-in's cost over shmtopo's own API, at the smallest size: the
+    difference of the medians of the two rows, measured in the same rounds."""
+    found = {(name, n): ts for name, n, _, ts, _ in rows}
+    sizes = sorted(n for name, n, *_ in rows if name == "allreduce")
+    if not sizes:
+        return
+    n = sizes[0]
+    parts = [f"{upper} {(found[f'{upper}{DROPIN}', n].median - found[lower, n].median) * 1e6:+.3f}"
+             for lower, upper in _DROPIN_ROWS.items() if (lower, n) in found and (f"{upper}{DROPIN}", n) in found]
+    print(f"drop-in over shmtopo's own API at {n} B, us per call (median difference): " + ", ".join(parts)
+          + "; target <= 0.2", flush=True)
 
 
 # The targets of issue 13, 2 ranks: (row, bytes, what is compared, bound).
@@ -401,6 +439,9 @@ def _plot(rows: list[CollectiveRow], path: str, title: str) -> list[list[str]]:
         if name == "allreduce":
             pers = [ts.median * 1e6 for op, n, tm, ts, fl in rows if op == "allreduce persistent"]
             ax.loglog(sizes, pers, "^--", label="shmtopo persistent")
+        dropin = [(n, ts.median * 1e6) for op, n, tm, ts, fl in rows if op == f"{_DROPIN_ROWS[name]}{DROPIN}"]
+        if dropin:
+            ax.loglog([d[0] for d in dropin], [d[1] for d in dropin], "v:", label="shmtopo drop-in (upper case)")
         window = [(n, tm.median, ts.median) for op, n, tm, ts, fl in rows if op == f"{name} in window"]
         if window and name != "allgather":  # allgather's baseline is the plain call above
             ax.loglog([w[0] for w in window], [w[1] * 1e6 for w in window], "o:", color="C0", alpha=0.5,

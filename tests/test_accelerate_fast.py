@@ -1,0 +1,280 @@
+"""shmtopo.accelerate's fast entry (shmtopo._fastpath's accel_* functions):
+the plain calls (numpy arrays without a datatype, a predefined op, an int
+root) run in C without the planner, and every other call takes the planner
+exactly as before. Results are checked against the wrapped mpi4py
+communicator on the same inputs, bitwise (small integers), on one node and
+on simulated nodes of 2 ranks (where collectives span nodes, the fast entry
+never runs)."""
+import sys
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import shmtopo
+from shmtopo import collectives
+
+accel_module = sys.modules["shmtopo.accelerate"]  # (shmtopo.accelerate is the function)
+WORLD = MPI.COMM_WORLD
+OPS = ["SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+PLANNERS = ["_bcast_plan", "_reduce_plan", "_allreduce_plan", "_allgather_plan"]
+
+
+@pytest.fixture(params=[None, 2], ids=["node", "nodes-of-2"])
+def acomm(request):
+    a = shmtopo.accelerate(WORLD, node_size=request.param, timeout=60)
+    yield a
+    a.shm_free()
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """{planner name: calls}: every call that went through the planner."""
+    calls = {name: 0 for name in PLANNERS}
+    for name in PLANNERS:
+        original = getattr(accel_module, name)
+
+        def counting(*args, _name=name, _original=original):
+            calls[_name] += 1
+            return _original(*args)
+        monkeypatch.setattr(accel_module, name, counting)
+    return calls
+
+
+def fast(acomm):
+    """Whether the fast entry can run on this comm (one node: its collectives
+    do not span nodes)."""
+    return acomm.shm_comm.nnodes == 1
+
+
+def data(rank, count, dtype, salt=0):
+    rng = np.random.default_rng(7919 * rank + 31 * count + salt)
+    dtype = np.dtype(dtype)
+    return rng.integers(0 if dtype.kind == "u" else -3, 4, count).astype(dtype)
+
+
+def same_bits(got, want, what=""):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    assert got.tobytes() == want.tobytes(), f"{what}: {got} != {want}"
+
+
+def plain_calls(acomm, comm, dtype, count, root):
+    """Each plain call on `comm` (the accelerated one or the wrapped one):
+    its result buffer."""
+    rank, n = WORLD.rank, WORLD.size
+    x = data(rank, count, dtype)
+    out = {}
+    b = np.zeros(count, dtype)
+    comm.Allreduce(x, b, op=MPI.SUM)
+    out["Allreduce"] = b
+    b = np.zeros(count, dtype)
+    comm.Allreduce(x, b)  # the default op
+    out["Allreduce default op"] = b
+    b = np.zeros(count, dtype)
+    comm.Reduce(x, b, MPI.MAX, root=root)
+    out["Reduce"] = b if rank == root else None
+    b = data(rank, count, dtype, 1)
+    comm.Bcast(b, root=root)
+    out["Bcast"] = b
+    b = np.zeros(count * n, dtype)
+    comm.Allgather(x, b)
+    out["Allgather"] = b
+    comm.Barrier()
+    return out
+
+
+@pytest.mark.parametrize("dtype", sorted(collectives.DTYPES, key=str), ids=str)
+def test_plain_calls_run_without_the_planner(acomm, planned, dtype):
+    n = WORLD.size
+    roots = sorted({0, n - 1})
+    for root in roots:
+        got = plain_calls(acomm, acomm, dtype, 5, root)
+        want = plain_calls(acomm, WORLD, dtype, 5, root)
+        for name in got:
+            if want[name] is not None:
+                same_bits(got[name], want[name], f"{name} {dtype} root {root}")
+    if fast(acomm):
+        assert planned == dict.fromkeys(PLANNERS, 0), planned
+    else:
+        assert all(planned.values()), planned  # across nodes the planner reads every call
+    stats = acomm.shm_stats()
+    r = len(roots)
+    assert stats == {"Allreduce": (2 * r, 0), "Reduce": (r, 0), "Bcast": (r, 0), "Allgather": (r, 0),
+                     "Barrier": (r, 0)}, stats
+    assert list(stats) == ["Allreduce", "Reduce", "Bcast", "Allgather", "Barrier"], stats  # first calls' order
+
+
+@pytest.mark.parametrize("dtype", sorted(collectives.DTYPES, key=str), ids=str)
+def test_every_op_on_plain_arrays(acomm, dtype):
+    """Ops MPI defines on the type run in shared memory (the bit ops on
+    integers too); the others (bit ops on floats) go to MPI, which refuses
+    them as it does without shmtopo."""
+    rank = WORLD.rank
+    x = data(rank, 6, dtype)
+    for name in OPS:
+        op = getattr(MPI, name)
+        got, want = np.zeros(6, dtype), np.zeros(6, dtype)
+        try:
+            WORLD.Allreduce(x, want, op)
+        except MPI.Exception as exc:
+            with pytest.raises(MPI.Exception) as info:
+                acomm.Allreduce(x, got, op)
+            assert info.value.Get_error_class() == exc.Get_error_class()
+            continue
+        acomm.Allreduce(x, got, op)
+        same_bits(got, want, f"{name} {dtype}")
+    # a call MPI refused is no completed call
+    assert acomm.shm_stats()["Allreduce"] == (4 if np.dtype(dtype).kind == "f" else 7, 0), acomm.shm_stats()
+
+
+def misaligned(count, dtype, rank, salt=0):
+    """An ndarray of `count` elements one byte off its type's alignment."""
+    dtype = np.dtype(dtype)
+    raw = np.zeros(count * dtype.itemsize + 1, np.uint8)
+    a = raw[1:].view(dtype)
+    assert not a.flags.aligned
+    a[...] = data(rank, count, dtype, salt)
+    return a
+
+
+def test_what_is_not_plain_takes_the_planner(acomm, planned):
+    """Each case is valid and accelerated, but not the fast entry's: the
+    planner reads it, and the results are MPI's."""
+    rank, n = WORLD.rank, WORLD.size
+    root = n - 1
+    x = data(rank, 7, np.float64)
+    cases = {
+        "misaligned input and result": lambda c, b: c.Allreduce([misaligned(7, np.float64, rank), MPI.DOUBLE],
+                                                                [b[1:].view(np.float64), MPI.DOUBLE]),
+        "long long": lambda c, b: c.Allreduce(x.astype(np.longlong), b),
+        "a numpy integer root": lambda c, b: c.Bcast(b, root=np.int64(root)),
+        "a read-only root buffer": lambda c, b: c.Bcast(readonly_at_root(b, root), root=root),
+        "a list spec": lambda c, b: c.Allreduce([x, MPI.DOUBLE], [b, MPI.DOUBLE]),
+        "in place": lambda c, b: c.Allreduce(MPI.IN_PLACE, b),
+        "above the fast entry's size": lambda c, b: c.Allreduce(data(rank, 9000, np.float64), b),
+    }
+    for name, call in cases.items():
+        before = sum(planned.values())
+        got, want = result_buffer(name, rank), result_buffer(name, rank)
+        call(acomm, got)
+        call(WORLD, want)
+        same_bits(got, want, name)
+        # a read-only buffer is not plain at the root only
+        here = not fast(acomm) or name != "a read-only root buffer" or rank == root
+        assert sum(planned.values()) == before + here, (name, planned)
+    assert all(d == 0 for _, d in acomm.shm_stats().values()), acomm.shm_stats()
+
+
+def test_misaligned_plain_arrays_are_the_planners(acomm, planned):
+    """numpy gives a misaligned array the format '=d', which mpi4py does not
+    map to a datatype: the fast entry (whose kernels would load misaligned
+    elements) leaves it to the planner, which refuses it on every rank."""
+    rank = WORLD.rank
+    with pytest.raises(shmtopo.ShmtopoValueError, match="cannot map format"):
+        acomm.Allreduce(misaligned(7, np.float64, rank), misaligned(7, np.float64, rank, 1))
+    with pytest.raises(shmtopo.ShmtopoValueError, match="cannot map format"):
+        acomm.Bcast(misaligned(7, np.float64, rank), root=0)
+    assert planned["_allreduce_plan"] == planned["_bcast_plan"] == 1, planned
+
+
+def result_buffer(name, rank):
+    if name == "misaligned input and result":
+        return misaligned(7, np.float64, rank, 3).base  # the bytes; the call views them from offset 1
+    if name == "long long":
+        return np.zeros(7, np.longlong)
+    if name == "above the fast entry's size":
+        return np.zeros(9000)
+    return data(rank, 7, np.float64, 5)
+
+
+def readonly_at_root(b, root):
+    if WORLD.rank == root:
+        b = b.copy()
+        b.flags.writeable = False
+    return b
+
+
+def test_reduce_reads_no_result_buffer_off_the_root(acomm, planned):
+    rank, n = WORLD.rank, WORLD.size
+    root = n - 1
+    x = data(rank, 4, np.int32)
+    got, want = np.zeros(4, np.int32), np.zeros(4, np.int32)
+    acomm.Reduce(x, got if rank == root else None, MPI.SUM, root)
+    WORLD.Reduce(x, want if rank == root else None, MPI.SUM, root)
+    same_bits(got, want)
+    if fast(acomm):
+        assert planned["_reduce_plan"] == 0, planned
+
+
+def test_a_fast_rank_and_a_delegating_one_raise_the_same(acomm):
+    """Ranks on the fast entry and a rank whose derived datatype goes to MPI:
+    every rank raises the planner's explanation, naming that rank."""
+    n = WORLD.size
+    if n == 1:
+        pytest.skip("one rank takes one path")
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()
+    try:
+        for culprit in sorted({0, n // 2, n - 1}):
+            odd = WORLD.rank == culprit
+
+            def buf(a):
+                return [a, 2, pair] if odd else a  # 4 doubles either way
+
+            calls = {
+                "Bcast": lambda: acomm.Bcast(buf(np.ones(4)), root=0),
+                "Reduce": lambda: acomm.Reduce(buf(np.ones(4)), buf(np.zeros(4)), MPI.SUM, root=n - 1),
+                "Allreduce": lambda: acomm.Allreduce(buf(np.ones(4)), buf(np.zeros(4)), MPI.SUM),
+                "Allgather": lambda: acomm.Allgather(buf(np.ones(4)), buf(np.zeros(4 * n))),
+            }
+            for name, call in calls.items():
+                with pytest.raises(shmtopo.ShmtopoValueError, match="delegated to MPI") as info:
+                    call()
+                assert "every rank must take the same path" in str(info.value), str(info.value)
+                if n > 2 or culprit != 0:
+                    assert info.value.rank == culprit, str(info.value)
+                out = np.zeros(2)
+                acomm.Allreduce(np.ones(2), out)
+                same_bits(out, np.full(2, float(n)))
+    finally:
+        pair.Free()
+
+
+def test_after_shm_free_the_plain_calls_go_to_mpi():
+    acomm = shmtopo.accelerate(WORLD)
+    acomm.shm_free()
+    got = np.zeros(3)
+    acomm.Allreduce(np.ones(3), got)
+    acomm.Barrier()
+    same_bits(got, np.full(3, float(WORLD.size)))
+    assert acomm.shm_stats() == {"Allreduce": (0, 1), "Barrier": (0, 1)}
+
+
+class _MyComm(MPI.Intracomm):
+    """A user's communicator class with a method of its own."""
+
+    def twice_the_rank(self):
+        return 2 * self.Get_rank()
+
+
+def test_the_wrapped_comms_attributes_without_a_getattr_hook():
+    """The wrapper reads the wrapped communicator's attributes through
+    properties made per mpi4py class (no __getattr__, which would slow every
+    lookup of the wrapper's own collectives too): topology comms' and user
+    subclasses' attributes included."""
+    assert "__getattr__" not in vars(shmtopo.AcceleratedComm)
+    n = WORLD.size
+    cart = WORLD.Create_cart([n], periods=[True])
+    mine = _MyComm(WORLD.Dup())
+    try:
+        acart = shmtopo.accelerate(cart)
+        assert acart.Get_topo() == cart.Get_topo() and acart.Shift(0, 1) == cart.Shift(0, 1)
+        acart.shm_free()
+        amine = shmtopo.accelerate(mine)
+        assert amine.twice_the_rank() == 2 * WORLD.rank and amine.rank == WORLD.rank
+        with pytest.raises(AttributeError):
+            amine.no_such_attribute
+        amine.shm_free()
+    finally:
+        cart.Free()
+        mine.Free()
