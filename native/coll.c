@@ -310,26 +310,33 @@ static int check_window(const shmtopo_comm_t *comm, const source_t *src, const c
     return 0;
 }
 
-/* Allreduce in place in a window: each rank reduces its slice of all inputs
- * into its own input there, then copies the other slices from their owners.
- * No scratch copies; peers only ever read slices nobody is writing. */
+/* Allreduce in place in a window: rank r reduces slice r of every part,
+ * chunk by chunk, into its own part and writes each result chunk straight
+ * into slice r of every peer's part. Only rank r reads or writes slice r of
+ * any part, and it writes a chunk only after reading that chunk of every
+ * input, so nobody reads a slice while it changes. Each byte crosses cores
+ * once each way (read, then written back into the lines just read) instead
+ * of being read across a second time; one step to start, and one so that no
+ * rank returns (or rewrites its part) while a peer still writes into it.
+ * Slices are cut on cache lines from the data's start (parts start on
+ * pages), so no two ranks write the same line. */
+#define INPLACE_CHUNK ((size_t)64 << 10) /* a result chunk, still in cache when copied out */
 static int inplace_allreduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const source_t *src,
                              char *recv, size_t count, int dtype, int op)
 {
     const size_t esz = shmtopo_dtype_size(dtype), P = (size_t)comm->size, me = (size_t)comm->rank;
     if (shmtopo_coll_step(comm, sig, NULL, 0) < 0)
         return -1;
-    const size_t lo = count * me / P, hi = count * (me + 1) / P;
-    source_t slice = {NULL, src->win, src->offset + lo * esz};
-    reduce_ranks(comm, recv + lo * esz, from_window, &slice, hi - lo, dtype, op);
-    if (shmtopo_coll_step(comm, sig, NULL, 0) < 0)
-        return -1;
-    for (size_t p = 0; p < P; p++) {
-        const size_t plo = count * p / P, phi = count * (p + 1) / P;
-        if (p != me)
-            memcpy(recv + plo * esz, src->win->base[p] + src->offset + plo * esz, (phi - plo) * esz);
+    const size_t n = count * esz, line = SHMTOPO_LINE;
+    const size_t lo = n * me / P / line * line, hi = me + 1 == P ? n : n * (me + 1) / P / line * line;
+    for (size_t at = lo; at < hi; at += INPLACE_CHUNK) {
+        const size_t bytes = shmtopo_min_size(INPLACE_CHUNK, hi - at);
+        source_t chunk = {NULL, src->win, src->offset + at};
+        reduce_ranks(comm, recv + at, from_window, &chunk, bytes / esz, dtype, op);
+        for (size_t i = 1; i < P; i++) /* peers in a rotated order: no part gets every writer at once */
+            memcpy(src->win->base[(me + i) % P] + src->offset + at, recv + at, bytes);
     }
-    /* my slice stays as it is until every peer has copied it */
+    /* nobody leaves while a peer still writes into its part */
     return shmtopo_coll_step(comm, sig, NULL, 0);
 }
 

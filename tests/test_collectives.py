@@ -162,40 +162,43 @@ TAGGED = np.dtype(np.float64, metadata={"unit": "m"})  # equal to float64, not t
 
 
 def test_fast_entry_takes_only_the_plain_case(comm):
-    """shmtopo._fastpath runs a small collective on plain ndarrays and hands
+    """shmtopo._fastpath runs a collective on plain ndarrays and hands
     everything else back (None, no collective made) to the general path."""
     from shmtopo import _fastpath
     from shmtopo.collectives import WINDOW_MIN
 
-    h, n = comm._fast, comm.world_size
+    h, wins, n = comm._fast, comm._windows, comm.world_size
     x = data(comm.world_rank, 24, np.float64)
     want = reference("sum", everyone(comm, 24, np.float64))
-    np.testing.assert_array_equal(_fastpath.allreduce(h, x, None, "sum"), want)
+    np.testing.assert_array_equal(_fastpath.allreduce(h, wins, x, None, "sum"), want)
     grid = np.empty((4, 6))
-    assert _fastpath.allreduce(h, x.reshape(4, 6), grid, "sum") is grid
+    assert _fastpath.allreduce(h, wins, x.reshape(4, 6), grid, "sum") is grid
     np.testing.assert_array_equal(grid.ravel(), want)
     ints = data(comm.world_rank, 9, np.int64)
-    np.testing.assert_array_equal(_fastpath.allreduce(h, ints, None, "bxor"),
+    np.testing.assert_array_equal(_fastpath.allreduce(h, wins, ints, None, "bxor"),
                                   reference("bxor", everyone(comm, 9, np.int64)))
+    large = np.full(WINDOW_MIN // 8 + 3, comm.world_rank + 1.0)  # private: taken at any size
+    np.testing.assert_array_equal(_fastpath.allreduce(h, wins, large, None, "sum"),
+                                  np.full(large.size, n * (n + 1) / 2))
     readonly = np.empty(24)
     readonly.flags.writeable = False
-    for args in [(0, x, None, "sum"),                        # freed or multi-node comm
-                 (h, list(x), None, "sum"),                  # not an array
-                 (h, x[::2], None, "sum"),                   # not contiguous
-                 (h, x.astype(">f8"), None, "sum"),           # foreign byte order
-                 (h, x.view(_Sub), None, "sum"),             # subclass
-                 (h, x.astype(np.longdouble), None, "sum"),  # not a collective type
-                 (h, x.astype(TAGGED), None, "sum"),         # not numpy's own float64 dtype
-                 (h, x, None, "mean"),                       # unknown op
-                 (h, x, [0.0] * 24, "sum"),                  # out not an array
-                 (h, x, readonly, "sum"),                    # read-only out
-                 (h, x, np.empty(24, np.float32), "sum"),    # out of another type
-                 (h, x, np.empty(25), "sum"),                # out of another size
-                 (h, np.ones(WINDOW_MIN // 8), None, "sum")]:  # large: maybe a window
+    for args in [(0, wins, x, None, "sum"),                        # freed or multi-node comm
+                 (h, wins, list(x), None, "sum"),                  # not an array
+                 (h, wins, x[::2], None, "sum"),                   # not contiguous
+                 (h, wins, x.astype(">f8"), None, "sum"),           # foreign byte order
+                 (h, wins, x.view(_Sub), None, "sum"),             # subclass
+                 (h, wins, x.astype(np.longdouble), None, "sum"),  # not a collective type
+                 (h, wins, x.astype(TAGGED), None, "sum"),         # not numpy's own float64 dtype
+                 (h, wins, x, None, "mean"),                       # unknown op
+                 (h, wins, x, [0.0] * 24, "sum"),                  # out not an array
+                 (h, wins, x, readonly, "sum"),                    # read-only out
+                 (h, wins, x, np.empty(24, np.float32), "sum"),    # out of another type
+                 (h, wins, x, np.empty(25), "sum"),                # out of another size
+                 (h, None, large, None, "sum")]:                   # large, and no list of windows
         assert _fastpath.allreduce(*args) is None, args
-    assert _fastpath.bcast(h, readonly, 0) is None
-    assert _fastpath.reduce(h, x[::2], None, "sum", 0, comm.world_rank == 0) is NotImplemented
-    assert _fastpath.allgather(h, x, np.empty((n, 23)), n) is None
+    assert _fastpath.bcast(h, wins, readonly, 0) is None
+    assert _fastpath.reduce(h, wins, x[::2], None, "sum", 0, comm.world_rank == 0) is NotImplemented
+    assert _fastpath.allgather(h, wins, x, np.empty((n, 23)), n) is None
     # the same calls through the public API: the general path does them or explains
     np.testing.assert_array_equal(comm.allreduce(x[::2]), want[::2])
     np.testing.assert_array_equal(comm.allreduce(x.view(_Sub)), want)
@@ -203,6 +206,35 @@ def test_fast_entry_takes_only_the_plain_case(comm):
     with pytest.raises(ValueError, match="out must be a writable"):
         comm.allreduce(x, out=readonly)
     comm.barrier()
+
+
+@pytest.mark.parametrize("op", ["allreduce", "reduce", "bcast", "allgather"])
+def test_fast_entry_finds_the_window(comm, op):
+    """A large array in a window takes the window path from the fast entry
+    too: when only rank 0 is told of the window, the ranks disagree on the
+    path and every rank raises (so the window list decides, not the size)."""
+    from shmtopo import _fastpath
+    from shmtopo.collectives import WINDOW_MIN
+
+    if comm.size == 1:
+        pytest.skip("one rank cannot disagree")
+    h, n, count = comm._fast, comm.world_size, WINDOW_MIN // 8 + 5
+    with comm.allocate(shape=(count + 8,), dtype=np.float64) as win:
+        view = win.local[8:]  # at an offset inside the part
+        view[:] = comm.rank + 1
+        comm.barrier()
+        calls = {"allreduce": lambda wins: _fastpath.allreduce(h, wins, view, None, "sum"),
+                 "reduce": lambda wins: _fastpath.reduce(h, wins, view, None, "sum", 0, comm.rank == 0),
+                 "bcast": lambda wins: _fastpath.bcast(h, wins, view, 0),
+                 "allgather": lambda wins: _fastpath.allgather(h, wins, view, np.empty((n, count)), n)}
+        with pytest.raises(shmtopo.ShmtopoValueError, match="ranks disagree"):
+            calls[op](comm._windows if comm.rank == 0 else [])
+        got = calls[op](comm._windows)  # every rank on the window path
+        want = {"allreduce": np.full(count, n * (n + 1) / 2), "reduce": np.full(count, n * (n + 1) / 2),
+                "bcast": np.full(count, 1.0), "allgather": np.repeat(np.arange(1.0, n + 1), count).reshape(n, count)}
+        if op != "reduce" or comm.rank == 0:
+            np.testing.assert_array_equal(got, want[op])
+        comm.barrier()
 
 
 def test_mismatched_arguments_fail_everywhere(comm):

@@ -1,8 +1,8 @@
-/* shmtopo._fastpath: the Python entry of small window collectives.
+/* shmtopo._fastpath: the Python entry of window collectives on plain arrays.
  *
  * A small allreduce costs about 0.4 us in shared memory, and going through
- * cffi (two ffi.from_buffer calls, dtype and op lookups) added 1-2 us of
- * Python on top. This module takes numpy arrays straight through the buffer
+ * cffi (two ffi.from_buffer calls, dtype and op lookups, the search for a
+ * window holding the array) added 1-2 us of Python on top. This module takes numpy arrays straight through the buffer
  * protocol and calls the native core directly. The declarations are the
  * core's own (shmtopo.h), and the core is the one libshmtopo.so that
  * shmtopo._native and C programs link too (found through the rpath
@@ -12,8 +12,11 @@
  *
  * Every function returns None, having done nothing, when the arguments are
  * not the plain case (exact ndarrays, C-contiguous, native byte order, a
- * supported type, below the size limit, a matching out); the caller then
- * takes the general Python path, which also explains what is wrong. A
+ * supported type, a matching out); the caller then takes the general Python
+ * path, which also explains what is wrong. Arrays of any size are taken: a
+ * large one that lies in this rank's part of one of the comm's windows
+ * (the comm's list of Windows, passed in, walked as the general path walks
+ * it) goes to the window collective, any other to the copy path. A
  * failure of the collective itself raises shmtopo's own exception, made by
  * the Python function bound for it (shmtopo.errors.last_error). */
 #define PY_SSIZE_T_CLEAN
@@ -33,7 +36,7 @@ static struct {
     PyObject *dtype_name;   /* "dtype" */
     PyObject *last_error;   /* last_error(errno) -> the exception to raise */
     PyObject *value_error;  /* ShmtopoValueError(message, errno) */
-    Py_ssize_t max_bytes;   /* larger arrays take the general path (window detection) */
+    Py_ssize_t window_min;  /* arrays from this size on take the window path where they lie in one */
 } bound;
 
 /* Calls into the core keep the GIL while their waits are short: dropping
@@ -86,9 +89,9 @@ static int dtype_code(PyObject *array)
     return code;
 }
 
-/* A view of an exact, C-contiguous ndarray of a supported type, of fewer
- * than `limit` bytes; 0 with no error set (and no view held) otherwise. */
-static int array_view(PyObject *obj, Py_buffer *view, int writable, int *code, Py_ssize_t limit)
+/* A view of an exact, C-contiguous ndarray of a supported type; 0 with no
+ * error set (and no view held) otherwise. */
+static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
 {
     if (Py_TYPE(obj) != (PyTypeObject *)bound.ndarray || (*code = dtype_code(obj)) < 0)
         return 0;
@@ -96,18 +99,7 @@ static int array_view(PyObject *obj, Py_buffer *view, int writable, int *code, P
         PyErr_Clear(); /* not contiguous, read-only: the general path says so */
         return 0;
     }
-    if (view->len >= limit) {
-        PyBuffer_Release(view);
-        return 0;
-    }
     return 1;
-}
-
-/* Inputs and same-sized results: larger arrays may lie in a window, which
- * the general path looks for. */
-static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
-{
-    return array_view(obj, view, writable, code, bound.max_bytes);
 }
 
 /* Elements in a view of an array whose type has code `code`. */
@@ -188,105 +180,202 @@ static PyObject *failed(PyObject *result, int err)
     return NULL;
 }
 
-/* allreduce(handle, array, out, op) -> result | None */
+/* ---- NativeWindow: the base of shmtopo.Window ---------------------------
+ *
+ * It holds the native window, so that win.fence() is one C method call: a
+ * Python method in between cost as much as the fence itself. `_fast` is the
+ * shmtopo_win_t * as an int, 0 once freed (the core then says EBADF). */
+typedef struct {
+    PyObject_HEAD
+    shmtopo_win_t *win;
+} NativeWindow;
+static PyTypeObject NativeWindowType;
+
+
+/* Where an input lies, as the general path (collectives._in_window) finds it.
+ * WINDOWED: in this rank's part of one of `windows` (the comm's list of its
+ * Windows), at *offsetp of *winp; PRIVATE: anywhere else, or smaller than
+ * bound.window_min (a copy is as fast there, on every rank alike); UNKNOWN:
+ * `windows` is not a list, so only small arrays are taken. */
+enum place { PRIVATE, WINDOWED, UNKNOWN };
+
+static enum place place_of(PyObject *windows, shmtopo_comm_t *comm, const Py_buffer *view,
+                           shmtopo_win_t **winp, size_t *offsetp)
+{
+    if (view->len < bound.window_min)
+        return PRIVATE;
+    if (!PyList_Check(windows))
+        return UNKNOWN;
+    const int rank = shmtopo_comm_rank(comm);
+    const char *start = view->buf;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(windows); i++) {
+        PyObject *w = PyList_GET_ITEM(windows, i);
+        shmtopo_win_t *win = PyObject_TypeCheck(w, &NativeWindowType) ? ((NativeWindow *)w)->win : NULL;
+        void *base;
+        size_t size;
+        if (!win || shmtopo_win_query(win, rank, &base, &size) < 0)
+            continue; /* freed: the general path skips it too */
+        const char *lo = base;
+        if (lo <= start && start + view->len <= lo + size) {
+            *winp = win;
+            *offsetp = (size_t)(start - lo);
+            return WINDOWED;
+        }
+    }
+    return PRIVATE;
+}
+
+/* A result that shares bytes with a window input other than exactly (in
+ * place): the general path explains which overlaps are allowed. */
+static int apart_or_same(const Py_buffer *in, const Py_buffer *out)
+{
+    const char *a = in->buf, *b = out->buf;
+    if (!out->buf || !(a < b + out->len && b < a + in->len))
+        return 1;
+    return a == b && in->len == out->len;
+}
+
+/* allreduce(handle, windows, array, out, op) -> result | None */
 static PyObject *fast_allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "allreduce takes 4 arguments"), NULL;
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "allreduce takes 5 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, op = op_code(args[3]);
+    int code, op = op_code(args[4]);
     Py_buffer in, out;
-    if (!comm || op < 0 || !view_of(args[1], &in, 0, &code))
+    shmtopo_win_t *win = NULL;
+    size_t offset = 0;
+    if (!comm || op < 0 || !view_of(args[2], &in, 0, &code))
         return not_handled();
-    PyObject *result = result_of(args[2], args[1], &in, code, &out);
+    enum place place = place_of(args[1], comm, &in, &win, &offset);
+    PyObject *result = place == UNKNOWN ? NULL : result_of(args[3], args[2], &in, code, &out);
+    if (result && place == WINDOWED && !apart_or_same(&in, &out)) {
+        PyBuffer_Release(&out);
+        Py_CLEAR(result);
+    }
     if (!result) {
         PyBuffer_Release(&in);
         return not_handled();
     }
     int rc, err;
-    CORE_CALL(shmtopo_allreduce(comm, in.buf, out.buf, count_of(&in, code), code, op, SHMTOPO_COLL_AUTO));
+    if (place == WINDOWED)
+        CORE_CALL(shmtopo_win_reduce(win, offset, out.buf, count_of(&in, code), code, op, -1, SHMTOPO_COLL_AUTO));
+    else
+        CORE_CALL(shmtopo_allreduce(comm, in.buf, out.buf, count_of(&in, code), code, op, SHMTOPO_COLL_AUTO));
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
     return rc < 0 ? failed(result, err) : result;
 }
 
-/* reduce(handle, array, out, op, root, is_root) -> result (None off the root) | NotImplemented */
+/* reduce(handle, windows, array, out, op, root, is_root) -> result (None off the root) | NotImplemented */
 static PyObject *fast_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6)
-        return PyErr_Format(PyExc_TypeError, "reduce takes 6 arguments"), NULL;
+    if (nargs != 7)
+        return PyErr_Format(PyExc_TypeError, "reduce takes 7 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, op = op_code(args[3]);
-    int root = root_of(args[4]), is_root = PyObject_IsTrue(args[5]);
+    int code, op = op_code(args[4]);
+    int root = root_of(args[5]), is_root = PyObject_IsTrue(args[6]);
     Py_buffer in, out = {0};
+    shmtopo_win_t *win = NULL;
+    size_t offset = 0;
     if (PyErr_Occurred())
         PyErr_Clear(), comm = NULL;
-    if (!comm || op < 0 || root < 0 || !view_of(args[1], &in, 0, &code))
+    if (!comm || op < 0 || root < 0 || !view_of(args[2], &in, 0, &code))
         return PyErr_Occurred() ? NULL : new_ref(Py_NotImplemented);
+    enum place place = place_of(args[1], comm, &in, &win, &offset);
     PyObject *result = Py_None;
-    if (is_root && !(result = result_of(args[2], args[1], &in, code, &out))) {
+    if (place == UNKNOWN || (is_root && !(result = result_of(args[3], args[2], &in, code, &out)))) {
         PyBuffer_Release(&in);
         return PyErr_Occurred() ? NULL : new_ref(Py_NotImplemented);
     }
     if (!is_root)
         Py_INCREF(result);
+    if (place == WINDOWED && !apart_or_same(&in, &out)) {
+        PyBuffer_Release(&in);
+        PyBuffer_Release(&out);
+        Py_DECREF(result);
+        return new_ref(Py_NotImplemented);
+    }
     int rc, err;
-    CORE_CALL(shmtopo_reduce(comm, in.buf, out.buf, count_of(&in, code), code, op, root, SHMTOPO_COLL_AUTO));
+    if (place == WINDOWED)
+        CORE_CALL(shmtopo_win_reduce(win, offset, out.buf, count_of(&in, code), code, op, root, SHMTOPO_COLL_AUTO));
+    else
+        CORE_CALL(shmtopo_reduce(comm, in.buf, out.buf, count_of(&in, code), code, op, root, SHMTOPO_COLL_AUTO));
     PyBuffer_Release(&in);
     if (is_root)
         PyBuffer_Release(&out);
     return rc < 0 ? failed(result, err) : result;
 }
 
-/* bcast(handle, array, root) -> array (received in place) | None */
+/* bcast(handle, windows, array, root) -> array (received in place) | None */
 static PyObject *fast_bcast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "bcast takes 3 arguments"), NULL;
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "bcast takes 4 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, root = root_of(args[2]);
+    int code, root = root_of(args[3]);
     Py_buffer buf;
+    shmtopo_win_t *win = NULL;
+    size_t offset = 0;
     if (PyErr_Occurred())
         PyErr_Clear(), comm = NULL;
-    if (!comm || root < 0 || !view_of(args[1], &buf, 1, &code))
+    if (!comm || root < 0 || !view_of(args[2], &buf, 1, &code))
         return not_handled();
+    enum place place = place_of(args[1], comm, &buf, &win, &offset);
+    if (place == UNKNOWN) {
+        PyBuffer_Release(&buf);
+        return not_handled();
+    }
     int rc, err;
-    CORE_CALL(shmtopo_bcast(comm, buf.buf, count_of(&buf, code), code, root));
+    if (place == WINDOWED)
+        CORE_CALL(shmtopo_win_bcast(win, offset, buf.buf, count_of(&buf, code), code, root));
+    else
+        CORE_CALL(shmtopo_bcast(comm, buf.buf, count_of(&buf, code), code, root));
     PyBuffer_Release(&buf);
-    return rc < 0 ? failed(NULL, err) : new_ref(args[1]);
+    return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
 }
 
-/* allgather(handle, array, out, nranks) -> out | None */
+/* allgather(handle, windows, array, out, nranks) -> out | None */
 static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "allgather takes 4 arguments"), NULL;
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "allgather takes 5 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    Py_ssize_t nranks = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t nranks = PyLong_AsSsize_t(args[4]);
     int code, out_code;
     Py_buffer in, out;
+    shmtopo_win_t *win = NULL;
+    size_t offset = 0;
     if (PyErr_Occurred())
         PyErr_Clear(), comm = NULL;
-    if (!comm || !view_of(args[1], &in, 0, &code))
+    if (!comm || !view_of(args[2], &in, 0, &code))
         return not_handled();
-    if (!array_view(args[2], &out, 1, &out_code, PY_SSIZE_T_MAX)) { /* out: nranks blocks */
+    enum place place = place_of(args[1], comm, &in, &win, &offset);
+    if (place == UNKNOWN || !view_of(args[3], &out, 1, &out_code)) { /* out: nranks blocks */
         PyBuffer_Release(&in);
         return not_handled();
     }
-    if (out_code != code || out.len != in.len * nranks) {
+    /* in a window, the general path explains a result over the input */
+    if (out_code != code || out.len != in.len * nranks ||
+        (place == WINDOWED && (const char *)in.buf < (const char *)out.buf + out.len &&
+         (const char *)out.buf < (const char *)in.buf + in.len)) {
         PyBuffer_Release(&in);
         PyBuffer_Release(&out);
         return not_handled();
     }
     int rc, err;
-    CORE_CALL(shmtopo_allgather(comm, in.buf, out.buf, count_of(&in, code), code));
+    if (place == WINDOWED)
+        CORE_CALL(shmtopo_win_allgather(win, offset, out.buf, count_of(&in, code), code));
+    else
+        CORE_CALL(shmtopo_allgather(comm, in.buf, out.buf, count_of(&in, code), code));
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
-    return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
+    return rc < 0 ? failed(NULL, err) : new_ref(args[3]);
 }
 
-/* bind(ndarray, empty_like, ops, max_bytes, dtypes, last_error, value_error):
- * numpy's type and constructor, the op-name table, the size limit, the dtypes
+/* bind(ndarray, empty_like, ops, window_min, dtypes, last_error, value_error):
+ * numpy's type and constructor, the op-name table, the size from which an
+ * array in a window takes the window path, the dtypes
  * in shmtopo_dtype order, the maker of failures' exceptions and the class of
  * bad arguments' ones. The native functions need no binding: they are linked. */
 static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -298,7 +387,7 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(bound.ndarray, new_ref(args[0]));
     Py_XSETREF(bound.empty_like, new_ref(args[1]));
     Py_XSETREF(bound.ops, new_ref(args[2]));
-    bound.max_bytes = PyLong_AsSsize_t(args[3]);
+    bound.window_min = PyLong_AsSsize_t(args[3]);
     if (PyErr_Occurred())
         return NULL;
     if (!PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) != NDTYPES)
@@ -348,13 +437,15 @@ static int accel_op(PyObject *op, int code)
     return -1;
 }
 
-/* view_of (or array_view up to `limit`), and only for a type shmtopo moves
- * at an address aligned for it; 0 with no view held otherwise. */
-static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code, Py_ssize_t limit)
+/* view_of, below bound.window_min (larger arrays may lie in a window, which
+ * the planner looks for), and only for a type shmtopo moves at an address
+ * aligned for it; 0 with no view held otherwise. */
+static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code)
 {
-    if (!array_view(obj, view, writable, code, limit))
+    if (!view_of(obj, view, writable, code))
         return 0;
-    if (!(accel.masks[*code] & ACCEL_MOVES) || (uintptr_t)view->buf % shmtopo_dtype_size(*code)) {
+    if (view->len >= bound.window_min || !(accel.masks[*code] & ACCEL_MOVES)
+        || (uintptr_t)view->buf % shmtopo_dtype_size(*code)) {
         PyBuffer_Release(view);
         return 0;
     }
@@ -365,7 +456,7 @@ static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code, P
 static int accel_result(PyObject *obj, Py_buffer *view, const Py_buffer *in, int code)
 {
     int out_code;
-    if (!accel_view(obj, view, 1, &out_code, bound.max_bytes))
+    if (!accel_view(obj, view, 1, &out_code))
         return 0;
     if (out_code != code || view->len != in->len) {
         PyBuffer_Release(view);
@@ -404,7 +495,7 @@ static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, op;
     Py_buffer in, out;
-    if (!comm || !accel_view(args[1], &in, 0, &code, bound.max_bytes))
+    if (!comm || !accel_view(args[1], &in, 0, &code))
         Py_RETURN_NONE;
     if ((op = accel_op(args[3], code)) < 0 || !accel_result(args[2], &out, &in, code)) {
         PyBuffer_Release(&in);
@@ -426,7 +517,7 @@ static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t 
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, op, root;
     Py_buffer in, out = {0};
-    if (!comm || (root = accel_root(args[4], comm)) < 0 || !accel_view(args[1], &in, 0, &code, bound.max_bytes))
+    if (!comm || (root = accel_root(args[4], comm)) < 0 || !accel_view(args[1], &in, 0, &code))
         Py_RETURN_NONE;
     int is_root = root == shmtopo_comm_rank(comm);
     if ((op = accel_op(args[3], code)) < 0 || (is_root && !accel_result(args[2], &out, &in, code))) {
@@ -450,7 +541,7 @@ static PyObject *accel_bcast(PyObject *self, PyObject *const *args, Py_ssize_t n
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, root;
     Py_buffer buf;
-    if (!comm || (root = accel_root(args[2], comm)) < 0 || !accel_view(args[1], &buf, 1, &code, bound.max_bytes))
+    if (!comm || (root = accel_root(args[2], comm)) < 0 || !accel_view(args[1], &buf, 1, &code))
         Py_RETURN_NONE;
     int rc, err;
     CORE_CALL(shmtopo_bcast(comm, buf.buf, count_of(&buf, code), code, root));
@@ -466,7 +557,7 @@ static PyObject *accel_allgather(PyObject *self, PyObject *const *args, Py_ssize
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, out_code;
     Py_buffer in, out;
-    if (!comm || !accel_view(args[1], &in, 0, &code, bound.max_bytes))
+    if (!comm || !accel_view(args[1], &in, 0, &code))
         Py_RETURN_NONE;
     if (!accel_view(args[2], &out, 1, &out_code, PY_SSIZE_T_MAX)) { /* recvbuf: a block per rank */
         PyBuffer_Release(&in);
@@ -524,15 +615,7 @@ static PyObject *bind_accelerate(PyObject *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
-/* ---- NativeWindow: the base of shmtopo.Window ---------------------------
- *
- * It holds the native window, so that win.fence() is one C method call: a
- * Python method in between cost as much as the fence itself. `_fast` is the
- * shmtopo_win_t * as an int, 0 once freed (the core then says EBADF). */
-typedef struct {
-    PyObject_HEAD
-    shmtopo_win_t *win;
-} NativeWindow;
+/* ---- NativeWindow: the base of shmtopo.Window (its type is below) ------- */
 
 static PyObject *window_fence(PyObject *self, PyObject *unused)
 {
@@ -621,11 +704,11 @@ static PyTypeObject NativeWindowType = {
 };
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Bind numpy, the op table, the size limit and the error maker (shmtopo internal)."},
-    {"allreduce", (PyCFunction)(void (*)(void))fast_allreduce, METH_FASTCALL, "allreduce(handle, array, out, op)"},
-    {"reduce", (PyCFunction)(void (*)(void))fast_reduce, METH_FASTCALL, "reduce(handle, array, out, op, root, is_root)"},
-    {"bcast", (PyCFunction)(void (*)(void))fast_bcast, METH_FASTCALL, "bcast(handle, array, root)"},
-    {"allgather", (PyCFunction)(void (*)(void))fast_allgather, METH_FASTCALL, "allgather(handle, array, out, nranks)"},
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Bind numpy, the op table, the window size rule and the error makers (shmtopo internal)."},
+    {"allreduce", (PyCFunction)(void (*)(void))fast_allreduce, METH_FASTCALL, "allreduce(handle, windows, array, out, op)"},
+    {"reduce", (PyCFunction)(void (*)(void))fast_reduce, METH_FASTCALL, "reduce(handle, windows, array, out, op, root, is_root)"},
+    {"bcast", (PyCFunction)(void (*)(void))fast_bcast, METH_FASTCALL, "bcast(handle, windows, array, root)"},
+    {"allgather", (PyCFunction)(void (*)(void))fast_allgather, METH_FASTCALL, "allgather(handle, windows, array, out, nranks)"},
     {"bind_accelerate", (PyCFunction)(void (*)(void))bind_accelerate, METH_FASTCALL,
      "Bind the drop-in's op objects and per-type masks (shmtopo.accelerate internal)."},
     {"accel_allreduce", (PyCFunction)(void (*)(void))accel_allreduce, METH_FASTCALL,
@@ -641,7 +724,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "shmtopo._fastpath",
-    "Small window collectives on numpy arrays without cffi's per-call costs (internal).",
+    "Window collectives on plain numpy arrays without cffi's per-call costs (internal).",
     -1, methods,
 };
 

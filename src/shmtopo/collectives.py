@@ -107,11 +107,12 @@ NULL = ffi.NULL
 _from_buffer = ffi.from_buffer
 _barrier = lib.shmtopo_barrier
 
-WINDOW_MIN = 64 * 1024  # smaller arrays: the copy path is as fast, and finding the window costs
+WINDOW_MIN = 64 * 1024  # smaller arrays take the copy path even in a window: it is as fast
 
-# Arrays below WINDOW_MIN on a single-node comm go through _fastpath, which
-# calls the same native functions (the one libshmtopo.so both modules link)
-# without cffi's per-call Python costs.
+# Plain arrays on a single-node comm go through _fastpath, which calls the
+# same native functions (the one libshmtopo.so both modules link) without
+# cffi's per-call Python costs, and finds a window holding the array the way
+# _in_window does, in the comm's list of windows.
 _fastpath.bind(np.ndarray, np.empty_like, OPS, WINDOW_MIN,
                tuple(BY_CODE.get(c) for c in range(lib.SHMTOPO_NDTYPES)), last_error, ShmtopoValueError)
 _fast_allreduce, _fast_reduce = _fastpath.allreduce, _fastpath.reduce
@@ -383,7 +384,7 @@ def allreduce(comm: Comm, array: npt.ArrayLike, op: str = "sum", *, out: Array |
     algorithm: None (by size), "flat" or "rsag". Returns out (a new array
     when None)."""
     if algorithm is None:
-        fast: Array | None = _fast_allreduce(comm._fast, array, out, op)
+        fast: Array | None = _fast_allreduce(comm._fast, comm._windows, array, out, op)
         if fast is not None:
             return fast
     a, code, opc, alg, _, result = normalised(comm, ALLREDUCE, _reduce_args, comm, "allreduce",
@@ -404,7 +405,8 @@ def reduce(comm: Comm, array: npt.ArrayLike, op: str = "sum", root: int = 0, *, 
            algorithm: str | None = None) -> Array | None:
     """Collective: the reduction on rank `root` (returned there; None elsewhere)."""
     if algorithm is None and type(root) is int:
-        fast: Any = _fast_reduce(comm._fast, array, out, op, root, root == comm.world_rank)
+        fast: Any = _fast_reduce(comm._fast, comm._windows, array, out, op, root,
+                               root == comm.world_rank)
         if fast is not NotImplemented:
             done: Array | None = fast  # None on ranks other than root
             return done
@@ -426,7 +428,7 @@ def bcast(comm: Comm, array: npt.ArrayLike, root: int = 0, *, out: Array | None 
     """Collective: every rank gets rank `root`'s array (the other ranks' array
     only gives shape and dtype). Pass out=array to receive in place."""
     if out is array and type(root) is int:  # in place
-        fast: Array | None = _fast_bcast(comm._fast, array, root)
+        fast: Array | None = _fast_bcast(comm._fast, comm._windows, array, root)
         if fast is not None:
             return fast
     a, code, r, result = normalised(comm, BCAST, _bcast_args, comm, array, root, out)
@@ -452,7 +454,7 @@ def bcast(comm: Comm, array: npt.ArrayLike, root: int = 0, *, out: Array | None 
 def allgather(comm: Comm, array: npt.ArrayLike, *, out: Array | None = None) -> Array:
     """Collective: shape (nranks, *array.shape), row r from rank r."""
     if out is not None:
-        fast: Array | None = _fast_allgather(comm._fast, array, out, comm.world_size)
+        fast: Array | None = _fast_allgather(comm._fast, comm._windows, array, out, comm.world_size)
         if fast is not None:
             return fast
     a, code, result = normalised(comm, ALLGATHER, _allgather_args, comm, array, out)
