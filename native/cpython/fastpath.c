@@ -437,14 +437,14 @@ static int accel_op(PyObject *op, int code)
     return -1;
 }
 
-/* view_of, below bound.window_min (larger arrays may lie in a window, which
- * the planner looks for), and only for a type shmtopo moves at an address
- * aligned for it; 0 with no view held otherwise. */
-static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code)
+/* view_of, shorter than `limit` (inputs: bound.window_min, since larger ones
+ * may lie in a window, which the planner looks for), and only for a type
+ * shmtopo moves at an address aligned for it; 0 with no view held otherwise. */
+static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code, Py_ssize_t limit)
 {
     if (!view_of(obj, view, writable, code))
         return 0;
-    if (view->len >= bound.window_min || !(accel.masks[*code] & ACCEL_MOVES)
+    if (view->len >= limit || !(accel.masks[*code] & ACCEL_MOVES)
         || (uintptr_t)view->buf % shmtopo_dtype_size(*code)) {
         PyBuffer_Release(view);
         return 0;
@@ -456,7 +456,7 @@ static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code)
 static int accel_result(PyObject *obj, Py_buffer *view, const Py_buffer *in, int code)
 {
     int out_code;
-    if (!accel_view(obj, view, 1, &out_code))
+    if (!accel_view(obj, view, 1, &out_code, bound.window_min))
         return 0;
     if (out_code != code || view->len != in->len) {
         PyBuffer_Release(view);
@@ -495,7 +495,7 @@ static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, op;
     Py_buffer in, out;
-    if (!comm || !accel_view(args[1], &in, 0, &code))
+    if (!comm || !accel_view(args[1], &in, 0, &code, bound.window_min))
         Py_RETURN_NONE;
     if ((op = accel_op(args[3], code)) < 0 || !accel_result(args[2], &out, &in, code)) {
         PyBuffer_Release(&in);
@@ -517,7 +517,7 @@ static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t 
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, op, root;
     Py_buffer in, out = {0};
-    if (!comm || (root = accel_root(args[4], comm)) < 0 || !accel_view(args[1], &in, 0, &code))
+    if (!comm || (root = accel_root(args[4], comm)) < 0 || !accel_view(args[1], &in, 0, &code, bound.window_min))
         Py_RETURN_NONE;
     int is_root = root == shmtopo_comm_rank(comm);
     if ((op = accel_op(args[3], code)) < 0 || (is_root && !accel_result(args[2], &out, &in, code))) {
@@ -541,7 +541,7 @@ static PyObject *accel_bcast(PyObject *self, PyObject *const *args, Py_ssize_t n
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, root;
     Py_buffer buf;
-    if (!comm || (root = accel_root(args[2], comm)) < 0 || !accel_view(args[1], &buf, 1, &code))
+    if (!comm || (root = accel_root(args[2], comm)) < 0 || !accel_view(args[1], &buf, 1, &code, bound.window_min))
         Py_RETURN_NONE;
     int rc, err;
     CORE_CALL(shmtopo_bcast(comm, buf.buf, count_of(&buf, code), code, root));
@@ -557,7 +557,7 @@ static PyObject *accel_allgather(PyObject *self, PyObject *const *args, Py_ssize
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, out_code;
     Py_buffer in, out;
-    if (!comm || !accel_view(args[1], &in, 0, &code))
+    if (!comm || !accel_view(args[1], &in, 0, &code, bound.window_min))
         Py_RETURN_NONE;
     if (!accel_view(args[2], &out, 1, &out_code, PY_SSIZE_T_MAX)) { /* recvbuf: a block per rank */
         PyBuffer_Release(&in);
