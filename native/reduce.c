@@ -19,6 +19,10 @@
  * where the CPU has one): results then match across builds and numpy's
  * elementwise arithmetic */
 #pragma GCC optimize("fp-contract=off")
+/* no floating-point exception is ever looked at: let the 16-bit
+ * conversions compute every case and select one (vectorised), results
+ * unchanged */
+#pragma GCC optimize("no-trapping-math")
 
 #define SUM(a, b) ((a) + (b))
 #define PROD(a, b) ((a) * 1u * (b)) /* unsigned, never an int overflow */
@@ -68,30 +72,28 @@ static inline float f16_widen(uint16_t h)
     const uint32_t special = normal + ((255u - 31u - (127u - 15u)) << 23); /* inf, NaN: exponent all ones */
     /* a subnormal m * 2^-24 (m < 1024) is a float32 exactly */
     const uint32_t tiny = bits_of_float((float)(int32_t)mag * 0x1p-24f);
-    return float_of_bits(sign | (mag < 0x400u ? tiny : mag >= 0x7c00u ? special : normal));
+    uint32_t x = mag >= 0x7c00u ? special : normal;
+    x = mag < 0x400u ? tiny : x;
+    return float_of_bits(sign | x);
 }
 
 /* float32 -> float16, to nearest even; too large: inf. NaN as numpy does
- * (payload truncated, kept a NaN), so results match numpy's astype. */
+ * (payload truncated, kept a NaN), so results match numpy's astype.
+ * Branch-free (every case computed, one selected), so it vectorises. */
 static inline uint16_t f16_round(float f)
 {
     const uint32_t x = bits_of_float(f), sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
-    if (mag >= 0x7f800000u) { /* inf or NaN */
-        uint32_t h = 0x7c00u | ((mag & 0x7fffffu) >> 13);
-        return (uint16_t)(sign | (mag > 0x7f800000u && h == 0x7c00u ? h + 1 : h));
-    }
-    if (mag >= 0x477ff000u) /* from halfway past 65504 on: inf */
-        return (uint16_t)(sign | 0x7c00u);
-    if (mag >= 0x38800000u) { /* a normal float16: rebias, round off 13 bits (a carry may bump the exponent) */
-        const uint32_t r = mag - ((127u - 15u) << 23);
-        return (uint16_t)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
-    }
-    if (mag <= 0x33000000u) /* at most half the smallest subnormal: zero (ties to even) */
-        return (uint16_t)sign;
-    /* subnormal: the significand (with its leading 1) shifted down to units of 2^-24 */
-    const uint32_t m = (mag & 0x7fffffu) | 0x800000u, shift = 126u - (mag >> 23);
-    const uint32_t q = m >> shift, rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    return (uint16_t)(sign | (q + (rest > half || (rest == half && (q & 1u)))));
+    /* a normal float16: rebias, round off 13 bits (a carry may bump the exponent) */
+    const uint32_t r = mag - ((127u - 15u) << 23);
+    const uint32_t normal = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
+    /* below 2^-14 (subnormal or zero): |f| + 0.5 has units of 2^-24 in its
+     * low bits, rounded to nearest even by the FPU (the default mode) */
+    const uint32_t tiny = bits_of_float(float_of_bits(mag) + 0.5f) - bits_of_float(0.5f);
+    const uint32_t payload = 0x7c00u | ((mag & 0x7fffffu) >> 13), nan = payload + (payload == 0x7c00u);
+    uint32_t h = mag >= 0x38800000u ? normal : tiny;
+    h = mag >= 0x477ff000u ? 0x7c00u : h; /* from halfway past 65504 on, and inf */
+    h = mag > 0x7f800000u ? nan : h;
+    return (uint16_t)(sign | h);
 }
 
 /* bfloat16 -> float32: the upper half of a float32 */
@@ -105,9 +107,8 @@ static inline float bf16_widen(uint16_t h)
 static inline uint16_t bf16_round(float f)
 {
     const uint32_t x = bits_of_float(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)(((x >> 16) & 0x8000u) | 0x7fc0u);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+    const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16, nan = ((x >> 16) & 0x8000u) | 0x7fc0u;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 /* ---- the kernels ------------------------------------------------------------------ */
@@ -319,11 +320,11 @@ int shmtopo_reduce_check(int dtype, int op)
     if (op < 0 || op >= SHMTOPO_NOPS)
         return shmtopo_fail(EINVAL, -1, "unknown reduction operation %d", op);
     if (!table[dtype][op].into) {
-        const char *why = op >= SHMTOPO_OP_BAND && op <= SHMTOPO_OP_BXOR ? "bitwise operations need an integer or bool type"
-                          : op >= SHMTOPO_OP_LAND && op <= SHMTOPO_OP_LXOR ? "logical operations need an integer or bool type"
-                          : op >= SHMTOPO_OP_MAXLOC ? "maxloc and minloc need a (value, index) pair type"
-                          : "not defined on this type";
-        return shmtopo_fail(EINVAL, -1, "%s on %s: %s (%s takes %s)", op_names[op], types[dtype].name, why,
+        const char *why = op >= SHMTOPO_OP_BAND && op <= SHMTOPO_OP_BXOR ? "bitwise operations need an integer or bool type; "
+                          : op >= SHMTOPO_OP_LAND && op <= SHMTOPO_OP_LXOR ? "logical operations need an integer or bool type; "
+                          : op >= SHMTOPO_OP_MAXLOC ? "maxloc and minloc need a (value, index) pair type; "
+                          : "";
+        return shmtopo_fail(EINVAL, -1, "%s on %s: %s%s takes %s", op_names[op], types[dtype].name, why,
                             types[dtype].name, types[dtype].ops);
     }
     return 0;

@@ -415,3 +415,23 @@ def test_one_rank_differs_fails_everywhere(node_size):
                 if match != "float16":  # a mismatch names two ranks, maybe not this one
                     assert f"rank {bad}" in str(info.value), str(info.value)
                 np.testing.assert_array_equal(comm.allreduce(np.ones(3)), n)
+
+
+def test_rounding_matches_numpy_and_ml_dtypes():
+    """shmtopo_reduce_round against numpy's float16 and ml_dtypes' bfloat16
+    casts on every 1021st float32 bit pattern (NaNs, infinities, subnormals,
+    halfway cases among them) and the edges: the same bits."""
+    from shmtopo._native import ffi, lib
+
+    patterns = np.arange(0, 2**32, 1021, dtype=np.uint64).astype(np.uint32)
+    edges = np.array([0x477fe000, 0x477fefff, 0x477ff000, 0x477ff001, 0x38800000, 0x387fffff, 0x33000000,
+                      0x33000001, 0x7f7fffff, 0x7f800000, 0x7f800001, 0x7fc00000, 0xff800001, 0x3f808000,
+                      0x3f818000, 0x80000000, 0x00000001], np.uint32)
+    acc = np.concatenate([patterns, edges, edges | 0x80000000]).view(np.float32)
+    for dtype, code in [(np.dtype(np.float16), lib.SHMTOPO_FLOAT16)] + (
+            [(BFLOAT16, lib.SHMTOPO_BFLOAT16)] if BFLOAT16 is not None else []):
+        got = np.empty(acc.size, dtype)
+        assert lib.shmtopo_reduce_round(ffi.from_buffer(got), ffi.from_buffer(acc), acc.size, code) == 0
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = acc.astype(dtype)
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=str(dtype))

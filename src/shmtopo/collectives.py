@@ -64,6 +64,21 @@ _PAIR_TYPES: list[tuple[Any, str, int]] = [
     (np.intc, "shmtopo_2int_t", lib.SHMTOPO_2INT),
     (np.short, "shmtopo_short_int_t", lib.SHMTOPO_SHORT_INT)]
 PAIRS = {np.dtype(v): (_c_pair(v, struct), code) for v, struct, code in _PAIR_TYPES}
+
+
+def pair_dtype(value: npt.DTypeLike) -> np.dtype[Any]:
+    """The numpy dtype of maxloc/minloc's (value, index) pairs of `value`
+    (float32, float64, int64 (C long), int32, int16): an aligned struct
+    [('value', value), ('index', 'i4')] with C's padding, the layout of MPI's
+    FLOAT_INT, DOUBLE_INT, LONG_INT, 2INT, SHORT_INT. Collectives take any
+    structured dtype of exactly that layout, whatever its field names."""
+    try:
+        return PAIRS[np.dtype(value)][0]
+    except (KeyError, TypeError):
+        raise ShmtopoValueError(f"no (value, index) pair type of {value!r}: pair_dtype takes "
+                                "float32, float64, int64 (C long), int32 or int16") from None
+
+
 BFLOAT16 = _bfloat16()
 DTYPES = {np.dtype(t): code for t, code in [
     (np.int8, lib.SHMTOPO_INT8), (np.int16, lib.SHMTOPO_INT16), (np.int32, lib.SHMTOPO_INT32),
@@ -79,19 +94,6 @@ OPS = {"sum": lib.SHMTOPO_OP_SUM, "prod": lib.SHMTOPO_OP_PROD, "min": lib.SHMTOP
        "max": lib.SHMTOPO_OP_MAX, "band": lib.SHMTOPO_OP_BAND, "bor": lib.SHMTOPO_OP_BOR,
        "bxor": lib.SHMTOPO_OP_BXOR, "land": lib.SHMTOPO_OP_LAND, "lor": lib.SHMTOPO_OP_LOR,
        "lxor": lib.SHMTOPO_OP_LXOR, "maxloc": lib.SHMTOPO_OP_MAXLOC, "minloc": lib.SHMTOPO_OP_MINLOC}
-
-
-def pair_dtype(value: npt.DTypeLike) -> np.dtype[Any]:
-    """The numpy dtype of maxloc/minloc's (value, index) pairs of `value`
-    (float32, float64, int64 (C long), int32, int16): an aligned struct
-    [('value', value), ('index', 'i4')] with C's padding, the layout of MPI's
-    FLOAT_INT, DOUBLE_INT, LONG_INT, 2INT, SHORT_INT. Collectives take any
-    structured dtype of exactly that layout, whatever its field names."""
-    try:
-        return PAIRS[np.dtype(value)][0]
-    except (KeyError, TypeError):
-        raise ShmtopoValueError(f"no (value, index) pair type of {value!r}: pair_dtype takes "
-                                "float32, float64, int64 (C long), int32 or int16") from None
 ALGORITHMS = {None: lib.SHMTOPO_COLL_AUTO, "auto": lib.SHMTOPO_COLL_AUTO,
               "flat": lib.SHMTOPO_COLL_FLAT, "rsag": lib.SHMTOPO_COLL_RSAG}
 BARRIER, BCAST, REDUCE, ALLREDUCE = (lib.SHMTOPO_KIND_BARRIER, lib.SHMTOPO_KIND_BCAST,
