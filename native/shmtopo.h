@@ -153,7 +153,9 @@ enum shmtopo_sig_flags {
     SHMTOPO_SIG_WINDOW = 1,    /* data read in place in a window of the comm */
     SHMTOPO_SIG_IN_PLACE = 2,  /* the result replaces the input */
     SHMTOPO_SIG_INIT = 4,      /* making a persistent request for the call */
-    SHMTOPO_SIG_SINGLE_COPY = 8 /* data copied straight between ranks' own arrays */
+    SHMTOPO_SIG_SINGLE_COPY = 8, /* data copied straight between ranks' own arrays */
+    SHMTOPO_SIG_DELEGATED = 64  /* the caller hands the call to another library (shmtopo.accelerate's
+                                   MPI path): described as such; other fields unused */
 };
 
 /* Collective: agree on a call before doing it by other means (the

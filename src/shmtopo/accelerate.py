@@ -75,11 +75,9 @@ DELEGATED = (
 #: Constructors whose new communicator comes back accelerated (COMM_NULL as it is).
 CONSTRUCTORS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create", "Create_group")
 
-# A delegating rank's signature: no element type (every accelerated call
-# has one) and this word, which the core compares but does not print ...
-_DELEGATED_MARK = int.from_bytes(b"mpi4py", "little")
-# ... so that the core's mismatch message shows it as this.
-_DELEGATED_TEXT = "count 0, an unknown type"
+# A delegating rank's signature: marked so (the core describes it as
+# "delegated to MPI"), so that it differs from every accelerated one.
+_DELEGATED = lib.SHMTOPO_SIG_DELEGATED
 
 _BARRIER, _BCAST, _REDUCE, _ALLREDUCE = (lib.SHMTOPO_KIND_BARRIER, lib.SHMTOPO_KIND_BCAST,
                                          lib.SHMTOPO_KIND_REDUCE, lib.SHMTOPO_KIND_ALLREDUCE)
@@ -593,16 +591,10 @@ class AcceleratedComm:
             agreement.refuse(shm, kind, ShmtopoValueError(message))
         # a rooted call has been through _root, so this is a rank of the comm
         r = -1 if root is None else operator.index(root)
-        try:
-            agreement.agree(shm, kind, 0, -1, -1, r, -1, _DELEGATED_MARK)
-        except ShmtopoValueError as exc:
-            raise _explained(exc) from None
+        agreement.agree(shm, kind, root=r, flags=_DELEGATED)
 
     def _run(self, call: Callable[..., Any], plan: _Call, *args: Any, **kwargs: Any) -> None:
-        try:
-            call(self._shm, *args, **kwargs)
-        except ShmtopoValueError as exc:
-            raise _explained(exc) from None
+        call(self._shm, *args, **kwargs)
         if plan.back is not None and plan.out is not None:
             plan.back[...] = plan.out.reshape(plan.back.shape)
 
@@ -1196,18 +1188,6 @@ def _scan_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, op: Any) -> _C
     if plan.out is not None and np.may_share_memory(plan.send, plan.out):
         plan = plan._replace(send=plan.send.copy())  # in place: the scan reads a copy of the input
     return plan
-
-
-def _explained(exc: ShmtopoValueError) -> ShmtopoValueError:
-    """A disagreement between ranks on shmtopo's path and ranks on MPI's,
-    told as such (the same text on every rank)."""
-    text = str(exc)
-    if not text.startswith("ranks disagree") or _DELEGATED_TEXT not in text:
-        return exc
-    text = text.replace(_DELEGATED_TEXT, "delegated to MPI") + (
-        " (shmtopo.accelerate: every rank must take the same path: describe the buffers alike on every "
-        "rank, with the same kind of datatype and op, and MPI.IN_PLACE on every rank or none)")
-    return ShmtopoValueError(text, exc.errno or 22, exc.rank)
 
 
 def _delegated_method(name: str) -> Callable[..., Any]:

@@ -45,11 +45,11 @@ def normalised(comm: "Comm", kind: int, normalise: Callable[..., T], *args: Any)
 
 
 def agree(comm: "Comm", kind: int, count: int = 0, dtype: int = -1, op: int = -1, root: int = -1,
-          alg: int = -1, extra: int = 0) -> None:
+          alg: int = -1, extra: int = 0, flags: int = 0) -> None:
     """Agreement on a call over the whole job, before its data moves by
     other means (across nodes). Raises the job's verdict."""
     sig = ffi.new("shmtopo_sig_t *", {"kind": kind, "count": count, "dtype": dtype, "op": op,
-                                       "root": root, "alg": alg, "extra": extra})
+                                       "root": root, "alg": alg, "extra": extra, "flags": flags})
     if lib.shmtopo_agree_call(comm.handle, sig) < 0:
         raise last_error()
 
