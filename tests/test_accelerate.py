@@ -574,7 +574,7 @@ def test_no_hang_when_paths_differ():
         assert proc.returncode == 0, proc.stdout + proc.stderr
         lines = [line for line in proc.stdout.splitlines() if line.startswith("rank ")]  # rank 0 prints all
         assert len(lines) == n * len(culprits(n)) * 6, proc.stdout + proc.stderr
-        assert all("ShmtopoValueError" in line for line in lines), proc.stdout
+        assert all("ShmtopoArgumentError" in line for line in lines), proc.stdout
         assert time.monotonic() - t0 < 100
 
 
@@ -619,6 +619,37 @@ def test_bad_arguments_raise_on_every_rank(acomm):
             out = np.zeros(2)
             acomm.Allreduce(np.ones(2), out)
             same_bits(out, np.full(2, float(n)))
+
+
+def test_bad_arguments_raise_what_mpi4py_raises(acomm):
+    """Every rank passing the same bad arguments: mpi4py (or MPI) raises on
+    each; the accelerated comm's ShmtopoArgumentError is also of that class
+    (RuntimeError, the base of MPI.Exception, for MPI's own)."""
+    n = WORLD.size
+    x, out = np.ones(4), np.zeros(4)
+    readonly = np.zeros(4)
+    readonly.flags.writeable = False
+    calls = {
+        "root type": lambda c: c.Bcast(x.copy(), root="0"),
+        "root range": lambda c: c.Bcast(x.copy(), root=n),
+        "read-only": lambda c: c.Allreduce(x, readonly),
+        "not contiguous": lambda c: c.Allreduce(np.ones(8)[::2], out),
+        "byte order": lambda c: c.Allreduce(np.ones(4, ">f8"), out),
+        "op type": lambda c: c.Allreduce(x, out, "sum"),
+        "counts": lambda c: c.Allreduce(np.ones(3), out),
+        "items": lambda c: c.Allgather(x, [np.zeros(4 * n), 1, 2, 3, 4]),
+        "not a buffer": lambda c: c.Allreduce(x, 42),
+    }
+    for what, call in calls.items():
+        with pytest.raises(Exception) as mpi4py_raised:
+            call(WORLD)
+        cls = RuntimeError if isinstance(mpi4py_raised.value, MPI.Exception) else type(mpi4py_raised.value)
+        with pytest.raises(cls) as info:
+            call(acomm)
+        assert isinstance(info.value, shmtopo.ShmtopoArgumentError), what
+    out = np.zeros(2)
+    acomm.Allreduce(np.ones(2), out)
+    same_bits(out, np.full(2, float(n)))
 
 
 def test_in_place_off_the_root_of_reduce_raises(acomm):

@@ -1,6 +1,6 @@
 """shmtopo: node-local shared-memory windows, fences and collectives, and a
 shared hwloc topology, for MPI programs in Python."""
-from .accelerate import AcceleratedComm, accelerate
+from .accelerate import AcceleratedComm, AcceleratedPrequest, accelerate
 from .bitmap import Bitmap
 from .comm import Comm, Placement
 from .errors import (
@@ -15,6 +15,7 @@ from .errors import (
     ShmtopoOSError,
     ShmtopoTimeoutError,
     ShmtopoValueError,
+    ShmtopoArgumentError,
 )
 from .window import BACKENDS, FENCE_ALGORITHMS, Window
 from .topology import Topology, share_topology
@@ -22,8 +23,8 @@ from .topology import Topology, share_topology
 __version__ = "0.1.0"
 
 __all__ = [
-    "Comm", "Window", "accelerate", "AcceleratedComm", "Topology", "share_topology", "Bitmap", "Placement", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
-    "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
+    "Comm", "Window", "accelerate", "AcceleratedComm", "AcceleratedPrequest", "Topology", "share_topology", "Bitmap", "Placement", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
+    "ShmtopoError", "ShmtopoValueError", "ShmtopoArgumentError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",
 ]

@@ -40,7 +40,7 @@ import numpy.typing as npt
 from . import agreement, collectives
 from ._native import lib
 from .comm import Comm
-from .errors import FreedError, ShmtopoValueError
+from .errors import FreedError, ShmtopoArgumentError, ShmtopoValueError
 
 Array = npt.NDArray[Any]
 
@@ -606,13 +606,18 @@ class AcceleratedComm:
         if kind is None:  # the core lacks the call: every rank hands it to MPI
             self._delegated(name, *mpi_args)
             return
-        plan = self._plan(kind, name, planner, self._t, *mpi_args)
+        try:
+            plan = self._plan(kind, name, planner, self._t, *mpi_args)
+            if isinstance(plan, str):
+                self._delegate(kind, name, plan, root)
+            else:
+                run(plan)
+        except ShmtopoValueError as exc:  # bad or disagreeing arguments, the same on every rank
+            raise ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank) from None
         if isinstance(plan, str):
-            self._delegate(kind, name, plan, root)
-            getattr(self._comm, name)(*mpi_args)
+            getattr(self._comm, name)(*mpi_args)  # MPI's exceptions as they are
             self._count(name, 1)
             return
-        run(plan)
         self._count(name, 0)
 
     def _delegated(self, name: str, *args: Any, **kwargs: Any) -> Any:
