@@ -48,6 +48,10 @@ def data(rank, count, dtype, salt=0):
 def same_bits(got, want, what=""):
     got, want = np.asarray(got), np.asarray(want)
     assert got.dtype == want.dtype and got.shape == want.shape, what
+    if got.dtype.fields:  # pairs: the fields (MPI leaves padding as it likes)
+        for name in got.dtype.names:
+            same_bits(np.ascontiguousarray(got[name]), np.ascontiguousarray(want[name]), f"{what} .{name}")
+        return
     assert got.tobytes() == want.tobytes(), f"{what}: {got} != {want}"
 
 
@@ -468,8 +472,8 @@ def test_user_op_is_delegated(acomm):
 def test_types_and_ops_not_accelerated_are_delegated(acomm):
     rank, n = WORLD.rank, WORLD.size
     refused = 0
-    cases = [(np.ones(4, bool), MPI.LAND), (data(rank, 4, np.int32), MPI.LOR),
-             (data(rank, 4, np.complex128), MPI.SUM), (data(rank, 4, np.float64), MPI.BAND),
+    cases = [(np.ones(4, np.longdouble), MPI.SUM), (data(rank, 4, np.float64), MPI.BAND),
+             (data(rank, 4, np.float32), MPI.LOR), (np.ones(4, bool), MPI.SUM),
              ([data(rank, 4, np.uint8), MPI.BYTE], MPI.BOR), ([data(rank, 4, np.int8), MPI.CHAR], MPI.MAX)]
     for x, op in cases:
         a = x[0] if isinstance(x, list) else x
@@ -487,6 +491,56 @@ def test_types_and_ops_not_accelerated_are_delegated(acomm):
         same_bits(got, want, f"{a.dtype} {op}")
     # a call MPI refused is no completed call
     assert acomm.shm_stats()["Allreduce"] == (0, len(cases) - refused)
+
+
+def accelerates(acomm, T, opname):
+    """Does this build reduce MPI type T with op opname in shared memory?"""
+    t = acomm._t
+    known = t.types.get(t.handle(T))
+    return known is not None and opname.lower() in known.ops
+
+
+def test_bool_complex_logical_and_pair_types(acomm):
+    """C_BOOL, the complex types, logical ops on integers and MAXLOC/MINLOC
+    on the pair types: MPI's results, in shared memory where the core has them."""
+    rank, n = WORLD.rank, WORLD.size
+    rng = np.random.default_rng(rank)
+    cases = [(rng.integers(0, 2, 9).astype(bool), MPI.C_BOOL, ["LAND", "LOR", "LXOR"]),
+             (data(rank, 9, np.int32), MPI.INT, ["LAND", "LOR", "LXOR"]),
+             (data(rank, 9, np.uint16), MPI.UNSIGNED_SHORT, ["LAND", "LXOR"]),
+             (data(rank, 9, np.complex64) * (1 + 1j), MPI.C_FLOAT_COMPLEX, ["SUM", "PROD"]),
+             (data(rank, 9, np.complex128) * (1 - 2j), MPI.C_DOUBLE_COMPLEX, ["SUM", "PROD"])]
+    pairs = [("DOUBLE_INT", np.float64), ("FLOAT_INT", np.float32), ("LONG_INT", np.dtype("l")),
+             ("INT_INT", np.intc), ("SHORT_INT", np.short)]  # INT_INT: MPI_2INT
+    for name, value in pairs:
+        T = getattr(MPI, name)
+        layout = np.dtype([("v", value), ("i", np.intc)], align=True)  # C's struct {value; int index;}
+        assert layout.itemsize == T.Get_extent()[1], name
+        x = np.zeros(9, layout)
+        x["v"] = data(rank, 9, value)  # ties: the lower index wins, in MPI as in shmtopo
+        x["i"] = rank * 10 + np.arange(9)
+        cases.append((x, T, ["MAXLOC", "MINLOC"]))
+    expected = [0, 0]
+    for x, T, opnames in cases:
+        for opname in opnames:
+            op = getattr(MPI, opname)
+            got, want = np.zeros_like(x), np.zeros_like(x)
+            acomm.Allreduce([x, T], [got, T], op)
+            WORLD.Allreduce([x, T], [want, T], op)
+            same_bits(got, want, f"{T.Get_name()} {opname}")
+            expected[0 if accelerates(acomm, T, opname) else 1] += 1
+            for root in (0, n - 1):
+                got, want = np.zeros_like(x), np.zeros_like(x)
+                acomm.Reduce([x, T], [got, T], op, root)
+                WORLD.Reduce([x, T], [want, T], op, root)
+                same_bits(got, want, f"Reduce {T.Get_name()} {opname}")
+        b = x.copy()
+        acomm.Bcast([b, T], root=n - 1)
+        WORLD.Bcast([x, T], root=n - 1)
+        same_bits(b, x)
+    assert acomm.shm_stats()["Allreduce"] == tuple(expected)
+    if "land" in shmtopo.collectives.OPS:  # this build has the types: none of them went to MPI
+        assert expected[1] == 0, expected
 
 
 def test_other_collectives_are_delegated(acomm):

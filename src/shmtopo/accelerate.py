@@ -84,10 +84,15 @@ _BARRIER, _BCAST, _REDUCE, _ALLREDUCE = (lib.SHMTOPO_KIND_BARRIER, lib.SHMTOPO_K
 _ALLGATHER, _ALLTOALL, _REDUCE_SCATTER = (lib.SHMTOPO_KIND_ALLGATHER, lib.SHMTOPO_KIND_ALLTOALL,
                                           lib.SHMTOPO_KIND_REDUCE_SCATTER)
 
-# The ops MPI defines on integers and on floating-point types that the core has.
-_INTEGER_OPS = frozenset(["sum", "prod", "min", "max", "band", "bor", "bxor"])
+# The ops MPI defines on each kind of type (MPI-4.0, 6.9.2), by the core's
+# names; a type keeps those the core has (collectives.OPS).
+_INTEGER_OPS = frozenset(["sum", "prod", "min", "max", "band", "bor", "bxor", "land", "lor", "lxor"])
 _FLOAT_OPS = frozenset(["sum", "prod", "min", "max"])
+_COMPLEX_OPS = frozenset(["sum", "prod"])
+_LOGICAL_OPS = frozenset(["land", "lor", "lxor"])
+_PAIR_OPS = frozenset(["maxloc", "minloc"])
 _NO_OPS: frozenset[str] = frozenset()
+_ALL_OPS = _INTEGER_OPS | _PAIR_OPS
 
 
 class _SumDefault:
@@ -127,20 +132,34 @@ class _Tables:
         signed = ["SIGNED_CHAR", "SHORT", "INT", "LONG", "LONG_LONG", "INT8_T", "INT16_T", "INT32_T", "INT64_T"]
         unsigned = ["UNSIGNED_CHAR", "UNSIGNED_SHORT", "UNSIGNED", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG",
                     "UINT8_T", "UINT16_T", "UINT32_T", "UINT64_T"]
+        core_ops = frozenset(collectives.OPS)
+
+        def add(name: str, dtype: Any, ops: frozenset[str]) -> None:
+            """MPI.<name> as the core's dtype, where both exist and agree in extent."""
+            datatype = getattr(MPI, name, MPI.DATATYPE_NULL)
+            if datatype == MPI.DATATYPE_NULL or dtype is None:
+                return
+            dtype = np.dtype(dtype)
+            if dtype in collectives.DTYPES and datatype.Get_extent() == (0, dtype.itemsize):
+                self.types[self.handle(datatype)] = _Type(dtype, ops & core_ops)
+
         for names, kind, ops in ((signed, "i", _INTEGER_OPS), (unsigned, "u", _INTEGER_OPS),
                                  (["FLOAT", "DOUBLE"], "f", _FLOAT_OPS),
+                                 (["C_FLOAT_COMPLEX", "C_DOUBLE_COMPLEX"], "c", _COMPLEX_OPS),
+                                 (["C_BOOL"], "b", _LOGICAL_OPS),
                                  # bytes to move only: reducing them means different things in different MPIs
                                  (["BYTE", "CHAR"], "u", _NO_OPS)):
             for name in names:
                 datatype = getattr(MPI, name, MPI.DATATYPE_NULL)
-                if datatype == MPI.DATATYPE_NULL:
-                    continue
-                size = datatype.Get_size()
-                if size in ((4, 8) if kind == "f" else (1, 2, 4, 8)):
-                    dtype = np.dtype(f"{kind}{size}")
-                    if dtype in collectives.DTYPES:
-                        self.types[self.handle(datatype)] = _Type(dtype, ops)
-        self.ops = {self.handle(getattr(MPI, name.upper())): name for name in _INTEGER_OPS}
+                if datatype != MPI.DATATYPE_NULL:
+                    add(name, f"{kind}{datatype.Get_size()}", ops)
+        # MAXLOC/MINLOC's (value, index) pairs, laid out as C lays out the structs
+        pairs = getattr(collectives, "PAIRS", {})
+        for name, value in (("FLOAT_INT", np.float32), ("DOUBLE_INT", np.float64), ("LONG_INT", np.dtype("l")),
+                            ("INT_INT", np.intc), ("SHORT_INT", np.short)):  # INT_INT: MPI_2INT
+            pair = pairs.get(np.dtype(value))
+            add(name, pair[0] if pair else None, _PAIR_OPS)
+        self.ops = {self.handle(getattr(MPI, name.upper())): name for name in _ALL_OPS & core_ops}
         self.op_names = {self.handle(op): f"MPI.{name}" for name in
                          ("LAND", "LOR", "LXOR", "MAXLOC", "MINLOC", "REPLACE", "NO_OP", "OP_NULL")
                          if (op := getattr(MPI, name, None)) is not None}
