@@ -23,8 +23,9 @@ from .topology import Topology, share_topology
 __version__ = "0.1.0"
 
 __all__ = [
-    "Comm", "Window", "accelerate", "AcceleratedComm", "AcceleratedPrequest", "Topology", "share_topology", "Bitmap", "Placement", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
-    "ShmtopoError", "ShmtopoValueError", "ShmtopoArgumentError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
+    "Comm", "Window", "accelerate", "AcceleratedComm", "Topology", "share_topology", "Bitmap", "Placement", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
+    "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",
+    "AcceleratedPrequest", "ShmtopoArgumentError",
 ]
