@@ -627,7 +627,8 @@ def test_no_hang_when_paths_differ():
         proc = run_mpiexec(n, [sys.executable, script, str(node_size)], timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         lines = [line for line in proc.stdout.splitlines() if line.startswith("rank ")]  # rank 0 prints all
-        assert len(lines) == n * len(culprits(n)) * 6, proc.stdout + proc.stderr
+        ncalls = int(proc.stdout.split("calls ")[1].split()[0])  # 6, and more where the core has them
+        assert ncalls >= 6 and len(lines) == n * len(culprits(n)) * ncalls, proc.stdout + proc.stderr
         assert all("ShmtopoArgumentError" in line for line in lines), proc.stdout
         assert time.monotonic() - t0 < 100
 
