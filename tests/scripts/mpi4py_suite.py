@@ -1,7 +1,7 @@
 """Under mpiexec (tests/test_mpi4py_suite.py): mpi4py's own collective tests
 with every communicator they use replaced by a shmtopo.accelerate'd one.
 
-    mpi4py_suite.py TESTDIR MODULE... [--node-size N] [--timeout S]
+    mpi4py_suite.py TESTDIR MODULE... [--node-size N] [--timeout S] [--only WORD]
 
 TESTDIR is the test/ folder of mpi4py's source distribution. The modules
 are imported with `from mpi4py import MPI` giving them a namespace whose
@@ -47,6 +47,7 @@ def parse():
     p.add_argument("modules", nargs="+")
     p.add_argument("--node-size", type=int, default=0)
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--only", default="", help="run only the tests whose id contains this")
     p.add_argument("--watchdog", type=float, default=0.0,
                    help="dump every thread's stack and exit after this many seconds (0: never)")
     return p.parse_args()
@@ -140,6 +141,8 @@ def main():
     aself = shmtopo.accelerate(MPI.COMM_SELF, timeout=args.timeout)
     modules = import_patched(args.testdir, args.modules, Accelerated(aworld, aself))
     tests = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromModule(m) for m in modules)
+    if args.only:
+        tests = unittest.TestSuite(test for test in iterate(tests) if args.only in test.id())
     excluded = []
     if aworld.strict:
         tests, excluded = restrict_for_strict(importlib.import_module("arrayimpl"), tests)
