@@ -472,8 +472,9 @@ def test_user_op_is_delegated(acomm):
 def test_types_and_ops_not_accelerated_are_delegated(acomm):
     rank, n = WORLD.rank, WORLD.size
     refused = 0
+    # (not LOR on floats: MPICH aborts the process on it)
     cases = [(np.ones(4, np.longdouble), MPI.SUM), (data(rank, 4, np.float64), MPI.BAND),
-             (data(rank, 4, np.float32), MPI.LOR), (np.ones(4, bool), MPI.SUM),
+             (np.ones(4, bool), MPI.SUM),
              ([data(rank, 4, np.uint8), MPI.BYTE], MPI.BOR), ([data(rank, 4, np.int8), MPI.CHAR], MPI.MAX)]
     for x, op in cases:
         a = x[0] if isinstance(x, list) else x
