@@ -83,7 +83,11 @@ static const char *const kind_names[] = {
     [SHMTOPO_KIND_WIN_FREE] = "window free", [SHMTOPO_KIND_COMM_FREE] = "comm free",
     [SHMTOPO_KIND_TOPO_SHARE] = "share_topology", [SHMTOPO_KIND_SPLIT] = "split",
     [SHMTOPO_KIND_COMM_CREATE] = "comm creation", [SHMTOPO_KIND_BIND] = "bind",
-    [SHMTOPO_KIND_VERDICT] = "agreement",
+    [SHMTOPO_KIND_VERDICT] = "agreement", [SHMTOPO_KIND_GATHER] = "gather",
+    [SHMTOPO_KIND_SCATTER] = "scatter", [SHMTOPO_KIND_GATHERV] = "gatherv",
+    [SHMTOPO_KIND_SCATTERV] = "scatterv", [SHMTOPO_KIND_ALLGATHERV] = "allgatherv",
+    [SHMTOPO_KIND_ALLTOALLV] = "alltoallv", [SHMTOPO_KIND_SCAN] = "scan",
+    [SHMTOPO_KIND_EXSCAN] = "exscan",
 };
 
 const char *shmtopo_kind_name(int kind)
@@ -91,10 +95,6 @@ const char *shmtopo_kind_name(int kind)
     int n = (int)(sizeof(kind_names) / sizeof(kind_names[0]));
     return kind > 0 && kind < n && kind_names[kind] ? kind_names[kind] : "an unknown operation";
 }
-
-static const char *const dtype_names[] = {"int8", "int16", "int32", "int64", "uint8", "uint16",
-                                          "uint32", "uint64", "float32", "float64"};
-static const char *const op_names[] = {"sum", "prod", "min", "max", "band", "bor", "bxor"};
 
 /* "allreduce(count 4, float64, sum, flat)": the fields the kind uses. */
 static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
@@ -114,10 +114,15 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
     switch (sig->flags & SHMTOPO_SIG_DELEGATED ? 0 : sig->kind) {
     case SHMTOPO_KIND_BCAST: case SHMTOPO_KIND_REDUCE: case SHMTOPO_KIND_ALLREDUCE:
     case SHMTOPO_KIND_ALLGATHER: case SHMTOPO_KIND_REDUCE_SCATTER: case SHMTOPO_KIND_ALLTOALL:
+    case SHMTOPO_KIND_GATHER: case SHMTOPO_KIND_SCATTER: case SHMTOPO_KIND_GATHERV:
+    case SHMTOPO_KIND_SCATTERV: case SHMTOPO_KIND_ALLGATHERV: case SHMTOPO_KIND_ALLTOALLV:
+    case SHMTOPO_KIND_SCAN: case SHMTOPO_KIND_EXSCAN:
         FIELD("count %llu", (unsigned long long)sig->count);
-        FIELD("%s", sig->dtype >= 0 && sig->dtype < 10 ? dtype_names[sig->dtype] : "an unknown type");
+        if (sig->flags & SHMTOPO_SIG_COUNTS) /* short: it only has to tell arrays apart */
+            FIELD("counts #%08llx", (unsigned long long)(sig->extra >> 32));
+        FIELD("%s", shmtopo_dtype_name(sig->dtype));
         if (sig->op >= 0)
-            FIELD("%s", sig->op < 7 ? op_names[sig->op] : "an unknown op");
+            FIELD("%s", shmtopo_op_name(sig->op));
         if (sig->root >= 0)
             FIELD("root %d", sig->root);
         if (sig->alg > 0)
@@ -166,6 +171,8 @@ static inline uint64_t sig_hash(const shmtopo_sig_t *s)
 {
     uint64_t w[5];
     memcpy(w, s, sizeof(w));
+    if (s->flags & SHMTOPO_SIG_OWN_COUNT)
+        w[3] = 0; /* a v-variant's own count differs by rank: the counts check covers it */
     uint64_t h = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < 5; i++)
         h = (h ^ w[i]) * 0xbf58476d1ce4e5b9ull;
@@ -444,7 +451,9 @@ int shmtopo_agree_vote(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, 
 /* Check what Python or C passed before agreeing on it. */
 static int check_sig(const shmtopo_comm_t *comm, const shmtopo_sig_t *sig)
 {
-    if (sig->kind < SHMTOPO_KIND_BARRIER || sig->kind >= SHMTOPO_KIND_VERDICT)
+    const int nkinds = (int)(sizeof(kind_names) / sizeof(kind_names[0]));
+    if (sig->kind < SHMTOPO_KIND_BARRIER || sig->kind >= nkinds || !kind_names[sig->kind] ||
+        sig->kind == SHMTOPO_KIND_VERDICT)
         return shmtopo_fail(EINVAL, -1, "unknown operation kind %d", sig->kind);
     if (sig->dtype != -1 && !shmtopo_dtype_size(sig->dtype))
         return shmtopo_fail(EINVAL, -1, "unknown element type %d", sig->dtype);
@@ -475,6 +484,66 @@ int shmtopo_reject(shmtopo_comm_t *comm, int kind, const char *reason)
     if (shmtopo_agree(comm, &sig, EINVAL, NULL, NULL, 0) == 0)
         return shmtopo_fail(EINVAL, -1, "reject: the agreement went through"); /* cannot happen */
     return -1;
+}
+
+/* ---- counts of the v-variants ---------------------------------------------------- */
+
+uint64_t shmtopo_counts_digest(const size_t *counts, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint64_t)counts[i]) * 0xbf58476d1ce4e5b9ull, h ^= h >> 29;
+    return h;
+}
+
+int shmtopo_counts_verdict(const shmtopo_sig_t *sig, const size_t *posted, const size_t *table, size_t n)
+{
+    for (size_t r = 0; r < n; r++) {
+        if (posted[r] == table[r])
+            continue;
+        shmtopo_sig_t mine = *sig;
+        mine.count = posted[r];
+        char call[160];
+        describe(&mine, call, sizeof(call));
+        return shmtopo_fail(EINVAL, (int)r, "rank %zu: %s, but root %d's counts give rank %zu %zu elements",
+                            r, call, sig->root, r, table[r]);
+    }
+    return 0;
+}
+
+int shmtopo_pairs_verdict(const shmtopo_sig_t *sig, const size_t *send, const size_t *recv, size_t n)
+{
+    /* Either side of a mismatched pair may be wrong: blame the rank in most
+     * of them (one rank with a wrong array is in all of its pairs). */
+    size_t worst = n, worst_pairs = 0, first_r = 0, first_p = 0;
+    for (size_t x = 0; x < n; x++) {
+        size_t pairs = 0;
+        for (size_t y = 0; y < n; y++) {
+            const int sends = send[x * n + y] != recv[y * n + x];    /* x -> y */
+            const int receives = send[y * n + x] != recv[x * n + y]; /* y -> x */
+            pairs += (size_t)sends + (size_t)(receives && y != x);
+        }
+        if (pairs > worst_pairs) {
+            worst = x;
+            worst_pairs = pairs;
+        }
+    }
+    if (worst == n)
+        return 0;
+    for (size_t y = 0; y < n; y++) { /* the blamed rank's first mismatched pair, for the message */
+        if (send[worst * n + y] != recv[y * n + worst]) {
+            first_r = worst, first_p = y;
+            break;
+        }
+        if (send[y * n + worst] != recv[worst * n + y]) {
+            first_r = y, first_p = worst;
+            break;
+        }
+    }
+    return shmtopo_fail(EINVAL, (int)worst, "rank %zu: %s: rank %zu sends %zu elements to rank %zu, which "
+                        "expects %zu from it (%zu mismatched pairs involve rank %zu)", worst, shmtopo_kind_name(sig->kind),
+                        first_r, send[first_r * n + first_p], first_p, recv[first_p * n + first_r],
+                        worst_pairs, worst);
 }
 
 void shmtopo_chan_wake(shmtopo_win_t *win)

@@ -47,28 +47,9 @@
  * a few milliseconds of copying (the timeout stays meaningful). */
 #define SC_ROUND ((size_t)32 << 20)
 
-static size_t min_size(size_t a, size_t b)
-{
-    return a < b ? a : b;
-}
-
 static char *buffer(const shmtopo_comm_t *comm, int rank, int which)
 {
     return shmtopo_chan_buffer(comm, rank, which);
-}
-
-/* A step of a call already agreed on (its later chunks): the signature
- * still travels, so ranks that fell out of step fail instead of mixing data. */
-static int step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *data, size_t n)
-{
-    return shmtopo_step(comm, sig, 0, data, n);
-}
-
-/* The agreement of a call whose arguments failed a check on this rank: one
- * step with the failure, so every rank fails with it. */
-static int refuse(shmtopo_comm_t *comm, const shmtopo_sig_t *sig)
-{
-    return shmtopo_step(comm, sig, errno ? errno : EINVAL, NULL, 0);
 }
 
 /* [a, a + na) and [b, b + nb) share a byte. */
@@ -80,12 +61,12 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb)
 
 /* The local checks of a call, in the order every entry applies them; the
  * first failure is recorded (errno, message) and returned as -1. */
-static int check_dtype(int dtype)
+int shmtopo_coll_check_dtype(int dtype)
 {
     return shmtopo_dtype_size(dtype) ? 0 : shmtopo_fail(EINVAL, -1, "unknown element type %d", dtype);
 }
 
-static int check_root(const shmtopo_comm_t *comm, int root)
+int shmtopo_coll_check_root(const shmtopo_comm_t *comm, int root)
 {
     if (root < 0 || root >= comm->size)
         return shmtopo_fail(EINVAL, -1, "root %d out of range [0, %d)", root, comm->size);
@@ -99,7 +80,7 @@ static int check_alg(int alg)
     return 0;
 }
 
-static int check_buffers(const char *what, size_t count, const void *a, const void *b)
+int shmtopo_coll_check_buffers(const char *what, size_t count, const void *a, const void *b)
 {
     if (count && (!a || !b))
         return shmtopo_fail(EINVAL, -1, "%s: NULL buffer for %zu elements", what, count);
@@ -108,8 +89,8 @@ static int check_buffers(const char *what, size_t count, const void *a, const vo
 
 /* The result may replace its input exactly (in place), or lie apart from
  * it; a partial overlap would read elements already overwritten. */
-static int check_overlap(const char *what, const void *send, size_t ns, const void *recv, size_t nr,
-                         int in_place)
+int shmtopo_coll_check_overlap(const char *what, const void *send, size_t ns, const void *recv, size_t nr,
+                               int in_place)
 {
     if (overlap(send, ns, recv, nr) && !in_place)
         return shmtopo_fail(EINVAL, -1, "%s: the result overlaps the input only in part "
@@ -126,17 +107,6 @@ static int resolve_alg(const shmtopo_comm_t *comm, int alg, size_t nbytes)
     if (alg == SHMTOPO_COLL_AUTO)
         alg = nbytes <= FLAT_MAX || comm->size == 1 ? SHMTOPO_COLL_FLAT : SHMTOPO_COLL_RSAG;
     return alg;
-}
-
-static shmtopo_sig_t call_sig(int kind, size_t count, int dtype, int op, int root, int alg)
-{
-    shmtopo_sig_t sig = shmtopo_sig(kind);
-    sig.count = count;
-    sig.dtype = dtype;
-    sig.op = op;
-    sig.root = root;
-    sig.alg = alg;
-    return sig;
 }
 
 /* ---- single copy: shared pieces ------------------------------------------------ */
@@ -170,39 +140,41 @@ static uint64_t posted_address(const shmtopo_comm_t *comm, int rank)
 
 /* ---- reductions ------------------------------------------------------------ */
 
-/* dst = in[0] op in[1] op ... in rank order, the same on every rank so that
- * floating-point results agree bit for bit. dst may be in[0] or in[1] (the
- * pair kernel allows that); when it is a later input, which the first
- * writes would clobber, the result goes through the private slice. */
-static void reduce_ranks(const shmtopo_comm_t *comm, char *dst,
-                         const char *(*src)(const shmtopo_comm_t *, int, const void *),
-                         const void *arg, size_t count, int dtype, int op)
+/* dst = in[0] op in[1] op ... op in[nranks - 1] in rank order, the same on
+ * every rank so that floating-point results agree bit for bit: every path of
+ * every reduction and scan folds its ranks' inputs here (single copy: in
+ * sc_reduce, alike). dst may be in[0] or in[1] (the pair kernel allows
+ * that); when it is a later input, which the first writes would clobber, or
+ * the type accumulates wider (16-bit floats: in float32, rounded once after
+ * the last rank), the accumulator is the private slice instead. */
+void shmtopo_coll_fold(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_fn src, const void *arg,
+                       int nranks, size_t count, int dtype, int op)
 {
-    const size_t esz = shmtopo_dtype_size(dtype);
-    if (comm->size == 1) {
+    const size_t esz = shmtopo_dtype_size(dtype), asz = shmtopo_acc_size(dtype);
+    if (nranks == 1) {
         memmove(dst, src(comm, 0, arg), count * esz);
         return;
     }
-    int later = 0;
-    for (int p = 2; p < comm->size; p++)
-        later |= src(comm, p, arg) == dst;
-    const size_t per = later ? comm->chan.buffer / esz : count;
+    int apart = asz != esz;
+    for (int p = 2; p < nranks; p++)
+        apart |= src(comm, p, arg) == dst;
+    const size_t per = apart ? comm->chan.buffer / asz : count;
     for (size_t off = 0; off < count; off += per) {
-        const size_t m = min_size(per, count - off);
-        char *out = later ? comm->chan.tmp : dst + off * esz;
-        shmtopo_reduce_pair(out, src(comm, 0, arg) + off * esz, src(comm, 1, arg) + off * esz, m, dtype, op);
-        for (int p = 2; p < comm->size; p++)
-            shmtopo_reduce_into(out, src(comm, p, arg) + off * esz, m, dtype, op);
-        if (later)
-            memcpy(dst + off * esz, out, m * esz);
+        const size_t m = shmtopo_min_size(per, count - off);
+        char *acc = apart ? comm->chan.tmp : dst + off * esz;
+        shmtopo_acc_pair(acc, src(comm, 0, arg) + off * esz, src(comm, 1, arg) + off * esz, m, dtype, op);
+        for (int p = 2; p < nranks; p++)
+            shmtopo_acc_into(acc, src(comm, p, arg) + off * esz, m, dtype, op);
+        shmtopo_acc_round(dst + off * esz, acc, m, dtype);
     }
 }
 
-typedef struct chunk_at {
-    int which;
-    size_t offset;     /* bytes into each rank's buffer */
-    const char *own;   /* this rank's input for the same elements, read there instead, or NULL */
-} chunk_at_t;
+/* The reduction of every rank's input. */
+static void reduce_ranks(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_fn src, const void *arg,
+                         size_t count, int dtype, int op)
+{
+    shmtopo_coll_fold(comm, dst, src, arg, comm->size, count, dtype, op);
+}
 
 /* Where each rank's input lies: copied into its scratch buffers chunk by
  * chunk (any array), or in place at `offset` of its part of a window of the
@@ -226,9 +198,9 @@ static const char *from_line(const shmtopo_comm_t *comm, int rank, const void *a
     return shmtopo_step_data(comm, rank);
 }
 
-static const char *from_buffer(const shmtopo_comm_t *comm, int rank, const void *arg)
+const char *shmtopo_coll_from_buffer(const shmtopo_comm_t *comm, int rank, const void *arg)
 {
-    const chunk_at_t *at = arg;
+    const shmtopo_chunk_at_t *at = arg;
     return rank == comm->rank && at->own ? at->own : buffer(comm, rank, at->which) + at->offset;
 }
 
@@ -241,14 +213,14 @@ static int flat_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const sou
     if (src->win) {
         /* in place: one step to start reading, one so nobody changes its
          * part while a peer still reads it */
-        if (step(comm, sig, NULL, 0) < 0)
+        if (shmtopo_coll_step(comm, sig, NULL, 0) < 0)
             return -1;
         if (reads)
             reduce_ranks(comm, recv, from_window, src, count, dtype, op);
-        return step(comm, sig, NULL, 0);
+        return shmtopo_coll_step(comm, sig, NULL, 0);
     }
     if (n <= SHMTOPO_INLINE) {
-        if (step(comm, sig, src->send, n) < 0)
+        if (shmtopo_coll_step(comm, sig, src->send, n) < 0)
             return -1;
         if (reads && n)
             reduce_ranks(comm, recv, from_line, NULL, count, dtype, op);
@@ -256,13 +228,13 @@ static int flat_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const sou
     }
     const size_t per = comm->chan.buffer / esz;
     for (size_t off = 0; off < count; off += per) {
-        const size_t m = min_size(per, count - off);
-        chunk_at_t at = {shmtopo_chan_next_buffer(comm), 0, NULL};
+        const size_t m = shmtopo_min_size(per, count - off);
+        shmtopo_chunk_at_t at = {shmtopo_chan_next_buffer(comm), 0, NULL};
         memcpy(buffer(comm, comm->rank, at.which), src->send + off * esz, m * esz);
-        if (step(comm, sig, NULL, 0) < 0)
+        if (shmtopo_coll_step(comm, sig, NULL, 0) < 0)
             return -1;
         if (reads)
-            reduce_ranks(comm, recv + off * esz, from_buffer, &at, m, dtype, op);
+            reduce_ranks(comm, recv + off * esz, shmtopo_coll_from_buffer, &at, m, dtype, op);
     }
     return 0;
 }
@@ -278,7 +250,7 @@ static int rsag_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const sou
     const int reads = root < 0 || root == comm->rank;
     const size_t P = (size_t)comm->size, me = (size_t)comm->rank;
     for (size_t off = 0; off < count; off += per) {
-        const size_t m = min_size(per, count - off);
+        const size_t m = shmtopo_min_size(per, count - off);
         const int which = shmtopo_chan_next_buffer(comm);
         char *mine = buffer(comm, comm->rank, which);
         const size_t lo = m * me / P, hi = m * (me + 1) / P;
@@ -286,7 +258,7 @@ static int rsag_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const sou
             memcpy(mine, src->send + off * esz, lo * esz);
             memcpy(mine + hi * esz, src->send + (off + hi) * esz, (m - hi) * esz);
         }
-        if (step(comm, sig, NULL, 0) < 0)
+        if (shmtopo_coll_step(comm, sig, NULL, 0) < 0)
             return -1;
         /* a rank without a result reduces straight into its scratch, where
          * the readers copy it from; a reader publishes a copy unless it is
@@ -296,12 +268,12 @@ static int rsag_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const sou
             source_t at = {NULL, src->win, src->offset + (off + lo) * esz};
             reduce_ranks(comm, dst, from_window, &at, hi - lo, dtype, op);
         } else {
-            chunk_at_t at = {which, lo * esz, src->send + (off + lo) * esz};
-            reduce_ranks(comm, dst, from_buffer, &at, hi - lo, dtype, op);
+            shmtopo_chunk_at_t at = {which, lo * esz, src->send + (off + lo) * esz};
+            reduce_ranks(comm, dst, shmtopo_coll_from_buffer, &at, hi - lo, dtype, op);
         }
         if (reads && root < 0)
             memcpy(mine + lo * esz, dst, (hi - lo) * esz);
-        if (step(comm, sig, NULL, 0) < 0)
+        if (shmtopo_coll_step(comm, sig, NULL, 0) < 0)
             return -1;
         if (!reads)
             continue;
@@ -345,12 +317,12 @@ static int inplace_allreduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, con
                              char *recv, size_t count, int dtype, int op)
 {
     const size_t esz = shmtopo_dtype_size(dtype), P = (size_t)comm->size, me = (size_t)comm->rank;
-    if (step(comm, sig, NULL, 0) < 0)
+    if (shmtopo_coll_step(comm, sig, NULL, 0) < 0)
         return -1;
     const size_t lo = count * me / P, hi = count * (me + 1) / P;
     source_t slice = {NULL, src->win, src->offset + lo * esz};
     reduce_ranks(comm, recv + lo * esz, from_window, &slice, hi - lo, dtype, op);
-    if (step(comm, sig, NULL, 0) < 0)
+    if (shmtopo_coll_step(comm, sig, NULL, 0) < 0)
         return -1;
     for (size_t p = 0; p < P; p++) {
         const size_t plo = count * p / P, phi = count * (p + 1) / P;
@@ -358,7 +330,7 @@ static int inplace_allreduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, con
             memcpy(recv + plo * esz, src->win->base[p] + src->offset + plo * esz, (phi - plo) * esz);
     }
     /* my slice stays as it is until every peer has copied it */
-    return step(comm, sig, NULL, 0);
+    return shmtopo_coll_step(comm, sig, NULL, 0);
 }
 
 /* Private chunks for single-copy reductions, kept with the comm's channel. */
@@ -390,11 +362,12 @@ static int sc_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char 
     const size_t esz = shmtopo_dtype_size(dtype), P = (size_t)comm->size, me = (size_t)comm->rank;
     const int reads = root < 0 || root == comm->rank;
     const uint64_t mine[2] = {(uint64_t)(uintptr_t)send, reads ? (uint64_t)(uintptr_t)recv : 0};
-    if (step(comm, sig, mine, sizeof(mine)) < 0) /* the agreement, and every rank's addresses */
+    if (shmtopo_coll_step(comm, sig, mine, sizeof(mine)) < 0) /* the agreement, and every rank's addresses */
         return -1;
-    const size_t C = comm->chan.buffer / esz, round = SC_ROUND / esz;
+    const size_t C = comm->chan.buffer / esz, round = SC_ROUND / esz, asz = shmtopo_acc_size(dtype);
     uint64_t *in = malloc(2 * P * sizeof(*in)), *out = in ? in + P : NULL;
-    char *slot = sc_scratch(comm, 3 * C * esz);
+    /* two chunks of inputs, then the accumulator (wider for 16-bit floats) */
+    char *slot = sc_scratch(comm, 2 * C * esz + C * asz);
     int err = in && slot ? 0 : (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM);
     for (size_t p = 0; in && p < P; p++) {
         uint64_t a[2];
@@ -403,12 +376,13 @@ static int sc_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char 
         out[p] = a[1];
     }
     /* my result chunk is built in place, unless my input is my result and
-     * still needed after the first two inputs are folded */
-    const int direct = reads && !(recv == send && me >= 2);
+     * still needed after the first two inputs are folded, or the type
+     * accumulates wider (then rounded into my result, or into slot 0) */
+    const int wide = asz != esz, direct = reads && !wide && !(recv == send && me >= 2);
     for (size_t off = 0; off < count; off += round) {
-        const size_t m = min_size(round, count - off), lo = m * me / P, hi = m * (me + 1) / P;
+        const size_t m = shmtopo_min_size(round, count - off), lo = m * me / P, hi = m * (me + 1) / P;
         for (size_t c = lo; c < hi && !err; c += C) {
-            const size_t k = min_size(C, hi - c), at = (off + c) * esz, bytes = k * esz;
+            const size_t k = shmtopo_min_size(C, hi - c), at = (off + c) * esz, bytes = k * esz;
             char *acc = direct ? recv + at : slot + 2 * C * esz;
             const char *x[2];
             for (size_t p = 0; p < 2; p++) {
@@ -422,29 +396,34 @@ static int sc_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char 
             }
             if (err)
                 break;
-            shmtopo_reduce_pair(acc, x[0], x[1], k, dtype, op);
+            shmtopo_acc_pair(acc, x[0], x[1], k, dtype, op);
             for (size_t p = 2; p < P && !err; p++) {
                 if (p == me) {
-                    shmtopo_reduce_into(acc, send + at, k, dtype, op);
+                    shmtopo_acc_into(acc, send + at, k, dtype, op);
                 } else if (shmtopo_sc_read(comm, (int)p, slot + C * esz, in[p] + at, bytes, shmtopo_kind_name(sig->kind)) < 0) {
                     if (shmtopo_sc_gone(comm, (int)p))
                         goto out_failed;
                     err = errno;
                 } else {
-                    shmtopo_reduce_into(acc, slot + C * esz, k, dtype, op);
+                    shmtopo_acc_into(acc, slot + C * esz, k, dtype, op);
                 }
+            }
+            char *res = acc; /* the result chunk, as every reader gets it */
+            if (wide && !err) {
+                res = reads ? recv + at : slot;
+                shmtopo_acc_round(res, acc, k, dtype);
             }
             for (size_t i = 1; i < P && !err; i++) {
                 const size_t q = (me + i) % P;
                 if ((root < 0 || q == (size_t)root) &&
-                    shmtopo_sc_write(comm, (int)q, out[q] + at, acc, bytes, shmtopo_kind_name(sig->kind)) < 0) {
+                    shmtopo_sc_write(comm, (int)q, out[q] + at, res, bytes, shmtopo_kind_name(sig->kind)) < 0) {
                     if (shmtopo_sc_gone(comm, (int)q))
                         goto out_failed;
                     err = errno;
                 }
             }
-            if (!err && reads && !direct)
-                memcpy(recv + at, acc, bytes);
+            if (!err && reads && res != recv + at)
+                memcpy(recv + at, res, bytes);
         }
         /* inputs and results stay until every rank is done with them */
         if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
@@ -469,7 +448,7 @@ static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, vo
     /* the signature also tells the copy path from the window path, and an
      * allreduce in place in the window from one that is not */
     const int in_place = src->win && root < 0 && count && (const char *)recv == src->win->base[comm->rank] + src->offset;
-    shmtopo_sig_t sig = call_sig(kind, count, dtype, op, root, resolve_alg(comm, alg, n));
+    shmtopo_sig_t sig = shmtopo_coll_sig(kind, count, dtype, op, root, resolve_alg(comm, alg, n));
     if (src->win) {
         sig.flags = SHMTOPO_SIG_WINDOW | (in_place ? SHMTOPO_SIG_IN_PLACE : 0);
         sig.extra = src->offset;
@@ -481,14 +460,14 @@ static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, vo
         sig.alg = -1;
     }
     errno = 0;
-    if ((kind == SHMTOPO_KIND_REDUCE && check_root(comm, root) < 0) || shmtopo_reduce_check(dtype, op) < 0 ||
-        check_alg(alg) < 0 || check_buffers(shmtopo_kind_name(kind), count, src->win ? (void *)1 : src->send,
+    if ((kind == SHMTOPO_KIND_REDUCE && shmtopo_coll_check_root(comm, root) < 0) || shmtopo_reduce_check(dtype, op) < 0 ||
+        check_alg(alg) < 0 || shmtopo_coll_check_buffers(shmtopo_kind_name(kind), count, src->win ? (void *)1 : src->send,
                                              reads ? recv : (void *)1) < 0 ||
         check_window(comm, src, reads ? recv : NULL, n, n) < 0 ||
-        (!src->win && reads && check_overlap(shmtopo_kind_name(kind), src->send, n, recv, n, recv == (void *)src->send) < 0))
-        return refuse(comm, &sig);
+        (!src->win && reads && shmtopo_coll_check_overlap(shmtopo_kind_name(kind), src->send, n, recv, n, recv == (void *)src->send) < 0))
+        return shmtopo_coll_refuse(comm, &sig);
     if (count == 0) /* still a step: arguments are checked and everyone meets */
-        return step(comm, &sig, NULL, 0);
+        return shmtopo_coll_step(comm, &sig, NULL, 0);
     if (in_place) /* flat would overwrite inputs peers still read */
         return inplace_allreduce(comm, &sig, src, recv, count, dtype, op);
     if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
@@ -529,7 +508,7 @@ int shmtopo_barrier(shmtopo_comm_t *comm)
     if (shmtopo_comm_usable(comm, "barrier") < 0)
         return -1;
     shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_BARRIER);
-    return step(comm, &sig, NULL, 0);
+    return shmtopo_coll_step(comm, &sig, NULL, 0);
 }
 
 /* Single-copy bcast. Only the root and a receiver can copy into the
@@ -542,7 +521,7 @@ int shmtopo_barrier(shmtopo_comm_t *comm)
 static int sc_bcast(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, char *buf, size_t n, int root)
 {
     const uint64_t mine = (uint64_t)(uintptr_t)buf;
-    if (step(comm, sig, &mine, sizeof(mine)) < 0) /* the agreement, and every rank's address */
+    if (shmtopo_coll_step(comm, sig, &mine, sizeof(mine)) < 0) /* the agreement, and every rank's address */
         return -1;
     const size_t P = (size_t)comm->size, me = ((size_t)comm->rank + P - (size_t)root) % P;
     const int is_root = comm->rank == root;
@@ -552,7 +531,7 @@ static int sc_bcast(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, char *buf, s
     for (size_t i = 1; to && i < P; i++)
         to[i] = posted_address(comm, (int)((root + i) % P));
     for (size_t off = 0; off < n; off += SC_ROUND) {
-        const size_t m = min_size(SC_ROUND, n - off);
+        const size_t m = shmtopo_min_size(SC_ROUND, n - off);
         for (size_t k = 1; k < P && !err; k++) {
             if (is_root) { /* part k into the k-th receiver */
                 const size_t lo = part(m, k, P), hi = part(m, k + 1, P);
@@ -587,21 +566,21 @@ int shmtopo_bcast(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int 
 {
     if (shmtopo_comm_usable(comm, "bcast") < 0)
         return -1;
-    shmtopo_sig_t sig = call_sig(SHMTOPO_KIND_BCAST, count, dtype, -1, root, -1);
+    shmtopo_sig_t sig = shmtopo_coll_sig(SHMTOPO_KIND_BCAST, count, dtype, -1, root, -1);
     const size_t n = count * shmtopo_dtype_size(dtype);
     /* the path follows from what the ranks agree on (the count and type, the
      * comm's single copy); the flag makes the agreement check that too */
     if (comm->single_copy && comm->size > 1 && n >= sc_min(comm, SHMTOPO_KIND_BCAST))
         sig.flags = SHMTOPO_SIG_SINGLE_COPY;
     errno = 0;
-    if (check_root(comm, root) < 0 || check_dtype(dtype) < 0 || check_buffers("bcast", count, buf, buf) < 0)
-        return refuse(comm, &sig);
+    if (shmtopo_coll_check_root(comm, root) < 0 || shmtopo_coll_check_dtype(dtype) < 0 || shmtopo_coll_check_buffers("bcast", count, buf, buf) < 0)
+        return shmtopo_coll_refuse(comm, &sig);
     if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
         return sc_bcast(comm, &sig, buf, n, root);
     char *data = buf;
     const int rank = comm->rank;
     if (n <= SHMTOPO_INLINE) {
-        if (step(comm, &sig, rank == root ? buf : NULL, rank == root ? n : 0) < 0)
+        if (shmtopo_coll_step(comm, &sig, rank == root ? buf : NULL, rank == root ? n : 0) < 0)
             return -1;
         if (rank != root && n)
             memcpy(buf, shmtopo_step_data(comm, root), n);
@@ -609,11 +588,11 @@ int shmtopo_bcast(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int 
     }
     const size_t B = comm->chan.buffer;
     for (size_t off = 0; off < n; off += B) {
-        const size_t m = min_size(B, n - off);
+        const size_t m = shmtopo_min_size(B, n - off);
         const int which = shmtopo_chan_next_buffer(comm);
         if (rank == root)
             memcpy(buffer(comm, root, which), data + off, m);
-        if (step(comm, &sig, NULL, 0) < 0)
+        if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
             return -1;
         if (rank != root)
             memcpy(data + off, buffer(comm, root, which), m);
@@ -634,14 +613,14 @@ int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count
      * same offset): all ranks share the copying, each filling its segment of
      * every destination, instead of each reader copying everything itself. */
     const int in_place = n && (char *)buf == win->base[comm->rank] + offset;
-    shmtopo_sig_t sig = call_sig(SHMTOPO_KIND_BCAST, count, dtype, -1, root, -1);
+    shmtopo_sig_t sig = shmtopo_coll_sig(SHMTOPO_KIND_BCAST, count, dtype, -1, root, -1);
     sig.flags = SHMTOPO_SIG_WINDOW | (in_place ? SHMTOPO_SIG_IN_PLACE : 0);
     sig.extra = offset;
     errno = 0;
-    if (check_root(comm, root) < 0 || check_dtype(dtype) < 0 || check_buffers("bcast", count, buf, buf) < 0 ||
+    if (shmtopo_coll_check_root(comm, root) < 0 || shmtopo_coll_check_dtype(dtype) < 0 || shmtopo_coll_check_buffers("bcast", count, buf, buf) < 0 ||
         check_window(comm, &src, NULL, n, 0) < 0)
-        return refuse(comm, &sig);
-    if (step(comm, &sig, NULL, 0) < 0)
+        return shmtopo_coll_refuse(comm, &sig);
+    if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
         return -1;
     const char *from = win->base[root] + offset;
     if (in_place) {
@@ -659,7 +638,7 @@ int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count
         memmove(buf, from, n);
     }
     /* the root keeps its data unchanged until every copy is done */
-    return step(comm, &sig, NULL, 0);
+    return shmtopo_coll_step(comm, &sig, NULL, 0);
 }
 
 /* Single-copy allgather: every rank reads each peer's block straight from
@@ -668,7 +647,7 @@ int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count
 static int sc_allgather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, char *out, size_t n)
 {
     const uint64_t mine = (uint64_t)(uintptr_t)send;
-    if (step(comm, sig, &mine, sizeof(mine)) < 0) /* the agreement, and every rank's address */
+    if (shmtopo_coll_step(comm, sig, &mine, sizeof(mine)) < 0) /* the agreement, and every rank's address */
         return -1;
     const int P = comm->size;
     uint64_t *from = malloc((size_t)P * sizeof(*from));
@@ -676,7 +655,7 @@ static int sc_allgather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const ch
     for (int p = 0; from && p < P; p++)
         from[p] = posted_address(comm, p);
     for (size_t off = 0; off < n; off += SC_ROUND) {
-        const size_t m = min_size(SC_ROUND, n - off);
+        const size_t m = shmtopo_min_size(SC_ROUND, n - off);
         for (int i = 1; i < P && !err; i++) {
             const int p = (comm->rank + i) % P;
             if (shmtopo_sc_read(comm, p, out + (size_t)p * n + off, from[p] + off, m, "allgather") < 0) {
@@ -702,21 +681,21 @@ int shmtopo_allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t
 {
     if (shmtopo_comm_usable(comm, "allgather") < 0)
         return -1;
-    shmtopo_sig_t sig = call_sig(SHMTOPO_KIND_ALLGATHER, count, dtype, -1, -1, -1);
+    shmtopo_sig_t sig = shmtopo_coll_sig(SHMTOPO_KIND_ALLGATHER, count, dtype, -1, -1, -1);
     const size_t n = count * shmtopo_dtype_size(dtype);
     char *out = recv;
     if (comm->single_copy && comm->size > 1 && n >= sc_min(comm, SHMTOPO_KIND_ALLGATHER))
         sig.flags = SHMTOPO_SIG_SINGLE_COPY;
     errno = 0;
     /* send may be this rank's own block of recv (in place) */
-    if (check_dtype(dtype) < 0 || check_buffers("allgather", count, send, recv) < 0 ||
-        check_overlap("allgather", send, n, recv, n * (size_t)comm->size,
+    if (shmtopo_coll_check_dtype(dtype) < 0 || shmtopo_coll_check_buffers("allgather", count, send, recv) < 0 ||
+        shmtopo_coll_check_overlap("allgather", send, n, recv, n * (size_t)comm->size,
                       out && send == out + (size_t)comm->rank * n) < 0)
-        return refuse(comm, &sig);
+        return shmtopo_coll_refuse(comm, &sig);
     if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
         return sc_allgather(comm, &sig, send, out, n);
     if (n <= SHMTOPO_INLINE) {
-        if (step(comm, &sig, send, n) < 0)
+        if (shmtopo_coll_step(comm, &sig, send, n) < 0)
             return -1;
         for (int p = 0; p < comm->size && n; p++)
             memcpy(out + (size_t)p * n, shmtopo_step_data(comm, p), n);
@@ -724,10 +703,10 @@ int shmtopo_allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t
     }
     const size_t B = comm->chan.buffer;
     for (size_t off = 0; off < n; off += B) {
-        const size_t m = min_size(B, n - off);
+        const size_t m = shmtopo_min_size(B, n - off);
         const int which = shmtopo_chan_next_buffer(comm);
         memcpy(buffer(comm, comm->rank, which), (const char *)send + off, m);
-        if (step(comm, &sig, NULL, 0) < 0)
+        if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
             return -1;
         /* peers first, each rank starting at a different one so no buffer
          * has every reader at once; this rank's own block from its input */
@@ -749,21 +728,21 @@ int shmtopo_win_allgather(shmtopo_win_t *win, size_t offset, void *recv, size_t 
         return -1;
     const size_t n = count * shmtopo_dtype_size(dtype);
     source_t src = {NULL, win, offset};
-    shmtopo_sig_t sig = call_sig(SHMTOPO_KIND_ALLGATHER, count, dtype, -1, -1, -1);
+    shmtopo_sig_t sig = shmtopo_coll_sig(SHMTOPO_KIND_ALLGATHER, count, dtype, -1, -1, -1);
     sig.flags = SHMTOPO_SIG_WINDOW;
     sig.extra = offset;
     errno = 0;
-    if (check_dtype(dtype) < 0 || check_buffers("allgather", count, recv, recv) < 0 ||
+    if (shmtopo_coll_check_dtype(dtype) < 0 || shmtopo_coll_check_buffers("allgather", count, recv, recv) < 0 ||
         check_window(comm, &src, recv, n, n * (size_t)comm->size) < 0)
-        return refuse(comm, &sig);
-    if (step(comm, &sig, NULL, 0) < 0)
+        return shmtopo_coll_refuse(comm, &sig);
+    if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
         return -1;
     for (int i = 0; i < comm->size && n; i++) {
         const int p = (comm->rank + i) % comm->size; /* ranks start on different parts */
         memcpy((char *)recv + (size_t)p * n, win->base[p] + offset, n);
     }
     /* the parts stay unchanged until every rank has copied them */
-    return step(comm, &sig, NULL, 0);
+    return shmtopo_coll_step(comm, &sig, NULL, 0);
 }
 
 /* reduce_scatter and alltoall: chunk k holds elements [off, off+m) of every
@@ -773,37 +752,37 @@ static int blocks_common(shmtopo_comm_t *comm, int kind, const void *send, void 
 {
     if (shmtopo_comm_usable(comm, shmtopo_kind_name(kind)) < 0)
         return -1;
-    shmtopo_sig_t sig = call_sig(kind, count, dtype, kind == SHMTOPO_KIND_REDUCE_SCATTER ? op : -1, -1, -1);
+    shmtopo_sig_t sig = shmtopo_coll_sig(kind, count, dtype, kind == SHMTOPO_KIND_REDUCE_SCATTER ? op : -1, -1, -1);
     const size_t esz = shmtopo_dtype_size(dtype), P = (size_t)comm->size;
     const size_t out_n = kind == SHMTOPO_KIND_ALLTOALL ? P * count * esz : count * esz;
     errno = 0;
-    if (check_dtype(dtype) < 0 || (kind == SHMTOPO_KIND_REDUCE_SCATTER && shmtopo_reduce_check(dtype, op) < 0) ||
-        check_buffers(shmtopo_kind_name(kind), count, send, recv) < 0 ||
-        check_overlap(shmtopo_kind_name(kind), send, P * count * esz, recv, out_n, recv == send) < 0)
-        return refuse(comm, &sig);
+    if (shmtopo_coll_check_dtype(dtype) < 0 || (kind == SHMTOPO_KIND_REDUCE_SCATTER && shmtopo_reduce_check(dtype, op) < 0) ||
+        shmtopo_coll_check_buffers(shmtopo_kind_name(kind), count, send, recv) < 0 ||
+        shmtopo_coll_check_overlap(shmtopo_kind_name(kind), send, P * count * esz, recv, out_n, recv == send) < 0)
+        return shmtopo_coll_refuse(comm, &sig);
     if (comm->chan.buffer < P * esz) {
         shmtopo_fail(EINVAL, -1, "%s: SHMTOPO_COLL_BUFFER too small for %d ranks", shmtopo_kind_name(kind), comm->size);
-        return refuse(comm, &sig);
+        return shmtopo_coll_refuse(comm, &sig);
     }
     if (count == 0)
-        return step(comm, &sig, NULL, 0);
+        return shmtopo_coll_step(comm, &sig, NULL, 0);
     const char *in = send;
     char *out = recv;
     const size_t per = comm->chan.buffer / (esz * P);
     for (size_t off = 0; off < count; off += per) {
-        const size_t m = min_size(per, count - off);
-        chunk_at_t at = {shmtopo_chan_next_buffer(comm), (size_t)comm->rank * m * esz, NULL};
+        const size_t m = shmtopo_min_size(per, count - off);
+        shmtopo_chunk_at_t at = {shmtopo_chan_next_buffer(comm), (size_t)comm->rank * m * esz, NULL};
         char *mine = buffer(comm, comm->rank, at.which);
         for (size_t b = 0; b < P; b++)
             memcpy(mine + b * m * esz, in + (b * count + off) * esz, m * esz);
-        if (step(comm, &sig, NULL, 0) < 0)
+        if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
             return -1;
         if (kind == SHMTOPO_KIND_REDUCE_SCATTER) {
-            reduce_ranks(comm, out + off * esz, from_buffer, &at, m, dtype, op);
+            reduce_ranks(comm, out + off * esz, shmtopo_coll_from_buffer, &at, m, dtype, op);
             continue;
         }
         for (size_t p = 0; p < P; p++)
-            memcpy(out + (p * count + off) * esz, from_buffer(comm, (int)p, &at), m * esz);
+            memcpy(out + (p * count + off) * esz, shmtopo_coll_from_buffer(comm, (int)p, &at), m * esz);
     }
     return 0;
 }

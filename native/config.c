@@ -58,6 +58,14 @@ static const char *const var_names[SHMTOPO_NVARS] = {
     [SHMTOPO_VAR_TOPO_DIR] = "SHMTOPO_TOPO_DIR",
     [SHMTOPO_VAR_TOPO_CONFLICT_RANK] = "SHMTOPO_TOPO_CONFLICT_RANK",
     [SHMTOPO_VAR_SINGLE_COPY] = "SHMTOPO_SINGLE_COPY",
+    [SHMTOPO_VAR_COLL_LEVELS] = "SHMTOPO_COLL_LEVELS",
+};
+
+/* Level types by enum shmtopo_level_type; "numa" is also read as numanode. */
+static const char *const level_type_names[] = {
+    [SHMTOPO_LEVEL_CORE] = "core", [SHMTOPO_LEVEL_L1] = "l1", [SHMTOPO_LEVEL_L2] = "l2",
+    [SHMTOPO_LEVEL_L3] = "l3", [SHMTOPO_LEVEL_NUMA] = "numanode", [SHMTOPO_LEVEL_DIE] = "die",
+    [SHMTOPO_LEVEL_PACKAGE] = "package",
 };
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -69,6 +77,8 @@ static const char *const var_names[SHMTOPO_NVARS] = {
 #define COLL_ALGS_ACCEPTED "expected auto, flat or rsag"
 #define SINGLE_COPY_ACCEPTED "expected auto (where every rank can copy from every peer), 0 (off) " \
                              "or 1 (required: comm creation fails where a rank cannot)"
+#define LEVELS_ACCEPTED "expected auto, flat, or up to 4 object types innermost first, separated by " \
+                        "commas (core, l1, l2, l3, numa, die, package), none twice"
 #define DEFAULT_COLL_BUFFER (256 * 1024)
 
 static const char *name_of(const char *const *names, int n, int i)
@@ -139,6 +149,11 @@ int shmtopo_topo_source_from_name(const char *name, int *sourcep)
                       sourcep);
 }
 
+const char *shmtopo_level_type_name(int type)
+{
+    return name_of(level_type_names, COUNT(level_type_names), type);
+}
+
 int shmtopo_coll_alg_from_name(const char *name, int *algp)
 {
     return parse_name(coll_alg_names, 0, COUNT(coll_alg_names), name, "collective algorithm",
@@ -189,6 +204,39 @@ static int kupl_fence_alg(const char *value)
         shmtopo_fence_alg_from_name(value, &alg) == 0)
         return alg;
     return SHMTOPO_FENCE_RD;
+}
+
+/* SHMTOPO_COLL_LEVELS: auto, flat, or "numa,package" (types from inner to
+ * outer, none twice; which encloses which depends on the machine, so the
+ * levels nest by construction in levels.py rather than by a rule here). */
+static int parse_levels(shmtopo_config_t *cfg, const char *v)
+{
+    if (strcasecmp(v, "auto") == 0)
+        return cfg->coll_levels_mode = SHMTOPO_LEVELS_AUTO, 0;
+    if (strcasecmp(v, "flat") == 0)
+        return cfg->coll_levels_mode = SHMTOPO_LEVELS_FLAT, 0;
+    char copy[64];
+    if (strlen(v) >= sizeof(copy))
+        return -1;
+    snprintf(copy, sizeof(copy), "%s", v);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int t = strcasecmp(tok, "numa") == 0 ? SHMTOPO_LEVEL_NUMA
+                : lookup(level_type_names, 1, COUNT(level_type_names), tok);
+        for (int i = 0; i < n && t > 0; i++)
+            if (cfg->coll_levels[i] == t)
+                t = -1;
+        if (t <= 0 || n == SHMTOPO_MAX_LEVELS) /* unknown, twice, or too many */
+            return -1;
+        cfg->coll_levels[n++] = t;
+    }
+    /* a trailing or doubled comma leaves an empty name, which strtok skips */
+    if (n == 0 || v[strlen(v) - 1] == ',' || v[0] == ',' || strstr(v, ",,"))
+        return -1;
+    for (int i = n; i < SHMTOPO_MAX_LEVELS; i++)
+        cfg->coll_levels[i] = SHMTOPO_LEVEL_END;
+    cfg->coll_levels_mode = SHMTOPO_LEVELS_LIST;
+    return 0;
 }
 
 static int read_var(shmtopo_config_t *cfg, int var)
@@ -267,6 +315,13 @@ static int read_var(shmtopo_config_t *cfg, int var)
         else
             return bad_value(var, v, SINGLE_COPY_ACCEPTED);
         return 0;
+    case SHMTOPO_VAR_COLL_LEVELS:
+        if (parse_levels(cfg, v) < 0) {
+            memset(cfg->coll_levels, 0, sizeof(cfg->coll_levels));
+            cfg->coll_levels_mode = SHMTOPO_LEVELS_AUTO;
+            return bad_value(var, v, LEVELS_ACCEPTED);
+        }
+        return 0;
     case SHMTOPO_VAR_TOPO_DIR:
         if (strlen(v) >= sizeof(cfg->topo_dir))
             return bad_value(var, v, "expected a directory path shorter than 256 bytes");
@@ -306,7 +361,7 @@ int shmtopo_config_read(shmtopo_config_t *cfg)
 static const int must_agree[] = {
     SHMTOPO_VAR_SHM_TYPE, SHMTOPO_VAR_FENCE_ALGORITHM, SHMTOPO_VAR_COLL_ALGORITHM,
     SHMTOPO_VAR_COLL_BUFFER, SHMTOPO_VAR_NODE_SIZE, SHMTOPO_VAR_TOPO_SOURCE,
-    SHMTOPO_VAR_SINGLE_COPY,
+    SHMTOPO_VAR_SINGLE_COPY, SHMTOPO_VAR_COLL_LEVELS,
 };
 
 static int same_setting(const shmtopo_config_t *a, const shmtopo_config_t *b, int var)
@@ -319,6 +374,9 @@ static int same_setting(const shmtopo_config_t *a, const shmtopo_config_t *b, in
     case SHMTOPO_VAR_NODE_SIZE: return a->node_size == b->node_size;
     case SHMTOPO_VAR_TOPO_SOURCE: return a->topo_source == b->topo_source;
     case SHMTOPO_VAR_SINGLE_COPY: return a->single_copy == b->single_copy;
+    case SHMTOPO_VAR_COLL_LEVELS:
+        return a->coll_levels_mode == b->coll_levels_mode &&
+               memcmp(a->coll_levels, b->coll_levels, sizeof(a->coll_levels)) == 0;
     }
     return 1;
 }
@@ -351,6 +409,16 @@ int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks
                                 var_names[var], ri, a, rr, b);
         }
     }
+    return 0;
+}
+
+int shmtopo_comm_coll_levels(const shmtopo_comm_t *comm, int *modep, int *types)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "comm is NULL or freed");
+    *modep = comm->config.coll_levels_mode;
+    for (int i = 0; i < SHMTOPO_MAX_LEVELS; i++)
+        types[i] = comm->config.coll_levels[i];
     return 0;
 }
 

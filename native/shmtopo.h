@@ -136,7 +136,10 @@ enum shmtopo_kind {
     SHMTOPO_KIND_ALLREDUCE = 4, SHMTOPO_KIND_ALLGATHER = 5, SHMTOPO_KIND_REDUCE_SCATTER = 6,
     SHMTOPO_KIND_ALLTOALL = 7, SHMTOPO_KIND_WIN_ALLOC = 8, SHMTOPO_KIND_WIN_FREE = 9,
     SHMTOPO_KIND_COMM_FREE = 10, SHMTOPO_KIND_TOPO_SHARE = 11, SHMTOPO_KIND_SPLIT = 12,
-    SHMTOPO_KIND_COMM_CREATE = 13, SHMTOPO_KIND_BIND = 14, SHMTOPO_KIND_VERDICT = 15
+    SHMTOPO_KIND_COMM_CREATE = 13, SHMTOPO_KIND_BIND = 14, SHMTOPO_KIND_VERDICT = 15,
+    SHMTOPO_KIND_GATHER = 16, SHMTOPO_KIND_SCATTER = 17, SHMTOPO_KIND_GATHERV = 18,
+    SHMTOPO_KIND_SCATTERV = 19, SHMTOPO_KIND_ALLGATHERV = 20, SHMTOPO_KIND_ALLTOALLV = 21,
+    SHMTOPO_KIND_SCAN = 22, SHMTOPO_KIND_EXSCAN = 23
 };
 
 typedef struct shmtopo_sig {
@@ -154,6 +157,10 @@ enum shmtopo_sig_flags {
     SHMTOPO_SIG_IN_PLACE = 2,  /* the result replaces the input */
     SHMTOPO_SIG_INIT = 4,      /* making a persistent request for the call */
     SHMTOPO_SIG_SINGLE_COPY = 8, /* data copied straight between ranks' own arrays */
+    SHMTOPO_SIG_OWN_COUNT = 16, /* count is this rank's own (v-variants): not compared,
+                                   checked against the counts the call holds instead */
+    SHMTOPO_SIG_COUNTS = 32,    /* extra is shmtopo_counts_digest of a counts array every
+                                   rank passes (allgatherv, reduce_scatter with counts) */
     SHMTOPO_SIG_DELEGATED = 64  /* the caller hands the call to another library (shmtopo.accelerate's
                                    MPI path): described as such; other fields unused */
 };
@@ -168,6 +175,20 @@ int shmtopo_agree_call(shmtopo_comm_t *comm, const shmtopo_sig_t *sig);
  * (reason says why): take part in that operation's agreement as invalid.
  * Always -1: EINVAL on every rank, with "rank R: reason". */
 int shmtopo_reject(shmtopo_comm_t *comm, int kind, const char *reason);
+/* A 64-bit digest of n counts, for a signature's extra word: ranks whose
+ * counts arrays differ post different signatures. */
+uint64_t shmtopo_counts_digest(const size_t *counts, size_t n);
+/* The verdict on counts every rank of a call has seen (the v-variants; the
+ * core calls these after the agreement's step, the across-nodes half after
+ * gathering the same arrays), the same wherever it is computed; ranks are
+ * job ranks 0..n-1. counts_verdict: rank r passed posted[r] elements where
+ * the call's counts (the root's) give it table[r]. pairs_verdict (alltoallv):
+ * rank r's sendcounts[p] is send[r * n + p], rank p's recvcounts[r] is
+ * recv[p * n + r]; every pair must match. 0, or -1/EINVAL naming the rank at
+ * fault (the first that differs; for pairs, the rank in most mismatched
+ * pairs, the lowest of a tie). sig describes the call for the message. */
+int shmtopo_counts_verdict(const shmtopo_sig_t *sig, const size_t *posted, const size_t *table, size_t n);
+int shmtopo_pairs_verdict(const shmtopo_sig_t *sig, const size_t *send, const size_t *recv, size_t n);
 
 /* ---- windows ---------------------------------------------------------- */
 
@@ -252,17 +273,42 @@ int shmtopo_win_abandon_because(shmtopo_win_t *win, int origin);
 
 /* ---- collectives -------------------------------------------------------- */
 
-/* Element types and reduction operations of the window collectives. */
+/* Element types and reduction operations of the window collectives.
+ * FLOAT16 and BFLOAT16 (IEEE half, and the upper half of a float32) reduce
+ * in float32 over all ranks and round once, to nearest even, at the end;
+ * COMPLEX64/128 are (real, imaginary) pairs of FLOAT32/64; the pair types
+ * are the structs below, laid out as MPI's MPI_FLOAT_INT, MPI_DOUBLE_INT,
+ * MPI_LONG_INT, MPI_2INT and MPI_SHORT_INT. Which type takes which op:
+ * integers all of sum..lxor; floats sum, prod, min, max; bool land, lor,
+ * lxor and band, bor, bxor (the same, on 0/1); complex sum, prod; pairs
+ * maxloc, minloc. */
 enum shmtopo_dtype {
     SHMTOPO_INT8 = 0, SHMTOPO_INT16 = 1, SHMTOPO_INT32 = 2, SHMTOPO_INT64 = 3,
     SHMTOPO_UINT8 = 4, SHMTOPO_UINT16 = 5, SHMTOPO_UINT32 = 6, SHMTOPO_UINT64 = 7,
-    SHMTOPO_FLOAT32 = 8, SHMTOPO_FLOAT64 = 9
+    SHMTOPO_FLOAT32 = 8, SHMTOPO_FLOAT64 = 9,
+    SHMTOPO_BOOL = 10, SHMTOPO_COMPLEX64 = 11, SHMTOPO_COMPLEX128 = 12,
+    SHMTOPO_FLOAT16 = 13, SHMTOPO_BFLOAT16 = 14,
+    SHMTOPO_FLOAT_INT = 15, SHMTOPO_DOUBLE_INT = 16, SHMTOPO_LONG_INT = 17, SHMTOPO_2INT = 18,
+    SHMTOPO_SHORT_INT = 19,
+    SHMTOPO_NDTYPES = 20  /* how many there are */
 };
 
+/* LAND, LOR, LXOR: 1 or 0 of the element type (MPI's). MAXLOC/MINLOC: the
+ * pair with the larger/smaller value, on equal values the smaller index. */
 enum shmtopo_op {
     SHMTOPO_OP_SUM = 0, SHMTOPO_OP_PROD = 1, SHMTOPO_OP_MIN = 2, SHMTOPO_OP_MAX = 3,
-    SHMTOPO_OP_BAND = 4, SHMTOPO_OP_BOR = 5, SHMTOPO_OP_BXOR = 6
+    SHMTOPO_OP_BAND = 4, SHMTOPO_OP_BOR = 5, SHMTOPO_OP_BXOR = 6,
+    SHMTOPO_OP_LAND = 7, SHMTOPO_OP_LOR = 8, SHMTOPO_OP_LXOR = 9,
+    SHMTOPO_OP_MAXLOC = 10, SHMTOPO_OP_MINLOC = 11,
+    SHMTOPO_NOPS = 12  /* how many there are */
 };
+
+/* The (value, index) elements of maxloc and minloc. */
+typedef struct shmtopo_float_int { float value; int index; } shmtopo_float_int_t;
+typedef struct shmtopo_double_int { double value; int index; } shmtopo_double_int_t;
+typedef struct shmtopo_long_int { long value; int index; } shmtopo_long_int_t;
+typedef struct shmtopo_2int { int value; int index; } shmtopo_2int_t;
+typedef struct shmtopo_short_int { short value; int index; } shmtopo_short_int_t;
 
 enum shmtopo_coll_alg {
     SHMTOPO_COLL_AUTO = 0,  /* by size (SHMTOPO_COLL_ALGORITHM overrides) */
@@ -294,6 +340,37 @@ int shmtopo_reduce_scatter(shmtopo_comm_t *comm, const void *send, void *recv, s
 /* send, recv: size * count elements; block p of recv is block `rank` of p's send. */
 int shmtopo_alltoall(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
                      int dtype);
+/* Rooted and varying-count collectives (coll_v.c), through the scratch
+ * buffers like the others, any size. root is a rank of the comm; counts and
+ * displacements are in elements. gather: recv (size * count, root only) gets
+ * rank r's block at r * count; send may be the root's own block of recv (in
+ * place). scatter: send (root only) holds size blocks of count; recv may be
+ * the root's own block of send (in place). gatherv / scatterv: counts and
+ * displs (size each) matter on the root only, `count` is this rank's own
+ * and must equal the root's counts[rank] (checked in the agreement, EINVAL
+ * on every rank naming the rank). allgatherv: counts (the same on every
+ * rank) and displs (this rank's layout of recv); send may be this rank's
+ * block of recv. alltoallv: rank r's sendcounts[p] must equal rank p's
+ * recvcounts[r]; send and recv must not overlap. reduce_scatterv: send holds
+ * sum(counts) elements, recv gets counts[rank]: the reduction of everybody's
+ * elements from sum(counts[:rank]); recv may be send (in place, the result at
+ * its start). scan: recv = send of ranks 0..rank reduced in rank order;
+ * exclusive: of ranks 0..rank-1, and rank 0's recv is left as it is; recv
+ * may be send. */
+int shmtopo_gather(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root);
+int shmtopo_scatter(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root);
+int shmtopo_gatherv(shmtopo_comm_t *comm, const void *send, size_t count, void *recv, const size_t *counts,
+                    const size_t *displs, int dtype, int root);
+int shmtopo_scatterv(shmtopo_comm_t *comm, const void *send, const size_t *counts, const size_t *displs,
+                     void *recv, size_t count, int dtype, int root);
+int shmtopo_allgatherv(shmtopo_comm_t *comm, const void *send, size_t count, void *recv, const size_t *counts,
+                       const size_t *displs, int dtype);
+int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *sendcounts, const size_t *sdispls,
+                      void *recv, const size_t *recvcounts, const size_t *rdispls, int dtype);
+int shmtopo_reduce_scatterv(shmtopo_comm_t *comm, const void *send, void *recv, const size_t *counts,
+                            int dtype, int op);
+int shmtopo_scan(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
+                 int exclusive);
 /* Zero-copy variants: every rank's input lies at byte `offset` of its own
  * part of `win` (a window of the comm), where peers read it directly.
  * win_reduce with root < 0 is an allreduce; its result may be the input
@@ -324,9 +401,18 @@ int shmtopo_request_start(shmtopo_request_t *req);
 int shmtopo_request_wait(shmtopo_request_t *req);
 int shmtopo_request_free(shmtopo_request_t *req);
 
-/* dst[i] = dst[i] op src[i] (the kernel the collectives use). */
+/* dst[i] = dst[i] op src[i] (the kernel the collectives use; 16-bit
+ * floats: computed in float32 and rounded). */
 int shmtopo_reduce_local(void *dst, const void *src, size_t count, int dtype, int op);
 size_t shmtopo_dtype_size(int dtype);
+/* The type reductions of dtype accumulate in: SHMTOPO_FLOAT32 for FLOAT16
+ * and BFLOAT16, dtype itself for the others; -1/EINVAL for an unknown
+ * type. A reduction done in pieces (across nodes) passes partials of this
+ * type and rounds once, with shmtopo_reduce_round. */
+int shmtopo_dtype_accumulator(int dtype);
+/* dst = acc rounded to dtype, to nearest even (acc: count elements of
+ * shmtopo_dtype_accumulator(dtype)); a copy where that is dtype itself. */
+int shmtopo_reduce_round(void *dst, const void *acc, size_t count, int dtype);
 
 /* ---- configuration ---------------------------------------------------- */
 
@@ -341,8 +427,22 @@ enum shmtopo_var {
     SHMTOPO_VAR_COLL_BUFFER = 3, SHMTOPO_VAR_NODE_SIZE = 4, SHMTOPO_VAR_TOPO_SOURCE = 5,
     SHMTOPO_VAR_TIMEOUT = 6, SHMTOPO_VAR_SPIN_NS = 7, SHMTOPO_VAR_YIELD_NS = 8,
     SHMTOPO_VAR_TOPO_DIR = 9, SHMTOPO_VAR_TOPO_CONFLICT_RANK = 10, SHMTOPO_VAR_SINGLE_COPY = 11,
-    SHMTOPO_NVARS = 12
+    SHMTOPO_VAR_COLL_LEVELS = 12,
+    SHMTOPO_NVARS = 13
 };
+
+/* SHMTOPO_COLL_LEVELS: auto (levels from the topology on big comms), flat
+ * (never), or a list of object types, innermost first ("numa,package"). */
+enum shmtopo_coll_levels_mode {
+    SHMTOPO_LEVELS_AUTO = 0, SHMTOPO_LEVELS_FLAT = 1, SHMTOPO_LEVELS_LIST = 2
+};
+/* The object types a level may follow (0 ends a list); names as hwloc's
+ * short ones, so the Python side finds them in the topology. */
+enum shmtopo_level_type {
+    SHMTOPO_LEVEL_END = 0, SHMTOPO_LEVEL_CORE = 1, SHMTOPO_LEVEL_L1 = 2, SHMTOPO_LEVEL_L2 = 3,
+    SHMTOPO_LEVEL_L3 = 4, SHMTOPO_LEVEL_NUMA = 5, SHMTOPO_LEVEL_DIE = 6, SHMTOPO_LEVEL_PACKAGE = 7
+};
+#define SHMTOPO_MAX_LEVELS 4
 
 /* SHMTOPO_SINGLE_COPY: auto (where every rank can reach every peer), 0 (off),
  * 1 (required: comm creation fails on every rank where a rank cannot). */
@@ -363,8 +463,10 @@ typedef struct shmtopo_config {
     double timeout;         /* SHMTOPO_TIMEOUT, seconds (0: forever) */
     int64_t spin_ns;        /* SHMTOPO_SPIN_NS (-1: by oversubscription) */
     int64_t yield_ns;       /* SHMTOPO_YIELD_NS (-1: by oversubscription) */
+    int32_t coll_levels_mode;                  /* SHMTOPO_COLL_LEVELS (auto): enum shmtopo_coll_levels_mode */
+    int32_t coll_levels[4];   /* SHMTOPO_MAX_LEVELS: its types when a list, innermost first, 0-ended */
     char topo_dir[256];     /* SHMTOPO_TOPO_DIR (/dev/shm) */
-    char text[12][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
+    char text[13][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
 } shmtopo_config_t;
 
 /* Read and check every variable. EINVAL, the message naming the variable,
@@ -372,9 +474,15 @@ typedef struct shmtopo_config {
 int shmtopo_config_read(shmtopo_config_t *cfg);
 /* 0 when the settings that must agree (SHMTOPO_SHM_TYPE, the fence and
  * collective algorithms, SHMTOPO_COLL_BUFFER, SHMTOPO_NODE_SIZE,
- * SHMTOPO_TOPO_SOURCE, SHMTOPO_SINGLE_COPY) are alike in cfgs[0..n); else EINVAL naming the
+ * SHMTOPO_TOPO_SOURCE, SHMTOPO_SINGLE_COPY, SHMTOPO_COLL_LEVELS) are alike in cfgs[0..n); else EINVAL naming the
  * variable and two ranks' values (ranks[i]: the rank of cfgs[i], NULL for i). */
 int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks);
+/* The name of a level type ("numanode", "package", ...; "unknown"). */
+const char *shmtopo_level_type_name(int type);
+/* The comm's SHMTOPO_COLL_LEVELS, as agreed at creation: the mode (enum
+ * shmtopo_coll_levels_mode) into *modep and, for a list, its types into
+ * types[0..SHMTOPO_MAX_LEVELS) (0-ended). EBADF for a freed comm. */
+int shmtopo_comm_coll_levels(const shmtopo_comm_t *comm, int *modep, int *types);
 /* Parse a backend / fence algorithm / topology source name ("posix", "rd",
  * "xml", ...). EINVAL for an unknown name, saying what is accepted. */
 int shmtopo_backend_from_name(const char *name, int *backendp);

@@ -184,7 +184,7 @@ def test_fast_entry_takes_only_the_plain_case(comm):
                  (h, x[::2], None, "sum"),                   # not contiguous
                  (h, x.astype(">f8"), None, "sum"),           # foreign byte order
                  (h, x.view(_Sub), None, "sum"),             # subclass
-                 (h, x > 0, None, "sum"),                    # bool
+                 (h, x.astype(np.longdouble), None, "sum"),  # not a collective type
                  (h, x.astype(TAGGED), None, "sum"),         # not numpy's own float64 dtype
                  (h, x, None, "mean"),                       # unknown op
                  (h, x, [0.0] * 24, "sum"),                  # out not an array
@@ -216,7 +216,7 @@ def test_mismatched_arguments_fail_everywhere(comm):
         lambda: comm.allreduce(x, "max" if odd else "sum"),                  # op
         lambda: comm.bcast(x, root=1 if odd else 0),                         # root
         lambda: comm.allreduce(x, "bogus" if odd else "sum"),                # invalid op, one rank
-        lambda: comm.allreduce(x.astype(np.complex128) if odd else x),      # invalid dtype, one rank
+        lambda: comm.allreduce(x.astype(np.longdouble) if odd else x),      # invalid dtype, one rank
         lambda: comm.reduce(x, root=99 if odd else 0),                       # invalid root, one rank
     ]
     for case in cases:

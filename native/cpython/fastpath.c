@@ -23,7 +23,7 @@
 
 #include "shmtopo.h"
 
-#define NDTYPES (SHMTOPO_FLOAT64 + 1) /* enum shmtopo_dtype: codes 0 .. SHMTOPO_FLOAT64 */
+#define NDTYPES SHMTOPO_NDTYPES /* enum shmtopo_dtype: codes 0 .. SHMTOPO_NDTYPES - 1 */
 
 static struct {
     PyObject *ndarray;      /* numpy.ndarray */

@@ -2,6 +2,7 @@
 shared hwloc topology, for MPI programs in Python."""
 from .accelerate import AcceleratedComm, AcceleratedPrequest, accelerate
 from .bitmap import Bitmap
+from .collectives import pair_dtype
 from .comm import Comm, Placement
 from .errors import (
     BackendUnavailableError,
@@ -23,7 +24,7 @@ from .topology import Topology, share_topology
 __version__ = "0.1.0"
 
 __all__ = [
-    "Comm", "Window", "accelerate", "AcceleratedComm", "Topology", "share_topology", "Bitmap", "Placement", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
+    "Comm", "Window", "accelerate", "AcceleratedComm", "Topology", "share_topology", "Bitmap", "Placement", "pair_dtype", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
     "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",

@@ -57,6 +57,9 @@ def _info_lines(comm: Any) -> list[tuple[str, str]]:
         rows.append(("node", f"{comm.size} rank(s) on {comm.ncpus} CPU(s): "
                              f"{'oversubscribed' if comm.oversubscribed else 'not oversubscribed'}"))
         rows.append(("single copy", comm.single_copy or "off: large arrays go through the scratch buffers"))
+        from .levels import describe
+
+        rows.append(("levels", describe(comm)))  # collective: every rank builds the same
     return rows
 
 

@@ -44,14 +44,43 @@ def normalised(comm: "Comm", kind: int, normalise: Callable[..., T], *args: Any)
         raise
 
 
+def signature(kind: int, count: int = 0, dtype: int = -1, op: int = -1, root: int = -1, alg: int = -1,
+              extra: int = 0, flags: int = 0) -> Any:
+    """A call's signature (shmtopo_sig_t), as the core builds it."""
+    return ffi.new("shmtopo_sig_t *", {"kind": kind, "count": count, "dtype": dtype, "op": op, "root": root,
+                                       "alg": alg, "extra": extra, "flags": flags})
+
+
 def agree(comm: "Comm", kind: int, count: int = 0, dtype: int = -1, op: int = -1, root: int = -1,
           alg: int = -1, extra: int = 0, flags: int = 0) -> None:
     """Agreement on a call over the whole job, before its data moves by
     other means (across nodes). Raises the job's verdict."""
-    sig = ffi.new("shmtopo_sig_t *", {"kind": kind, "count": count, "dtype": dtype, "op": op,
-                                       "root": root, "alg": alg, "extra": extra, "flags": flags})
-    if lib.shmtopo_agree_call(comm.handle, sig) < 0:
+    if lib.shmtopo_agree_call(comm.handle, signature(kind, count, dtype, op, root, alg, extra, flags)) < 0:
         raise last_error()
+
+
+def _sizes(a: Any) -> Any:
+    return ffi.cast("size_t *", ffi.from_buffer(a))
+
+
+def counts_verdict(sig: Any, posted: Any, table: Any) -> None:
+    """The verdict on a v-variant's counts that every rank of the job has
+    gathered (each rank's own count, the root's counts: numpy uint64, one per
+    job rank), reached alike on every rank (native/agree.c). Raises it."""
+    if lib.shmtopo_counts_verdict(sig, _sizes(posted), _sizes(table), len(table)) < 0:
+        raise last_error()
+
+
+def pairs_verdict(sig: Any, send: Any, recv: Any) -> None:
+    """counts_verdict for alltoallv: every rank's send and receive counts
+    (rows of the n x n uint64 arrays) must pair up."""
+    if lib.shmtopo_pairs_verdict(sig, _sizes(send), _sizes(recv), len(send)) < 0:
+        raise last_error()
+
+
+def counts_digest(counts: Any) -> int:
+    """The digest of a counts array that a signature carries (uint64 array)."""
+    return int(lib.shmtopo_counts_digest(_sizes(counts), len(counts)))
 
 
 def leave(comm: "Comm") -> None:

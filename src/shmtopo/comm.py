@@ -51,6 +51,7 @@ class Comm(Collective):
         self._transport = transport
         self._mpi = mpi_comm
         self._windows: list[Window] = []
+        self._levels: Any = None  # levels.py: made at the first levelled call
         self.plan = NodePlan.single(rank, size)
         self._fast = 0
         handle = ffi.new("shmtopo_comm_t **")
@@ -282,6 +283,14 @@ class Comm(Collective):
     allgather = collectives.allgather
     reduce_scatter = collectives.reduce_scatter
     alltoall = collectives.alltoall
+    gather = collectives.gather
+    scatter = collectives.scatter
+    gatherv = collectives.gatherv
+    scatterv = collectives.scatterv
+    allgatherv = collectives.allgatherv
+    alltoallv = collectives.alltoallv
+    scan = collectives.scan
+    exscan = collectives.exscan
 
     def allreduce_init(self, send: Any, recv: Any, op: str = "sum", *,
                        algorithm: str | None = None) -> "request.Request":
@@ -308,6 +317,7 @@ class Comm(Collective):
             return
         for win in list(self._windows):
             win.free()
+        self._free_levels()
         handle = self._h
         broken_before = lib.shmtopo_comm_broken(handle)
         if lib.shmtopo_comm_destroy(handle) < 0:
@@ -332,10 +342,23 @@ class Comm(Collective):
             return
         for win in list(self._windows):
             win.abandon(_origin)
+        from .levels import Levels
+
+        if isinstance(self._levels, Levels):
+            self._levels.abandon()
+        self._levels = None
         handle, self._h, self._fast = self._h, ffi.NULL, 0
         check(lib.shmtopo_comm_abandon(handle))
         self.plan.free()
         self._free_mpi()
+
+    def _free_levels(self) -> None:
+        """Collective: the sub-comms of the levelled collectives, if made."""
+        from .levels import Levels
+
+        held, self._levels = self._levels, None
+        if isinstance(held, Levels):
+            held.free()
 
     def _free_mpi(self) -> None:
         if self._mpi is not None:

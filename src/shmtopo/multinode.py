@@ -144,13 +144,33 @@ def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: 
 
 # ---- the across-nodes half --------------------------------------------------------------
 
-_MPI_OPS = ("SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR")
+_MPI_OPS = ("SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR", "MAXLOC", "MINLOC")
+# mpi4py cannot type a structured array from its buffer: the pair types by name
+_MPI_PAIRS = {lib.SHMTOPO_FLOAT_INT: "FLOAT_INT", lib.SHMTOPO_DOUBLE_INT: "DOUBLE_INT",
+              lib.SHMTOPO_LONG_INT: "LONG_INT", lib.SHMTOPO_2INT: "INT_INT", lib.SHMTOPO_SHORT_INT: "SHORT_INT"}
 
 
-def _mpi_op(opc: int) -> Any:
+def _mpi_op(opc: int, code: int) -> Any:
     from mpi4py import MPI
 
-    return getattr(MPI, _MPI_OPS[opc])
+    name = _MPI_OPS[opc]
+    if code == lib.SHMTOPO_BOOL and name in ("BAND", "BOR", "BXOR"):
+        name = "L" + name[1:]  # MPI's bitwise ops take no C_BOOL; on 0/1 they are the logical ones
+    return getattr(MPI, name)
+
+
+def _typed(a: np.ndarray, code: int) -> Any:
+    """a as an MPI buffer of its element type (code: its shmtopo dtype)."""
+    from mpi4py import MPI
+
+    if code in _MPI_PAIRS:
+        return [a.reshape(-1).view(np.uint8), getattr(MPI, _MPI_PAIRS[code])]
+    return a
+
+
+def _bytes(a: np.ndarray) -> Any:
+    """a as bytes, for calls that only move data (any element type)."""
+    return a.reshape(-1).view(np.uint8)
 
 
 def _wait(plan: NodePlan, request: Any, what: str, *buffers: Any) -> None:
@@ -177,47 +197,87 @@ def leaders_barrier(comm: "Comm") -> None:
         _wait(plan, plan.leaders.Ibarrier(), "barrier between nodes")
 
 
-def leaders_allreduce(comm: "Comm", result: np.ndarray, opc: int) -> None:
+def leaders_allreduce(comm: "Comm", result: np.ndarray, opc: int, code: int) -> None:
+    """The node leaders' partials (of shmtopo dtype `code`) reduced in place."""
     from mpi4py import MPI
 
     plan = comm.plan
     if plan.leaders is not None and result.size:
-        _wait(plan, plan.leaders.Iallreduce(MPI.IN_PLACE, result, op=_mpi_op(opc)),
+        _wait(plan, plan.leaders.Iallreduce(MPI.IN_PLACE, _typed(result, code), op=_mpi_op(opc, code)),
               "allreduce between nodes", result)
 
 
-def leaders_reduce(comm: "Comm", result: np.ndarray, opc: int, root_node: int) -> None:
+def leaders_reduce(comm: "Comm", result: np.ndarray, opc: int, root_node: int, code: int) -> None:
     plan = comm.plan
     if plan.leaders is not None and result.size:
         # No MPI_IN_PLACE: MPICH 4.0.2's Reduce crashes with it at a root
         # other than 0 (and wants a receive buffer on every rank).
         mine = result.copy()
         out = result if plan.leaders.Get_rank() == root_node else np.empty_like(mine)
-        _wait(plan, plan.leaders.Ireduce(mine, out, op=_mpi_op(opc), root=root_node),
-              "reduce between nodes", mine, out)
+        _wait(plan, plan.leaders.Ireduce(_typed(mine, code), _typed(out, code), op=_mpi_op(opc, code),
+                                         root=root_node), "reduce between nodes", mine, out)
 
 
 def leaders_bcast(comm: "Comm", result: np.ndarray, root_node: int) -> None:
     plan = comm.plan
     if plan.leaders is not None and result.size:
-        _wait(plan, plan.leaders.Ibcast(result, root=root_node), "bcast between nodes", result)
+        _wait(plan, plan.leaders.Ibcast(_bytes(result), root=root_node), "bcast between nodes", result)
 
 
 def leaders_allgather(comm: "Comm", node_rows: np.ndarray, result: np.ndarray, count: int) -> None:
     """Leaders gather whole nodes in node order; rows then go to world ranks."""
     plan = comm.plan
     if plan.leaders is not None and result.size:
-        counts = [n * count for n in plan.node_sizes]
+        counts = [n * count * result.itemsize for n in plan.node_sizes]  # bytes
         gathered = np.empty_like(result)
-        _wait(plan, plan.leaders.Iallgatherv(node_rows, [gathered, counts]), "allgather between nodes",
-              node_rows, gathered)
+        _wait(plan, plan.leaders.Iallgatherv(_bytes(node_rows), [_bytes(gathered), counts]),
+              "allgather between nodes", node_rows, gathered)
         result[plan.world_order] = gathered
 
 
 def world_alltoall(comm: "Comm", a: np.ndarray, result: np.ndarray) -> None:
     """Across nodes there is no shared memory to use: MPI's own alltoall."""
     plan = comm.plan
-    _wait(plan, plan.world.Ialltoall(a, result), "alltoall", a, result)
+    _wait(plan, plan.world.Ialltoall(_bytes(a), _bytes(result)), "alltoall", a, result)
 
 
 
+# The rooted and varying-count calls go to MPI's own across nodes, as
+# alltoall does, once the job agreed on them (and on their counts):
+# collectives.py gathers what the counts check needs first. MPI wants no
+# aliased buffers, so an input that lies inside the result travels as a copy.
+
+def _apart(a: np.ndarray, result: np.ndarray | None) -> np.ndarray:
+    return a.copy() if result is not None and np.may_share_memory(a, result) else a
+
+
+def _layout(array: np.ndarray, counts: Any, displs: Any) -> Any:
+    return [array, (counts.tolist(), displs.tolist())]
+
+
+def world_gatherv(comm: "Comm", a: np.ndarray, result: np.ndarray | None, counts: Any, displs: Any,
+                  root: int) -> None:
+    plan = comm.plan
+    recv = _layout(result, counts, displs) if result is not None else None
+    mine = _apart(a, result)
+    _wait(plan, plan.world.Igatherv(mine, recv, root=root), "gatherv", mine, result)
+
+
+def world_scatterv(comm: "Comm", a: np.ndarray | None, result: np.ndarray, counts: Any, displs: Any,
+                   root: int) -> None:
+    plan = comm.plan
+    send = _layout(_apart(a, result), counts, displs) if a is not None else None
+    _wait(plan, plan.world.Iscatterv(send, result, root=root), "scatterv", send, result)
+
+
+def world_allgatherv(comm: "Comm", a: np.ndarray, result: np.ndarray, counts: Any, displs: Any) -> None:
+    plan = comm.plan
+    mine = _apart(a, result)
+    _wait(plan, plan.world.Iallgatherv(mine, _layout(result, counts, displs)), "allgatherv", mine, result)
+
+
+def world_alltoallv(comm: "Comm", a: np.ndarray, result: np.ndarray, sendcounts: Any, sdispls: Any,
+                    recvcounts: Any, rdispls: Any) -> None:
+    plan = comm.plan
+    _wait(plan, plan.world.Ialltoallv(_layout(a, sendcounts, sdispls), _layout(result, recvcounts, rdispls)),
+          "alltoallv", a, result)

@@ -336,6 +336,95 @@ def _(comm, cx):
     return comm.allreduce(a) if cx.bad else comm.bcast(a, root=0)
 
 
+# 13. the rooted and varying-count collectives (issue 11): a count, a counts
+# array, a dtype, an op or a root of one rank that differs or is bad. Counts
+# are 3 or 4 per rank; the root of a rooted call is the last rank, so that
+# rank 0 is a sender too.
+def _counts():
+    return [3 + r % 2 for r in range(WS)]
+
+
+def _vcall(comm, kind, a, counts, root):
+    me = ME
+    if kind == "gatherv":
+        return comm.gatherv(a, counts if me == root else None, root=root)
+    if kind == "scatterv":
+        return comm.scatterv(np.ones(sum(counts)) if me == root else None, counts if me == root else None,
+                             root=root, out=a)
+    return comm.allgatherv(a, counts)
+
+
+def _rooted(comm, kind, n=4, dtype=np.float64, root=None):
+    """gather of n elements, or scatter of blocks of n, rooted at the last rank."""
+    root = WS - 1 if root is None else root
+    if kind == "gather":
+        return comm.gather(data(n, dtype), root=root)
+    return comm.scatter(np.ones((WS, n), dtype) if ME == root else None, root=root, out=np.empty(n, dtype))
+
+
+def _vcoll_cases():
+    for kind in ("gather", "scatter"):
+        for big in (5, 100000):
+            case(f"{kind}_count_{big}")(lambda comm, cx, kind=kind, big=big: _rooted(comm, kind, big if cx.bad else 4))
+        case(f"{kind}_dtype_f32")(lambda comm, cx, kind=kind: _rooted(
+            comm, kind, dtype=np.float32 if cx.bad else np.float64))
+        case(f"{kind}_root_other")(lambda comm, cx, kind=kind: _rooted(comm, kind, root=0 if cx.bad else WS - 1))
+        case(f"{kind}_root_ws3_all", kind="all")(lambda comm, cx, kind=kind: _rooted(comm, kind, root=WS + 3))
+    for kind in ("gatherv", "scatterv", "allgatherv"):
+        # one more element than the counts (the root's, or everybody's) give it
+        case(f"{kind}_count")(lambda comm, cx, kind=kind: _vcall(
+            comm, kind, np.ones(_counts()[ME] + (1 if cx.bad else 0)), _counts(), WS - 1))
+        case(f"{kind}_dtype_f32")(lambda comm, cx, kind=kind: _vcall(
+            comm, kind, np.ones(_counts()[ME], np.float32 if cx.bad else np.float64), _counts(), WS - 1))
+
+    # the root's counts disagree with what the culprit sends (the root's table is wrong about it)
+    def root_table(comm, cx, kind):
+        counts = _counts()
+        counts[cx.culprit] += 1
+        return _vcall(comm, kind, np.ones(_counts()[ME]), counts, WS - 1)
+    for kind in ("gatherv", "scatterv"):
+        case(f"{kind}_root_counts_wrong")(lambda comm, cx, kind=kind: root_table(comm, cx, kind))
+        case(f"{kind}_root_m1_all", kind="all")(lambda comm, cx, kind=kind: _vcall(
+            comm, kind, np.ones(_counts()[ME]), _counts(), -1))
+        case(f"{kind}_root_other")(lambda comm, cx, kind=kind: _vcall(
+            comm, kind, np.ones(_counts()[ME]), _counts(), 0 if cx.bad else WS - 1))
+
+    @case("allgatherv_counts_array")
+    def _(comm, cx):
+        counts = _counts()
+        if cx.bad:
+            counts[ME] += 1  # consistent on the culprit itself, not with the others' counts
+        return comm.allgatherv(np.ones(counts[ME]), counts)
+
+    @case("alltoallv_sendcounts")
+    def _(comm, cx):
+        sc = [3 if cx.bad else 2] * WS
+        return comm.alltoallv(np.ones(sum(sc)), sc, None, [2] * WS, None)
+
+    @case("alltoallv_counts_negative")
+    def _(comm, cx):
+        return comm.alltoallv(np.ones(2 * WS), [-1 if cx.bad else 2] * WS, None, [2] * WS, None)
+
+    @case("reduce_scatter_counts")
+    def _(comm, cx):
+        counts = [2] * WS
+        if cx.bad:
+            counts[-1] = 3
+        return comm.reduce_scatter(np.ones(sum(counts)), counts=counts)
+
+    @case("reduce_scatter_counts_size")
+    def _(comm, cx):
+        return comm.reduce_scatter(np.ones(2 * WS + (1 if cx.bad else 0)), counts=[2] * WS)
+
+    for kind in ("scan", "exscan"):
+        case(f"{kind}_op_max")(lambda comm, cx, kind=kind: getattr(comm, kind)(data(4), "max" if cx.bad else "sum"))
+        case(f"{kind}_count_100000")(lambda comm, cx, kind=kind: getattr(comm, kind)(data(100000 if cx.bad else 4)))
+        case(f"{kind}_op_bogus")(lambda comm, cx, kind=kind: getattr(comm, kind)(data(4), "bogus" if cx.bad else "sum"))
+
+
+_vcoll_cases()
+
+
 # 12. orders that can never match: every rank fails by timeout or abort, none hangs
 @case("crossed_barriers", expect="abort", usable=False)
 def _(comm, cx):

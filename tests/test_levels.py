@@ -1,0 +1,130 @@
+"""Collectives in levels of the shared topology (src/shmtopo/levels.py):
+the structure from where ranks sit, and, under mpiexec on synthetic
+topologies (HWLOC_SYNTHETIC: this machine has 2 cores, so the ranks are
+oversubscribed), results bit for bit equal to the rank-order fold and to
+the flat algorithms, misuse raising on every rank, and SHMTOPO_COLL_LEVELS
+parsed strictly and agreed at creation. Serial tests: each starts its own
+mpiexec of tests/scripts/levels_check.py under the MPI of this run."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import CLEAN_ENV, mpiexec_command
+from shmtopo._native import ffi, lib
+from shmtopo.levels import Structure, Tier, structure_of
+
+SCRIPT = Path(__file__).parent / "scripts" / "levels_check.py"
+
+
+def run_check(n, synthetic, setting, *args, timeout=600):
+    env = dict(CLEAN_ENV, HWLOC_SYNTHETIC=synthetic, OMPI_MCA_rmaps_base_oversubscribe="1")
+    if setting is None:
+        env.pop("SHMTOPO_COLL_LEVELS", None)
+    else:
+        env["SHMTOPO_COLL_LEVELS"] = setting
+    proc = subprocess.run(mpiexec_command() + ["-n", str(n), sys.executable, str(SCRIPT), *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0 and "LEVELS OK" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+# ---- the structure: pure ---------------------------------------------------------------
+
+def test_consecutive_ranks_make_nested_groups():
+    # 8 ranks on 2 packages x 2 NUMA nodes x 2 cores, in rank order
+    s = structure_of([[r // 2, r // 4] for r in range(8)], ["numanode", "package"])
+    assert s.tiers == (Tier("numanode", ((0, 1), (2, 3), (4, 5), (6, 7))),
+                       Tier("package", ((0, 2), (4, 6))), Tier("node", ((0, 4),)))
+    assert s.describe() == ("numanode (4 groups of 2) > package (2 groups of 2 numanode) > "
+                            "node (1 group of 2 package)")
+
+
+def test_a_level_that_splits_nothing_is_left_out():
+    # all in one package: only the NUMA level counts; uneven groups
+    s = structure_of([[0 if r < 4 else 1, 0] for r in range(6)], ["numanode", "package"])
+    assert [t.type for t in s.tiers] == ["numanode", "node"]
+    assert s.tiers[0].groups == ((0, 1, 2, 3), (4, 5))
+    assert s.describe() == "numanode (2 groups of 2-4) > node (1 group of 2 numanode)"
+
+
+def test_ranks_not_in_consecutive_runs_stay_flat():
+    # round robin over 2 packages: no run of two consecutive ranks, so a
+    # group would break the rank order of the fold: no levels
+    s = structure_of([[r % 2] for r in range(8)], ["package"])
+    assert s.tiers == () and s.describe().startswith("flat (")
+    # runs are cut where the placement jumps: ranks 0-1 and 4-5 in package 0
+    s = structure_of([[(r // 2) % 2] for r in range(8)], ["package"])
+    assert s.tiers[0].groups == ((0, 1), (2, 3), (4, 5), (6, 7))
+
+
+@pytest.mark.parametrize("value", ["numa,numa", "numa,,package", "bogus", ",numa", "numa,", "group",
+                                   "core,l1,l2,l3,numa", " numa"])
+def test_setting_is_parsed_strictly(monkeypatch, value):
+    monkeypatch.setenv("SHMTOPO_COLL_LEVELS", value)
+    cfg = ffi.new("shmtopo_config_t *")
+    assert lib.shmtopo_config_read(cfg) < 0
+    assert ffi.string(lib.shmtopo_last_error()).decode().startswith(f"SHMTOPO_COLL_LEVELS={value}: expected")
+
+
+@pytest.mark.parametrize("value, mode, types", [("auto", 0, []), ("FLAT", 1, []), ("numa", 2, [5]),
+                                                ("l3,numa,package", 2, [4, 5, 7]), ("package,numa", 2, [7, 5])])
+def test_setting_values(monkeypatch, value, mode, types):
+    monkeypatch.setenv("SHMTOPO_COLL_LEVELS", value)
+    cfg = ffi.new("shmtopo_config_t *")
+    assert lib.shmtopo_config_read(cfg) == 0
+    assert cfg.coll_levels_mode == mode and [t for t in cfg.coll_levels if t] == types
+
+
+# ---- under mpiexec -------------------------------------------------------------------------
+
+NODE = "numanode (4 groups of 2) > package (2 groups of 2 numanode) > node (1 group of 2 package)"
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("n, synthetic, setting, expected, quick", [
+    (8, "pack:2 numa:2 core:2 pu:1", "numa,package", NODE, True),
+    (8, "pack:2 numa:2 core:2 pu:1", None, NODE, True),                       # auto from 8 ranks
+    (4, "pack:2 core:2 pu:1", "package", "package (2 groups of 2) > node (1 group of 2 package)", False),
+    (6, "pack:2 numa:2 core:4 pu:1", "numa,package", "numanode (2 groups of 2-4) > node", True),
+    (5, "pack:1 l3:5 core:1 pu:1", "l3", "l3 (5 groups of 1)", True),         # never a level: flat
+])
+def test_levels_match_the_flat_bits(n, synthetic, setting, expected, quick):
+    flat = expected.startswith("l3 (5")
+    if flat:
+        expected = "flat (l3: no level splits"
+    run_check(n, synthetic, setting, expected, "flat" if flat else "levels", *(["quick"] if quick else []))
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("n, synthetic, setting, expected", [
+    (4, "pack:2 core:2 pu:1", None, "package (2 groups of 2) > node (1 group of 2 package); auto: flat below 8"),
+    (8, "pack:2 numa:2 core:2 pu:1", "flat", "flat (SHMTOPO_COLL_LEVELS=flat)"),
+])
+def test_flat_where_levels_are_not_asked_for(n, synthetic, setting, expected):
+    run_check(n, synthetic, setting, expected, "flat", "quick")
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("culprit", [0, 2, 3])
+def test_a_rank_with_another_setting_fails_creation_everywhere(culprit):
+    run_check(4, "pack:2 core:2 pu:1", "package", "disagree", str(culprit))
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("setting, expected", [
+    ("numa,package", "levels          " + NODE + "; for arrays from 64 KiB"),
+    (None, "levels          " + NODE + "; for arrays from 64 KiB"),
+    ("flat", "levels          flat (SHMTOPO_COLL_LEVELS=flat)"),
+])
+def test_info_prints_the_levels(setting, expected):
+    env = dict(CLEAN_ENV, HWLOC_SYNTHETIC="pack:2 numa:2 core:2 pu:1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    env.pop("SHMTOPO_COLL_LEVELS", None)
+    if setting:
+        env["SHMTOPO_COLL_LEVELS"] = setting
+    proc = subprocess.run(mpiexec_command() + ["-n", "8", sys.executable, "-m", "shmtopo", "info"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert expected in proc.stdout.splitlines(), proc.stdout
