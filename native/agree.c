@@ -140,6 +140,9 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
         FIELD("%s", sig->extra & 1 ? "contiguous" : "separate parts");
         if (sig->extra & 2)
             FIELD("symmetric");
+        FIELD("placement %s", (sig->extra >> 2 & 3) == SHMTOPO_PLACEMENT_INTERLEAVE ? "interleave" : "local");
+        if (sig->extra >> 4 & 3)
+            FIELD("huge pages %s", (sig->extra >> 4 & 3) == SHMTOPO_HUGE_REQUIRED ? "required" : "if available");
         break;
     case SHMTOPO_KIND_WIN_FREE:
         FIELD("window #%llu", (unsigned long long)sig->extra);

@@ -30,7 +30,7 @@ typedef struct shmtopo_seg_key {
     int32_t backend;
     int32_t pid;      /* creator */
     int32_t handle;   /* memfd: fd number in the creator; sysv: shmid */
-    int32_t pad;
+    int32_t huge;     /* enum shmtopo_huge_kind: peers madvise transparent ones too */
     uint64_t length;
     char name[48];    /* posix: shm_open name */
 } shmtopo_seg_key_t;
@@ -66,6 +66,10 @@ struct shmtopo_win {
     int contiguous;
     int symmetric;           /* every segment at the same address in every rank */
     int disowned;            /* mappings belong to the caller now */
+    int placement;           /* enum shmtopo_placement, resolved */
+    int huge;                /* enum shmtopo_huge_kind the segments got */
+    size_t huge_page;        /* their page size (hugetlb), else the base page */
+    shmtopo_win_place_t *place; /* [rank]: how its part was placed */
     int broken;              /* a wait failed: epochs no longer agree, only free works */
     double timeout;          /* seconds, 0 = forever */
     int nsegs;
@@ -297,14 +301,32 @@ int shmtopo_comm_find_dead(const shmtopo_comm_t *comm);
  * cgroup's memory limit and in the free space of /dev/shm; else ENOMEM (or
  * ENOSPC) saying which limit. tmpfs may be sized above the RAM, so its free
  * space alone would let the OOM killer decide instead. */
-int shmtopo_mem_admit(int backend, uint64_t total);
+int shmtopo_mem_admit(int backend, uint64_t total, int huge, uint64_t hugetlb_free);
+/* What huge pages a backend's segments can get here, from /proc/meminfo,
+ * shmem_enabled and /dev/shm's mount options. */
+typedef struct shmtopo_huge_probe {
+    uint64_t hugetlb_page;   /* bytes per hugetlb page; 0: none for this backend */
+    uint64_t hugetlb_free;   /* bytes free in the pool */
+    uint32_t thp;            /* 1: madvise(MADV_HUGEPAGE) can get transparent huge pages */
+    uint32_t pad;
+} shmtopo_huge_probe_t;
+void shmtopo_huge_probe(int backend, shmtopo_huge_probe_t *probep);
+/* Set the placement policy of [addr, addr + length) (a rank's own part)
+ * before its pages exist; never fails: *placep says what was done. */
+void shmtopo_seg_place(void *addr, size_t length, int placement, const uint64_t *nodes, int bind,
+                       shmtopo_win_place_t *placep);
+/* Fault [addr, addr + length) in now (offset: its place in the file fd, -1
+ * when this process holds none), so a lack of memory fails here: ENOSPC or
+ * ENOMEM, never SIGBUS later. */
+int shmtopo_seg_populate(void *addr, size_t length, int fd, size_t offset);
 /* Topology files are named SHMTOPO_TOPO_PREFIX "<pid>.<n>.hwloc-<version>". */
 #define SHMTOPO_TOPO_PREFIX "shmtopo-topo."
 /* Remove posix segment names and topology files (in /dev/shm and topo_dir)
  * left by creators that no longer run; returns how many. */
 int shmtopo_sweep_stale_files(const char *topo_dir);
-/* Create a segment of `length` bytes (page multiple), reserved and mapped. */
-int shmtopo_seg_create(int backend, size_t length, uint64_t win_id, shmtopo_seg_t *seg);
+/* Create a segment of `length` bytes (a multiple of its page size), mapped
+ * but not populated (shmtopo_seg_populate), with huge pages of kind `huge`. */
+int shmtopo_seg_create(int backend, size_t length, uint64_t win_id, int huge, shmtopo_seg_t *seg);
 /* Map a segment a peer created. */
 int shmtopo_seg_attach(const shmtopo_seg_key_t *key, shmtopo_seg_t *seg);
 /* Creator, once every rank has mapped: drop the name / fd so that nothing

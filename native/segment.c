@@ -16,6 +16,7 @@
 #include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +25,13 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 4
+#endif
+/* the kernel's mempolicy modes (linux/mempolicy.h), for mbind */
+#define POLICY_PREFERRED 1
+#define POLICY_INTERLEAVE 3
+#define MPOL_F_MEMS_ALLOWED (1 << 2)
 
 int shmtopo_backend_probe(int backend)
 {
@@ -44,15 +52,12 @@ int shmtopo_backend_probe(int backend)
     }
 }
 
-/* Reserve the memory now: a full /dev/shm must fail here, not SIGBUS later. */
-static int reserve_fd(int fd, size_t length, const char *what)
+/* Size the file; its pages are reserved by shmtopo_seg_populate, once
+ * placed, by the rank that owns them. */
+static int size_fd(int fd, size_t length, const char *what)
 {
     if (ftruncate(fd, (off_t)length) < 0)
         return shmtopo_fail_errno(what);
-    int err = posix_fallocate(fd, 0, (off_t)length);
-    if (err)
-        return shmtopo_fail(err, -1, "%s: cannot reserve %zu bytes: %s", what, length,
-                            strerror(err));
     return 0;
 }
 
@@ -78,7 +83,7 @@ static int create_posix(size_t length, uint64_t win_id, shmtopo_seg_t *seg)
     }
     if (seg->fd < 0)
         return shmtopo_fail(errno, -1, "shm_open %s: %s", seg->key.name, strerror(errno));
-    if (reserve_fd(seg->fd, length, "posix segment in /dev/shm") < 0 ||
+    if (size_fd(seg->fd, length, "posix segment in /dev/shm") < 0 ||
         map_fd(seg->fd, length, &seg->addr) < 0) {
         int err = errno;
         shm_unlink(seg->key.name);
@@ -89,13 +94,13 @@ static int create_posix(size_t length, uint64_t win_id, shmtopo_seg_t *seg)
     return 0;
 }
 
-static int create_memfd(size_t length, shmtopo_seg_t *seg)
+static int create_memfd(size_t length, int huge, shmtopo_seg_t *seg)
 {
-    seg->fd = memfd_create("shmtopo", MFD_CLOEXEC);
+    seg->fd = memfd_create("shmtopo", MFD_CLOEXEC | (huge == SHMTOPO_HUGE_HUGETLB ? MFD_HUGETLB : 0));
     if (seg->fd < 0)
-        return shmtopo_fail_errno("memfd_create");
-    if (reserve_fd(seg->fd, length, "memfd segment") < 0 ||
-        map_fd(seg->fd, length, &seg->addr) < 0) {
+        return shmtopo_fail_errno(huge == SHMTOPO_HUGE_HUGETLB ? "memfd_create(MFD_HUGETLB)" : "memfd_create");
+    /* a hugetlb mapping reserves its pages from the pool at mmap: ENOMEM there */
+    if (size_fd(seg->fd, length, "memfd segment") < 0 || map_fd(seg->fd, length, &seg->addr) < 0) {
         int err = errno;
         close(seg->fd);
         errno = err;
@@ -115,19 +120,12 @@ static int create_sysv(size_t length, shmtopo_seg_t *seg)
     shmctl(id, IPC_RMID, NULL); /* gone with the last detach, whatever happens */
     if (addr == (void *)-1)
         return shmtopo_fail(err, -1, "shmat: %s", strerror(err));
-    /* Fault the pages in now so that a lack of memory shows up here. */
-    if (madvise(addr, length, MADV_POPULATE_WRITE) < 0 && errno != EINVAL) {
-        err = errno;
-        shmdt(addr);
-        return shmtopo_fail(err, -1, "cannot reserve %zu bytes of System V memory: %s", length,
-                            strerror(err));
-    }
     seg->key.handle = id;
     seg->addr = addr;
     return 0;
 }
 
-static int create_any(int backend, size_t length, uint64_t win_id, shmtopo_seg_t *seg)
+static int create_any(int backend, size_t length, uint64_t win_id, int huge, shmtopo_seg_t *seg)
 {
     memset(seg, 0, sizeof(*seg));
     seg->fd = -1;
@@ -140,7 +138,7 @@ static int create_any(int backend, size_t length, uint64_t win_id, shmtopo_seg_t
     case SHMTOPO_BACKEND_POSIX:
         return create_posix(length, win_id, seg);
     case SHMTOPO_BACKEND_MEMFD:
-        return create_memfd(length, seg);
+        return create_memfd(length, huge, seg);
     case SHMTOPO_BACKEND_SYSV:
         return create_sysv(length, seg);
     default:
@@ -150,10 +148,15 @@ static int create_any(int backend, size_t length, uint64_t win_id, shmtopo_seg_t
     }
 }
 
-int shmtopo_seg_create(int backend, size_t length, uint64_t win_id, shmtopo_seg_t *seg)
+int shmtopo_seg_create(int backend, size_t length, uint64_t win_id, int huge, shmtopo_seg_t *seg)
 {
-    if (create_any(backend, length, win_id, seg) == 0)
+    if (create_any(backend, length, win_id, huge, seg) == 0) {
+        seg->key.huge = huge;
+        /* before any page exists: the kernel then faults huge ones */
+        if (huge == SHMTOPO_HUGE_TRANSPARENT)
+            madvise(seg->addr, length, MADV_HUGEPAGE);
         return 0;
+    }
     /* Each create_* has undone its own work; leave nothing for destroy. */
     int err = errno;
     memset(seg, 0, sizeof(*seg));
@@ -187,15 +190,23 @@ int shmtopo_seg_attach(const shmtopo_seg_key_t *key, shmtopo_seg_t *seg)
         if (addr == (void *)-1)
             return shmtopo_fail(errno, -1, "shmat id %d: %s", key->handle, strerror(errno));
         seg->addr = addr;
-        return 0;
+        break;
     }
     default:
         return shmtopo_fail(EINVAL, -1, "cannot attach a %s segment",
                             shmtopo_backend_name(key->backend));
     }
-    int rc = map_fd(fd, seg->length, &seg->addr);
-    close(fd);
-    return rc;
+    if (fd >= 0) {
+        int rc = map_fd(fd, seg->length, &seg->addr);
+        close(fd);
+        if (rc < 0)
+            return -1;
+    }
+    /* the advice is per mapping: a peer that faults pages (its own part of
+     * a contiguous window) asks for huge ones too */
+    if (key->huge == SHMTOPO_HUGE_TRANSPARENT)
+        madvise(seg->addr, seg->length, MADV_HUGEPAGE);
+    return 0;
 }
 
 void shmtopo_seg_unpublish(shmtopo_seg_t *seg)
@@ -222,6 +233,132 @@ void shmtopo_seg_destroy(shmtopo_seg_t *seg, int unmap)
             munmap(seg->addr, seg->length);
     }
     seg->addr = NULL;
+}
+
+/* ---- placing and reserving a rank's pages ------------------------------------ */
+
+static int count_nodes(const uint64_t *nodes)
+{
+    int n = 0;
+    for (int w = 0; w < 16; w++)
+        n += __builtin_popcountll(nodes[w]);
+    return n;
+}
+
+void shmtopo_seg_place(void *addr, size_t length, int placement, const uint64_t *nodes, int bind,
+                       shmtopo_win_place_t *placep)
+{
+    memset(placep, 0, sizeof(*placep));
+    memcpy(placep->nodes, nodes, sizeof(placep->nodes));
+    uint64_t allowed[16] = {0};
+    /* the nodes this process may allocate on (its cpuset's mems) */
+    if (syscall(SYS_get_mempolicy, NULL, allowed, (unsigned long)16 * 64 + 1, NULL, MPOL_F_MEMS_ALLOWED) < 0)
+        allowed[0] = 1;
+    placep->allowed = count_nodes(allowed);
+    int n = count_nodes(nodes);
+    if (placement == SHMTOPO_PLACEMENT_INTERLEAVE && !n) {
+        memcpy(placep->nodes, allowed, sizeof(allowed));
+        nodes = placep->nodes;
+        n = placep->allowed;
+        bind = 1;
+    }
+    placep->placed = SHMTOPO_PLACED_FIRST_TOUCH;
+    /* local with several nodes near the owner: its first touch picks the one it runs on */
+    if (!length || !n || (placement == SHMTOPO_PLACEMENT_LOCAL && n > 1))
+        return;
+    if (!bind) {
+        placep->placed = SHMTOPO_PLACED_MODELLED;
+        return;
+    }
+    /* The kernel call hwloc_set_area_membind makes (the core knows no hwloc).
+     * On shared memory it sets the file's own policy for the range, which
+     * every later fault obeys, whoever faults. Preferred, not bound: a full
+     * node spills over instead of failing the allocation. */
+    const int mode = placement == SHMTOPO_PLACEMENT_INTERLEAVE ? POLICY_INTERLEAVE : POLICY_PREFERRED;
+    if (syscall(SYS_mbind, addr, length, mode, nodes, (unsigned long)16 * 64 + 1, 0ul) < 0) {
+        placep->placed = SHMTOPO_PLACED_UNSUPPORTED;
+        placep->err = errno;
+        return;
+    }
+    placep->placed = SHMTOPO_PLACED_BOUND;
+}
+
+int shmtopo_seg_populate(void *addr, size_t length, int fd, size_t offset)
+{
+    if (!length)
+        return 0;
+    /* Fault the pages in now, through this mapping (so madvise's huge pages
+     * and the placement apply), so that a lack of memory shows up here. */
+    if (madvise(addr, length, MADV_POPULATE_WRITE) == 0)
+        return 0;
+    int err = errno;
+    if (err == EINVAL && fd >= 0) /* a kernel before 5.14: reserve through the file */
+        err = posix_fallocate(fd, (off_t)offset, (off_t)length);
+    else if (err == EINVAL)
+        err = 0; /* nothing to reserve with: the pages come at first use */
+    if (err == EFAULT) /* the fault found no room: tmpfs full, or the hugetlb pool empty */
+        err = ENOSPC;
+    if (err)
+        return shmtopo_fail(err, -1, "cannot reserve %zu bytes of shared memory: %s", length, strerror(err));
+    return 0;
+}
+
+/* ---- huge pages --------------------------------------------------------------- */
+
+static uint64_t field_of(const char *path, const char *key, uint64_t unit);
+
+/* The word in [brackets] of a sysfs choice file ("always [madvise] never"). */
+static int chosen_word(const char *path, char *out, size_t len)
+{
+    FILE *f = fopen(path, "re");
+    char line[256] = "";
+    int ok = f && fgets(line, sizeof(line), f);
+    if (f)
+        fclose(f);
+    char *open_ = ok ? strchr(line, '[') : NULL, *close_ = open_ ? strchr(open_, ']') : NULL;
+    if (!close_)
+        return 0;
+    snprintf(out, len, "%.*s", (int)(close_ - open_ - 1), open_ + 1);
+    return 1;
+}
+
+/* The huge= option of the tmpfs mounted at /dev/shm ("never" without one). */
+static void dev_shm_huge(char *out, size_t len)
+{
+    snprintf(out, len, "never");
+    FILE *f = fopen("/proc/self/mounts", "re");
+    if (!f)
+        return;
+    char line[1024];
+    while (fgets(line, sizeof(line), f)) {
+        char dev[256], dir[256], type[64], opts[512];
+        if (sscanf(line, "%255s %255s %63s %511s", dev, dir, type, opts) != 4 || strcmp(dir, "/dev/shm"))
+            continue;
+        char *h = strstr(opts, "huge=");
+        snprintf(out, len, "%.*s", h ? (int)strcspn(h + 5, ",") : 5, h ? h + 5 : "never");
+    }
+    fclose(f);
+}
+
+void shmtopo_huge_probe(int backend, shmtopo_huge_probe_t *probep)
+{
+    memset(probep, 0, sizeof(*probep));
+    /* hugetlb pages come from the pool through MFD_HUGETLB only */
+    if (backend == SHMTOPO_BACKEND_MEMFD) {
+        probep->hugetlb_page = field_of("/proc/meminfo", "Hugepagesize:", 1024);
+        probep->hugetlb_free = field_of("/proc/meminfo", "HugePages_Free:", 1) * probep->hugetlb_page;
+    }
+    /* shmem_enabled rules memfd and System V memory; a tmpfs mount's huge=
+     * option its files, unless shmem_enabled forces or denies */
+    char global[32] = "never", mount[32] = "never";
+    chosen_word("/sys/kernel/mm/transparent_hugepage/shmem_enabled", global, sizeof(global));
+    const char *rule = global;
+    if (backend == SHMTOPO_BACKEND_POSIX && strcmp(global, "force") && strcmp(global, "deny")) {
+        dev_shm_huge(mount, sizeof(mount));
+        rule = mount;
+    }
+    probep->thp = !strcmp(rule, "always") || !strcmp(rule, "within_size") || !strcmp(rule, "advise") ||
+                  !strcmp(rule, "force");
 }
 
 /* ---- admission -------------------------------------------------------------- */
@@ -320,9 +457,16 @@ static int cgroup_room(uint64_t *roomp)
     return found;
 }
 
-int shmtopo_mem_admit(int backend, uint64_t total)
+int shmtopo_mem_admit(int backend, uint64_t total, int huge, uint64_t hugetlb_free)
 {
     const unsigned long long want = (unsigned long long)total;
+    /* hugetlb pages come from their own pool, outside MemAvailable and /dev/shm */
+    if (huge == SHMTOPO_HUGE_HUGETLB)
+        return total > hugetlb_free
+               ? shmtopo_fail(ENOMEM, -1, "the node's part of this window, %llu bytes in huge pages, exceeds "
+                              "the free huge page pool (HugePages_Free: %llu bytes)", want,
+                              (unsigned long long)hugetlb_free)
+               : 0;
     uint64_t avail = field_of("/proc/meminfo", "MemAvailable:", 1024);
     if (avail && total > avail)
         return shmtopo_fail(ENOMEM, -1,

@@ -218,13 +218,66 @@ typedef struct shmtopo_win_attr {
     int symmetric;      /* nonzero: every part at the same virtual address in every
                            rank (pointers into the window are valid everywhere);
                            EBUSY/ENOMEM when no common address range holds */
+    int placement;      /* enum shmtopo_placement */
+    int huge_pages;     /* enum shmtopo_huge_pages */
+    int bind_nodes;     /* nonzero: bind this rank's part to `nodes` (mbind); zero:
+                           `nodes` is only reported (chosen on a topology of another
+                           machine), the kernel places the pages */
+    uint64_t nodes[16]; /* NUMA nodes (OS indices 0..1023) chosen for this rank's part
+                           (local) or the window (interleave); all zero: the kernel's */
 } shmtopo_win_attr_t;
+
+/* Where each rank's pages go. Every rank populates (first touches) its own
+ * part itself, in every layout, so by default they lie on the NUMA node the
+ * owner runs on, not the allocating rank's. */
+enum shmtopo_placement {
+    SHMTOPO_PLACEMENT_DEFAULT = 0,    /* local */
+    SHMTOPO_PLACEMENT_LOCAL = 1,      /* bound to `nodes` when that is one node, else first touch */
+    SHMTOPO_PLACEMENT_INTERLEAVE = 2  /* pages spread over `nodes` (all zero: the nodes allowed) */
+};
+
+/* What a rank's part got (shmtopo_win_placement); never a failure of the allocation. */
+enum shmtopo_placed {
+    SHMTOPO_PLACED_FIRST_TOUCH = 0,   /* the owner touched its pages, the kernel chose (one node,
+                                         or no single node to bind to) */
+    SHMTOPO_PLACED_BOUND = 1,         /* mbind to the chosen nodes, then touched by the owner */
+    SHMTOPO_PLACED_MODELLED = 2,      /* nodes chosen on another machine's topology, not bound */
+    SHMTOPO_PLACED_UNSUPPORTED = 3    /* the kernel refused mbind (errno kept), first touch */
+};
+
+/* Huge pages: OFF (default); AUTO takes the best available (explicit
+ * hugetlb pages for memfd segments when the pool holds the node's whole
+ * window, else transparent huge pages where shmem_enabled or /dev/shm's
+ * huge= mount option let madvise ask for them, else normal pages) and
+ * reports it; REQUIRED fails the allocation on every rank (ENOMEM) when
+ * neither kind is available. A default backend becomes memfd when huge
+ * pages are asked for (named /dev/shm files cannot hold hugetlb pages). */
+enum shmtopo_huge_pages {
+    SHMTOPO_HUGE_OFF = 0, SHMTOPO_HUGE_AUTO = 1, SHMTOPO_HUGE_REQUIRED = 2
+};
+/* What a window's segments got (shmtopo_win_huge_pages). */
+enum shmtopo_huge_kind {
+    SHMTOPO_HUGE_NONE = 0,       /* normal pages */
+    SHMTOPO_HUGE_HUGETLB = 1,    /* MFD_HUGETLB, pages of shmtopo_win_huge_pages' *sizep */
+    SHMTOPO_HUGE_TRANSPARENT = 2 /* madvise(MADV_HUGEPAGE): the kernel may use huge pages */
+};
+
+typedef struct shmtopo_win_place {
+    int placed;         /* enum shmtopo_placed */
+    int err;            /* errno of a refused mbind */
+    int allowed;        /* NUMA nodes the owner may allocate on (its mems_allowed) */
+    int pad;
+    uint64_t nodes[16]; /* the nodes chosen for the rank's part: as given, or for
+                           interleave without any, those it may allocate on */
+} shmtopo_win_place_t;
 
 /* Collective: allocate a window; this rank's part has `size` bytes (sizes may
  * differ, 0 allowed), zero-filled, memory reserved up front (ENOSPC/ENOMEM
- * here, never SIGBUS later). Before reserving, the node's total is checked
- * against the memory available (MemAvailable, the cgroup's limit) and the
- * file system's free space: ENOMEM on every rank when it cannot fit. attr
+ * here, never SIGBUS later) by the rank that owns it (placed as attr says,
+ * then first touched). Before reserving, the node's total is checked
+ * against the memory available (MemAvailable, the cgroup's limit, or the
+ * free hugetlb pool) and the file system's free space: ENOMEM on every rank
+ * when it cannot fit, or when huge pages are required and none exist. attr
  * may be NULL. *basep: this rank's part. Errors, on every rank alike:
  * EINVAL (bad attr, ranks disagree on backend/algorithm/layout), ENODEV
  * (backend unavailable here), ENOSPC/ENOMEM; ETIMEDOUT, EOWNERDEAD as for
@@ -246,6 +299,11 @@ int shmtopo_win_peer_fence(shmtopo_win_t *win, int peer);
 /* Fence `count` times in a row (benchmarks: no per-call overhead). */
 int shmtopo_win_fence_loop(shmtopo_win_t *win, long count);
 int shmtopo_win_peer_fence_loop(shmtopo_win_t *win, int peer, long count);
+/* How rank's part was placed (placement as resolved: enum shmtopo_placement). */
+int shmtopo_win_placement(const shmtopo_win_t *win, int rank, int *placementp,
+                          shmtopo_win_place_t *placep);
+/* enum shmtopo_huge_kind the window's segments got, and their page size. */
+int shmtopo_win_huge_pages(const shmtopo_win_t *win, size_t *page_sizep);
 /* Algorithm and backend actually in use (after DEFAULT/AUTO resolution). */
 int shmtopo_win_fence_alg(const shmtopo_win_t *win);
 int shmtopo_win_backend(const shmtopo_win_t *win);

@@ -140,6 +140,13 @@ out_with_topo:
     return -1;
 }
 
+int shmtopo_topo_is_this_system(void *topo)
+{
+    if (!topo)
+        return shmtopo_fail(EINVAL, -1, "is_this_system: NULL topology");
+    return hwloc_topology_is_thissystem(topo) ? 1 : 0;
+}
+
 int shmtopo_topo_io(void *topo)
 {
     enum hwloc_type_filter_e filter;

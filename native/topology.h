@@ -61,6 +61,9 @@ int shmtopo_topo_load_xml_io(const char *xml, size_t len, int this_system, int i
 int shmtopo_topo_load_synthetic(const char *description, void **topop);
 /* The I/O objects a topology was loaded with: 0 none, 1 important, 2 all. */
 int shmtopo_topo_io(void *topo);
+/* 1 when the topology describes this machine (binding through it works), 0
+ * for another machine's (XML without this_system, synthetic). */
+int shmtopo_topo_is_this_system(void *topo);
 /* Levels of normal objects (Machine down to PU). */
 int shmtopo_topo_depth(void *topo);
 /* Objects of a type, over every depth where it appears (Groups may sit at

@@ -5,8 +5,11 @@ allgatherv, alltoallv, scan, exscan.
 Inside a node they run in shmtopo's native core over the comm's shared
 scratch buffers. When the comm spans several nodes (Comm.from_mpi on a
 multi-node job), they are hierarchical: shared memory inside each node,
-mpi4py between one leader per node, shared memory again. Ranks and roots are
-ranks of the comm given to from_mpi (comm.world_rank).
+mpi4py between one leader per node, shared memory again. The rooted and
+varying-count ones (gather ... exscan) agree first across nodes, then move
+their data with MPI's own call between all ranks (as alltoall does); scans
+gather every input hierarchically and fold them in job rank order. Ranks
+and roots are ranks of the comm given to from_mpi (comm.world_rank).
 
 Every call is normalised on its own rank first (array, dtype, op, root,
 out); anything that cannot be converted or is out of range does not raise
@@ -16,6 +19,7 @@ different (valid) arguments fail the same way, in the agreement.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from typing import TYPE_CHECKING, Any, Mapping, Optional
@@ -519,6 +523,8 @@ def _counts(comm: Comm, values: Any, what: str, name: str) -> Array:
     """nranks non-negative element counts as an array of size_t."""
     if values is None:
         raise ShmtopoValueError(f"{what}: {name} is needed here")
+    if type(values) is np.ndarray and values.dtype == SIZES and values.shape == (comm.world_size,):
+        return values  # already what the core takes (unsigned: none negative)
     try:
         items = [operator.index(v) for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
     except TypeError:
@@ -537,16 +543,14 @@ def _counts_layout(comm: Comm, what: str, counts: Any, displs: Any, prefix: str 
     prefix sums of the counts (blocks back to back)."""
     c = _counts(comm, counts, what, prefix + "counts")
     if displs is None:
-        d = np.zeros(comm.world_size, SIZES)
-        np.cumsum(c[:-1], out=d[1:])
-        return c, d
+        # Python ints: for a few counts much cheaper than numpy's cumsum
+        return c, np.array([0, *itertools.accumulate(c.tolist()[:-1])], SIZES)
     return c, _counts(comm, displs, what, prefix + "displs")
 
 
 def _end(counts: Array, displs: Array) -> int:
     """One past the last element a layout reaches."""
-    used = counts > 0
-    return int((counts[used] + displs[used]).max()) if used.any() else 0
+    return max((d + n for n, d in zip(counts.tolist(), displs.tolist()) if n), default=0)
 
 
 def _flat_out(out: Any, what: str, dtype: np.dtype[Any] | None, need: int, exact: bool = False) -> Array:
@@ -565,6 +569,13 @@ def _given(result: Array, out: Any) -> Array:
     """What a call returns: out as the caller passed it, else the new array."""
     given: Array = result if out is None else out
     return given
+
+
+def _apart_at(what: str, a: Array, result: Array, offset: int) -> None:
+    """_apart, where in place puts a at `offset` bytes into result (the
+    address is only looked up when the two share memory at all)."""
+    if a.size and result.size and np.may_share_memory(a, result):
+        _apart(what, a, result, in_place_at=_address(result) + offset)
 
 
 def _own_block(result: Array, displs: Array, counts: Array, rank: int) -> Array:
@@ -598,7 +609,7 @@ def _gather_args(comm: Comm, array: Any, root: Any, out: Any) -> tuple[Array, in
     code = _dtype(a)
     result = _result(out, (n,) + a.shape, a.dtype, "gather") if me == r else None
     if result is not None:
-        _apart("gather", a, result, in_place_at=_address(result) + me * a.nbytes)
+        _apart_at("gather", a, result, me * a.nbytes)
     return a, code, r, result
 
 
@@ -628,7 +639,7 @@ def _scatter_args(comm: Comm, array: Any, root: Any, out: Any) -> tuple[Array | 
             raise ShmtopoValueError(f"scatter: on the root, array must have shape ({n}, ...): one block per "
                                     f"rank, not {a.shape}")
         result = _result(out, a.shape[1:], a.dtype, "scatter")
-        _apart("scatter", result, a, in_place_at=_address(a) + me * result.nbytes)
+        _apart_at("scatter", result, a, me * result.nbytes)
         return a, _dtype(a), r, result
     if out is None:
         if array is None:
@@ -674,7 +685,7 @@ def _gatherv_args(comm: Comm, array: Any, counts: Any, displs: Any, root: Any,
     a = _contiguous(array).reshape(-1)
     code = _dtype(a)
     result = np.empty(need, a.dtype) if out is None else _flat_out(out, "gatherv", a.dtype, need)
-    _apart("gatherv", a, result, in_place_at=_address(result) + int(d[me]) * a.itemsize)
+    _apart_at("gatherv", a, result, int(d[me]) * a.itemsize)
     return a, code, r, result, c, d, _given(result, out)
 
 
@@ -715,7 +726,7 @@ def _scatterv_args(comm: Comm, array: Any, counts: Any, displs: Any, root: Any,
         raise ShmtopoValueError(f"scatterv: array has {a.size} elements, the counts and displs reach {_end(c, d)}")
     mine = int(c[me])
     result = np.empty(mine, a.dtype) if out is None else _flat_out(out, "scatterv", a.dtype, mine, exact=True)
-    _apart("scatterv", result, a, in_place_at=_address(a) + int(d[me]) * a.itemsize)
+    _apart_at("scatterv", result, a, int(d[me]) * a.itemsize)
     return a, code, r, result, c, d, _given(result, out)
 
 
@@ -753,7 +764,7 @@ def _allgatherv_args(comm: Comm, array: Any, counts: Any, displs: Any,
     else:
         a = _contiguous(array).reshape(-1)
         result = np.empty(need, a.dtype) if out is None else _flat_out(out, "allgatherv", a.dtype, need)
-        _apart("allgatherv", a, result, in_place_at=_address(result) + int(d[me]) * a.itemsize)
+        _apart_at("allgatherv", a, result, int(d[me]) * a.itemsize)
     code = _dtype(a)
     if a.size != c[me]:
         raise ShmtopoValueError(f"allgatherv: this rank passes {a.size} elements, but counts[{me}] is {c[me]}")

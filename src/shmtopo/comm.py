@@ -237,6 +237,8 @@ class Comm(Collective):
         backend: str | None = None,
         fence: str | None = None,
         timeout: float | None = None,
+        placement: str | None = None,
+        huge_pages: bool | str = False,
     ) -> Window:
         """Collective: allocate a window; this rank's part holds ``nbytes``
         bytes, or ``shape`` items of ``dtype`` (sizes may differ per rank, 0
@@ -254,6 +256,24 @@ class Comm(Collective):
             default from SHMTOPO_FENCE_ALGORITHM (or KUPL_SHM_FENCE_ALGORITHM).
         timeout: seconds any wait may last before raising TimeoutError;
             default the comm's.
+        placement: where each rank's pages go. "local" (default): near
+            the rank that owns them; every rank first-touches its own part
+            (contiguous windows too), and when this process holds the
+            node's shared topology (:func:`share_topology`) and its CPUs are
+            near one NUMA node, that node is preferred for its part (mbind).
+            "interleave": pages spread over the node's NUMA nodes (those of
+            the held topology, else those the kernel lets the rank use).
+            Binding never fails the allocation: ``win.placement_report``
+            says per rank what was done ("not supported", "modelled" on a
+            topology of another machine, ...).
+        huge_pages: False (default); True: the best available, reported in
+            ``win.huge_pages`` -- hugetlb pages (memfd, MFD_HUGETLB) when the
+            pool holds the node's whole window, else transparent huge pages
+            where shmem_enabled (or /dev/shm's huge= option for "posix")
+            allows madvise to ask, else normal pages; "required": raise
+            ShmtopoMemoryError on every rank when neither kind is available.
+            With huge pages and no backend given (nor SHMTOPO_SHM_TYPE), the
+            backend is "memfd": /dev/shm files cannot hold hugetlb pages.
         """
         def normalise() -> tuple[np.dtype[Any], tuple[int, ...], int, Any]:
             dt, dims, size = _layout(nbytes, dtype, shape)
@@ -264,6 +284,11 @@ class Comm(Collective):
             attr.symmetric = _as_flag(symmetric, "symmetric")
             if timeout is not None:
                 attr.timeout = agreement.as_timeout(timeout)
+            attr.placement = PLACEMENTS.index(_as_choice(placement, PLACEMENTS, "placement")) + 1
+            attr.huge_pages = _huge_pages_number(huge_pages)
+            nodes, attr.bind_nodes = _chosen_nodes(attr.placement)
+            for node in nodes:
+                attr.nodes[node // 64] |= 1 << (node % 64)
             return dt, dims, size, attr
 
         dt, dims, size, attr = agreement.normalised(self, lib.SHMTOPO_KIND_WIN_ALLOC, normalise)
@@ -461,6 +486,50 @@ def _as_flag(value: Any, what: str) -> bool:
     if isinstance(value, (bool, np.bool_)) or value in (0, 1):
         return bool(value)
     raise ShmtopoValueError(f"{what} must be True or False, not {value!r}")
+
+
+#: allocate's placements, in the order of enum shmtopo_placement after the default
+PLACEMENTS = ("local", "interleave")
+#: allocate's huge_pages values, in the order of enum shmtopo_huge_pages
+HUGE_PAGES = (False, True, "required")
+
+
+def _as_choice(value: Any, choices: tuple[str, ...], what: str) -> str:
+    if value is None:
+        return choices[0]
+    if not isinstance(value, str) or value not in choices:
+        raise ShmtopoValueError(f"{what} must be one of {', '.join(map(repr, choices))}, not {value!r}")
+    return value
+
+
+def _huge_pages_number(value: Any) -> int:
+    for number, choice in enumerate(HUGE_PAGES):
+        if value is choice or (isinstance(value, (bool, np.bool_)) and bool(value) is choice) or (
+                isinstance(value, str) and value == choice):
+            return number
+    raise ShmtopoValueError(f"huge_pages must be False, True or 'required', not {value!r}")
+
+
+def _chosen_nodes(placement: int) -> tuple[list[int], bool]:
+    """The NUMA nodes (os indices) for this rank's part, chosen on the
+    node's shared topology when this process holds one, and whether to bind
+    them (only a topology of this machine can say where its pages may go).
+    None held: ([], False), the kernel places the pages."""
+    from .topology import held_topology
+
+    topo = held_topology()
+    if topo is None:
+        return [], False
+    if placement == lib.SHMTOPO_PLACEMENT_INTERLEAVE:
+        numa = topo.objects("numanode")
+        with_memory = [n for n in numa if n.local_memory > 0] or numa
+        nodes = sorted(n.os_index for n in with_memory if n.os_index is not None)
+    else:
+        import os
+        nodes = sorted(topo.cpuset_to_nodeset(os.sched_getaffinity(0)))
+    if any(n >= 1024 for n in nodes):
+        raise ShmtopoValueError(f"NUMA node {max(nodes)} is beyond the 1024 a window can be placed on")
+    return nodes, topo.this_system
 
 
 def _layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:

@@ -614,6 +614,12 @@ class Topology:
         ones) or "all"."""
         return _IO_VALUES[check(lib.shmtopo_topo_io(self._handle))]
 
+    @property
+    def this_system(self) -> bool:
+        """True when it describes this machine, so binding through it works
+        (False for a synthetic topology, or XML of another machine)."""
+        return bool(check(lib.shmtopo_topo_is_this_system(self._handle)))
+
     # -- objects -----------------------------------------------------------
     @property
     def depth(self) -> int:
@@ -1044,6 +1050,12 @@ def _load_xml(xml: bytes, here: bool = False, io: int = 0) -> Any:
 
 
 # -- share_topology ------------------------------------------------------------
+def held_topology() -> Topology | None:
+    """The shared topology this process holds open (share_topology), if any:
+    for callers that use one when it is there and never pay to share one."""
+    return _shared if _shared is not None and not _shared.closed else None
+
+
 def _source_number(name: Any) -> int:
     if not isinstance(name, str):
         raise ShmtopoValueError(f"topology source must be a name, not {name!r}")
@@ -1094,7 +1106,7 @@ def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = A
     objects than it holds raises on every rank); ``close()`` each.
     """
     global _shared
-    held = _shared if _shared is not None and not _shared.closed else None
+    held = held_topology()
     from .agreement import normalised
 
     opts = normalised(comm, lib.SHMTOPO_KIND_TOPO_SHARE, _share_opts, source, attempts, held,

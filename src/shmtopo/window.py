@@ -2,6 +2,7 @@
 fences over all ranks and peer fences between two."""
 from __future__ import annotations
 
+import errno as _errno
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -10,6 +11,7 @@ import numpy.typing as npt
 from ._fastpath import NativeWindow
 from ._lifetime import Collective
 from ._native import ffi, lib
+from .bitmap import Bitmap
 from .errors import FreedError, ShmtopoValueError, check, last_error
 
 if TYPE_CHECKING:
@@ -18,6 +20,27 @@ if TYPE_CHECKING:
 
 BACKENDS = ("posix", "memfd", "sysv", "xpmem")
 FENCE_ALGORITHMS = ("auto", "linear", "rd", "dissemination")
+#: what enum shmtopo_placed says about a rank's part
+_PLACED = ("first touch", "bound", "modelled, not bound", "not supported")
+#: enum shmtopo_huge_kind
+_HUGE_KINDS = (None, "hugetlb", "transparent")
+
+
+def _nodes(place: Any) -> Bitmap:
+    """The NUMA nodes of a shmtopo_win_place_t's mask."""
+    words = list(place.nodes)
+    return Bitmap._trusted(w * 64 + b for w, word in enumerate(words) if word for b in range(64) if word >> b & 1)
+
+
+def _placement_report(policy: str, place: Any, nodes: Bitmap) -> str:
+    """One line on how a rank's part was placed: policy, nodes, how."""
+    how = _PLACED[place.placed]
+    if place.placed == lib.SHMTOPO_PLACED_UNSUPPORTED:
+        how += f" ({_errno.errorcode.get(place.err, place.err)}), first touch"
+    where = f" on NUMA node{'s' if len(nodes) > 1 else ''} {nodes}" if nodes else ""
+    # the machine's own count; a modelled placement is about another machine
+    one = " (1 NUMA node)" if place.allowed == 1 and place.placed != lib.SHMTOPO_PLACED_MODELLED else ""
+    return f"{policy}{one}{where}: {how}"
 
 
 def _number(parse: Callable[[bytes, Any], int], name: str, what: str) -> int:
@@ -56,7 +79,9 @@ class Window(NativeWindow, Collective):
     Attributes: ``comm`` (the comm it was allocated on), ``rank`` and
     ``size`` (this rank and the number of ranks there), ``dtype`` and
     ``shape`` (of ``local``), ``contiguous`` and ``symmetric`` (as
-    allocated).
+    allocated), ``placement``, ``placement_report`` and ``numa_nodes``
+    (where each rank's pages were put), ``huge_pages`` and ``page_size``
+    (what the segments got).
     """
 
     comm: Comm
@@ -72,6 +97,14 @@ class Window(NativeWindow, Collective):
     contiguous: bool
     #: every rank's part is at the same address in every rank
     symmetric: bool
+    #: "local" or "interleave", as allocated
+    placement: str
+    #: the huge pages the segments got: None (normal pages), "hugetlb" or
+    #: "transparent" (madvise asked the kernel for them; it may still not)
+    huge_pages: str | None
+    #: bytes per page of the segments (hugetlb: the huge page size)
+    page_size: int
+    _placed: tuple[list[str], list[Bitmap]] | None
     _h: Any
     _mappings: list[tuple[int, npt.NDArray[np.uint8]]]
     _parts: list[npt.NDArray[np.uint8]]
@@ -98,6 +131,13 @@ class Window(NativeWindow, Collective):
         self.size = comm.size
         self.contiguous = bool(attr.contiguous)
         self.symmetric = bool(attr.symmetric)
+        policy = ffi.new("int *")
+        check(lib.shmtopo_win_placement(self._h, self.rank, policy, ffi.NULL))
+        self.placement = ("local", "interleave")[policy[0] - 1]
+        self._placed = None  # read when first asked
+        page = ffi.new("size_t *")
+        self.huge_pages = _HUGE_KINDS[check(lib.shmtopo_win_huge_pages(self._h, page))]
+        self.page_size = int(page[0])
         # From here on this process owns the mappings through numpy: each is
         # unmapped by the garbage collector once the window and all views are gone.
         check(lib.shmtopo_win_disown_mappings(self._h))
@@ -113,6 +153,30 @@ class Window(NativeWindow, Collective):
         self._my_range = (mine.__array_interface__["data"][0], mine.nbytes)
         self._local = self._view(self.rank, dtype, shape)
         return self
+
+    def _placements(self) -> tuple[list[str], list[Bitmap]]:
+        if self._placed is None:
+            self._check_open()
+            place = ffi.new("shmtopo_win_place_t *")
+            reports, nodes = [], []
+            for r in range(self.size):
+                check(lib.shmtopo_win_placement(self._h, r, ffi.NULL, place))
+                nodes.append(_nodes(place))
+                reports.append(_placement_report(self.placement, place, nodes[-1]))
+            self._placed = reports, nodes
+        return self._placed
+
+    @property
+    def placement_report(self) -> list[str]:
+        """Per rank, how its part was placed, e.g. "local (1 NUMA node): first
+        touch", "local on NUMA node 1: bound", "interleave on NUMA nodes 0-1:
+        modelled, not bound"."""
+        return self._placements()[0]
+
+    @property
+    def numa_nodes(self) -> list[Bitmap]:
+        """Per rank, the NUMA nodes chosen for its part (empty: left to the kernel)."""
+        return self._placements()[1]
 
     @property
     def local(self) -> npt.NDArray[Any]:

@@ -317,6 +317,26 @@ def _(comm, cx):
     return comm.allocate(4096, backend="bogus" if cx.bad else None)
 
 
+@case("allocate_placement_differs")
+def _(comm, cx):
+    return comm.allocate(4096, placement="interleave" if cx.bad else "local")
+
+
+@case("allocate_placement_bogus")
+def _(comm, cx):
+    return comm.allocate(4096, placement="numa" if cx.bad else None)
+
+
+@case("allocate_huge_pages_differs")
+def _(comm, cx):
+    return comm.allocate(4096, backend="memfd", huge_pages=True if cx.bad else False)
+
+
+@case("allocate_huge_pages_bogus")
+def _(comm, cx):
+    return comm.allocate(4096, huge_pages="yes" if cx.bad else False)
+
+
 # 8. a result that partly overlaps the input (on one rank)
 @case("allreduce_partial_overlap")
 def _(comm, cx):
