@@ -109,7 +109,9 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
             n += snprintf(out + n, len - (size_t)n, __VA_ARGS__);                           \
         sep = ", ";                                                                         \
     } while (0)
-    switch (sig->kind) {
+    if (sig->flags & SHMTOPO_SIG_DELEGATED)
+        FIELD("delegated to MPI");
+    switch (sig->flags & SHMTOPO_SIG_DELEGATED ? 0 : sig->kind) {
     case SHMTOPO_KIND_BCAST: case SHMTOPO_KIND_REDUCE: case SHMTOPO_KIND_ALLREDUCE:
     case SHMTOPO_KIND_ALLGATHER: case SHMTOPO_KIND_REDUCE_SCATTER: case SHMTOPO_KIND_ALLTOALL:
     case SHMTOPO_KIND_GATHER: case SHMTOPO_KIND_SCATTER: case SHMTOPO_KIND_GATHERV:
@@ -260,9 +262,14 @@ static int verdict(const summary_t *sum)
     char a[160], b[160];
     describe(&sum->groups[odd].sig, a, sizeof(a));
     describe(&sum->groups[ref].sig, b, sizeof(b));
+    /* a rank on MPI's path and one on shmtopo's: say what makes ranks choose alike */
+    const int delegated = (sum->groups[odd].sig.flags | sum->groups[ref].sig.flags) & SHMTOPO_SIG_DELEGATED;
     return shmtopo_fail(EINVAL, sum->groups[odd].first,
-                        "ranks disagree: rank %d called %s, but rank %d called %s",
-                        sum->groups[odd].first, a, sum->groups[ref].first, b);
+                        "ranks disagree: rank %d called %s, but rank %d called %s%s",
+                        sum->groups[odd].first, a, sum->groups[ref].first, b,
+                        delegated ? " (every rank must take the same path: describe the buffers alike on "
+                                    "every rank, with the same kind of datatype and op, and MPI.IN_PLACE "
+                                    "on every rank or none)" : "");
 }
 
 /* Post, wait for every rank, sum up. `message`: the whole text of this

@@ -159,8 +159,10 @@ enum shmtopo_sig_flags {
     SHMTOPO_SIG_SINGLE_COPY = 8, /* data copied straight between ranks' own arrays */
     SHMTOPO_SIG_OWN_COUNT = 16, /* count is this rank's own (v-variants): not compared,
                                    checked against the counts the call holds instead */
-    SHMTOPO_SIG_COUNTS = 32     /* extra is shmtopo_counts_digest of a counts array every
+    SHMTOPO_SIG_COUNTS = 32,    /* extra is shmtopo_counts_digest of a counts array every
                                    rank passes (allgatherv, reduce_scatter with counts) */
+    SHMTOPO_SIG_DELEGATED = 64  /* the caller hands the call to another library (shmtopo.accelerate's
+                                   MPI path): described as such; other fields unused */
 };
 
 /* Collective: agree on a call before doing it by other means (the

@@ -54,8 +54,9 @@ def mpiexec_command():
     return CLEAN_ENV.get("SHMTOPO_MPIEXEC", "mpiexec").split()
 
 
-def run_mpiexec(n, args, timeout=300):
-    """Run a program under its own mpiexec with n ranks; returns the
-    CompletedProcess with text stdout/stderr."""
+def run_mpiexec(n, args, timeout=300, env=None):
+    """Run a program under its own mpiexec with n ranks (environment: env,
+    default CLEAN_ENV); returns the CompletedProcess with text stdout/stderr."""
     return subprocess.run(mpiexec_command() + ["-n", str(n)] + [str(a) for a in args],
-                          capture_output=True, text=True, timeout=timeout, env=CLEAN_ENV)
+                          capture_output=True, text=True, timeout=timeout,
+                          env=CLEAN_ENV if env is None else env)

@@ -48,6 +48,10 @@ def data(rank, count, dtype, salt=0):
 def same_bits(got, want, what=""):
     got, want = np.asarray(got), np.asarray(want)
     assert got.dtype == want.dtype and got.shape == want.shape, what
+    if got.dtype.fields:  # pairs: the fields (MPI leaves padding as it likes)
+        for name in got.dtype.names:
+            same_bits(np.ascontiguousarray(got[name]), np.ascontiguousarray(want[name]), f"{what} .{name}")
+        return
     assert got.tobytes() == want.tobytes(), f"{what}: {got} != {want}"
 
 
@@ -468,8 +472,9 @@ def test_user_op_is_delegated(acomm):
 def test_types_and_ops_not_accelerated_are_delegated(acomm):
     rank, n = WORLD.rank, WORLD.size
     refused = 0
-    cases = [(np.ones(4, bool), MPI.LAND), (data(rank, 4, np.int32), MPI.LOR),
-             (data(rank, 4, np.complex128), MPI.SUM), (data(rank, 4, np.float64), MPI.BAND),
+    # (not LOR on floats: MPICH aborts the process on it)
+    cases = [(np.ones(4, np.longdouble), MPI.SUM), (data(rank, 4, np.float64), MPI.BAND),
+             (np.ones(4, bool), MPI.SUM),
              ([data(rank, 4, np.uint8), MPI.BYTE], MPI.BOR), ([data(rank, 4, np.int8), MPI.CHAR], MPI.MAX)]
     for x, op in cases:
         a = x[0] if isinstance(x, list) else x
@@ -489,19 +494,68 @@ def test_types_and_ops_not_accelerated_are_delegated(acomm):
     assert acomm.shm_stats()["Allreduce"] == (0, len(cases) - refused)
 
 
-def test_other_collectives_are_delegated(acomm):
+def accelerates(acomm, T, opname):
+    """Does this build reduce MPI type T with op opname in shared memory?"""
+    t = acomm._t
+    known = t.types.get(t.handle(T))
+    return known is not None and opname.lower() in known.ops
+
+
+def test_bool_complex_logical_and_pair_types(acomm):
+    """C_BOOL, the complex types, logical ops on integers and MAXLOC/MINLOC
+    on the pair types: MPI's results, in shared memory where the core has them."""
     rank, n = WORLD.rank, WORLD.size
-    got = np.zeros(n, np.int32) if rank == 0 else None
-    acomm.Gather(np.array([rank], np.int32), got, root=0)
-    if rank == 0:
-        same_bits(got, np.arange(n, dtype=np.int32))
-    scanned = np.zeros(1, np.int64)
-    acomm.Scan(np.array([rank + 1]), scanned)
-    assert scanned[0] == (rank + 1) * (rank + 2) // 2
+    rng = np.random.default_rng(rank)
+    cases = [(rng.integers(0, 2, 9).astype(bool), MPI.C_BOOL, ["LAND", "LOR", "LXOR"]),
+             (data(rank, 9, np.int32), MPI.INT, ["LAND", "LOR", "LXOR"]),
+             (data(rank, 9, np.uint16), MPI.UNSIGNED_SHORT, ["LAND", "LXOR"]),
+             # no zeros: a product in another order could give the other signed zero
+             ((np.abs(data(rank, 9, np.int16)) + 1).astype(np.complex64) * (1 + 1j), MPI.C_FLOAT_COMPLEX,
+              ["SUM", "PROD"]),
+             ((np.abs(data(rank, 9, np.int16)) + 1).astype(np.complex128) * (1 - 2j), MPI.C_DOUBLE_COMPLEX,
+              ["SUM", "PROD"])]
+    pairs = [("DOUBLE_INT", np.float64), ("FLOAT_INT", np.float32), ("LONG_INT", np.dtype("l")),
+             ("INT_INT", np.intc), ("SHORT_INT", np.short)]  # INT_INT: MPI_2INT
+    for name, value in pairs:
+        T = getattr(MPI, name)
+        layout = np.dtype([("v", value), ("i", np.intc)], align=True)  # C's struct {value; int index;}
+        assert layout.itemsize == T.Get_extent()[1], name
+        x = np.zeros(9, layout)
+        x["v"] = data(rank, 9, value)  # ties: the lower index wins, in MPI as in shmtopo
+        x["i"] = rank * 10 + np.arange(9)
+        cases.append((x, T, ["MAXLOC", "MINLOC"]))
+    expected = [0, 0]
+    for x, T, opnames in cases:
+        for opname in opnames:
+            op = getattr(MPI, opname)
+            got, want = np.zeros_like(x), np.zeros_like(x)
+            acomm.Allreduce([x, T], [got, T], op)
+            WORLD.Allreduce([x, T], [want, T], op)
+            same_bits(got, want, f"{T.Get_name()} {opname}")
+            expected[0 if accelerates(acomm, T, opname) else 1] += 1
+            for root in (0, n - 1):
+                got, want = np.zeros_like(x), np.zeros_like(x)
+                acomm.Reduce([x, T], [got, T], op, root)
+                WORLD.Reduce([x, T], [want, T], op, root)
+                same_bits(got, want, f"Reduce {T.Get_name()} {opname}")
+        b = x.copy()
+        acomm.Bcast([b, T], root=n - 1)
+        WORLD.Bcast([x, T], root=n - 1)
+        same_bits(b, x)
+    assert acomm.shm_stats()["Allreduce"] == tuple(expected)
+    if "land" in shmtopo.collectives.OPS:  # this build has the types: none of them went to MPI
+        assert expected[1] == 0, expected
+
+
+def test_other_collectives_are_delegated(acomm):
+    n = WORLD.size
     out = np.zeros(2)
     acomm.Iallreduce(np.ones(2), out).Wait()
     same_bits(out, np.full(2, float(n)))
-    assert acomm.shm_stats() == {"Gather": (0, 1), "Scan": (0, 1), "Iallreduce": (0, 1)}
+    b = np.arange(3.0) if WORLD.rank == 0 else np.zeros(3)
+    acomm.Ibcast(b, root=0).Wait()
+    same_bits(b, np.arange(3.0))
+    assert acomm.shm_stats() == {"Iallreduce": (0, 1), "Ibcast": (0, 1)}
 
 
 # ---- every rank takes the same path ----------------------------------------------------------
@@ -577,8 +631,9 @@ def test_no_hang_when_paths_differ():
         proc = run_mpiexec(n, [sys.executable, script, str(node_size)], timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         lines = [line for line in proc.stdout.splitlines() if line.startswith("rank ")]  # rank 0 prints all
-        assert len(lines) == n * len(culprits(n)) * 6, proc.stdout + proc.stderr
-        assert all("ShmtopoValueError" in line for line in lines), proc.stdout
+        ncalls = int(proc.stdout.split("calls ")[1].split()[0])  # 6, and more where the core has them
+        assert ncalls >= 6 and len(lines) == n * len(culprits(n)) * ncalls, proc.stdout + proc.stderr
+        assert all("ShmtopoArgumentError" in line for line in lines), proc.stdout
         assert time.monotonic() - t0 < 100
 
 
@@ -625,6 +680,37 @@ def test_bad_arguments_raise_on_every_rank(acomm):
             same_bits(out, np.full(2, float(n)))
 
 
+def test_bad_arguments_raise_what_mpi4py_raises(acomm):
+    """Every rank passing the same bad arguments: mpi4py (or MPI) raises on
+    each; the accelerated comm's ShmtopoArgumentError is also of that class
+    (RuntimeError, the base of MPI.Exception, for MPI's own)."""
+    n = WORLD.size
+    x, out = np.ones(4), np.zeros(4)
+    readonly = np.zeros(4)
+    readonly.flags.writeable = False
+    calls = {
+        "root type": lambda c: c.Bcast(x.copy(), root="0"),
+        "root range": lambda c: c.Bcast(x.copy(), root=n),
+        "read-only": lambda c: c.Allreduce(x, readonly),
+        "not contiguous": lambda c: c.Allreduce(np.ones(8)[::2], out),
+        "byte order": lambda c: c.Allreduce(np.ones(4, ">f8"), out),
+        "op type": lambda c: c.Allreduce(x, out, "sum"),
+        "counts": lambda c: c.Allreduce(np.ones(3), out),
+        "items": lambda c: c.Allgather(x, [np.zeros(4 * n), 1, 2, 3, 4]),
+        "not a buffer": lambda c: c.Allreduce(x, 42),
+    }
+    for what, call in calls.items():
+        with pytest.raises(Exception) as mpi4py_raised:
+            call(WORLD)
+        cls = RuntimeError if isinstance(mpi4py_raised.value, MPI.Exception) else type(mpi4py_raised.value)
+        with pytest.raises(cls) as info:
+            call(acomm)
+        assert isinstance(info.value, shmtopo.ShmtopoArgumentError), what
+    out = np.zeros(2)
+    acomm.Allreduce(np.ones(2), out)
+    same_bits(out, np.full(2, float(n)))
+
+
 def test_in_place_off_the_root_of_reduce_raises(acomm):
     n = WORLD.size
     if n == 1:
@@ -653,11 +739,10 @@ def test_strict_mode(monkeypatch):
         finally:
             pair.Free()
         with pytest.raises(shmtopo.ShmtopoValueError, match="SHMTOPO_ACCEL_STRICT=1"):
-            a.Gather(np.ones(1), np.zeros(WORLD.size), root=0)
+            a.Ibarrier()  # never accelerated
         if WORLD.size > 1:  # one rank would delegate, in strict mode: its reason, everywhere
-            with pytest.raises(shmtopo.ShmtopoValueError, match=f"rank {WORLD.size - 1}: .*LAND"):
-                a.Allreduce(np.ones(2, np.int32), np.zeros(2, np.int32),
-                            MPI.LAND if WORLD.rank == WORLD.size - 1 else MPI.SUM)
+            with pytest.raises(shmtopo.ShmtopoValueError, match=f"rank {WORLD.size - 1}: .*land on float64"):
+                a.Allreduce(np.ones(2), np.zeros(2), MPI.LAND if WORLD.rank == WORLD.size - 1 else MPI.SUM)
         a.Allreduce(np.ones(3), out)
         same_bits(out, np.full(3, float(WORLD.size)))
         assert a.shm_stats() == {"Allreduce": (2, 0)}
@@ -692,8 +777,9 @@ def test_everything_else_is_the_wrapped_comms(acomm):
         token = np.zeros(1, np.int64)
         acomm.Sendrecv(np.array([rank]), dest=(rank + 1) % n, recvbuf=token, source=(rank - 1) % n)
         assert token[0] == (rank - 1) % n
-    sub = acomm.Split(rank % 2, rank)
-    assert isinstance(sub, MPI.Intracomm) and not isinstance(sub, shmtopo.AcceleratedComm)
+    sub = acomm.Split(rank % 2, rank)  # constructors give accelerated comms
+    assert isinstance(sub, shmtopo.AcceleratedComm) and isinstance(sub.mpi_comm, MPI.Intracomm)
+    assert sub.Get_size() == (n + 1 - rank % 2) // 2
     sub.Free()
     assert "Allreduce" in dir(acomm) and "Send" in dir(acomm)
     with pytest.raises(AttributeError):
@@ -750,3 +836,216 @@ def test_exit_without_free(tmp_path):
 def test_accelerate_refuses_what_is_not_an_intracomm():
     with pytest.raises(TypeError):
         shmtopo.accelerate("COMM_WORLD")
+
+
+# ---- the calls that run through the lower-case API -------------------------------------
+
+def lowered(name):
+    """True where this build's core has the call (else it goes to MPI)."""
+    return shmtopo.accelerate.__globals__["_lower"](name) is not None
+
+
+def expected_stats(names):
+    return {name: (0, 1) if not lowered(name) else (1, 0) for name in names}
+
+
+V_TYPES = [("DOUBLE", np.float64), ("INT", np.int32), ("UNSIGNED_CHAR", np.uint8), ("LONG", np.int64)]
+
+
+@pytest.mark.parametrize("count", [0, 1, 5, 256 * 1024 // 8 + 1])
+def test_rooted_and_v_calls_match_mpi4py(acomm, count):
+    rank, n = WORLD.rank, WORLD.size
+    for name, dt in V_TYPES:
+        T = getattr(MPI, name)
+        for root in roots(n):
+            # Gather, Scatter
+            x = data(rank, count, dt, root)
+            got, want = np.full(n * count, 9, dt), np.full(n * count, 9, dt)
+            acomm.Gather([x, T], [got, T] if rank == root else None, root)
+            WORLD.Gather([x, T], [want, T] if rank == root else None, root)
+            same_bits(got, want, f"Gather {name} root {root}")
+            whole = data(root, n * count, dt, 1) if rank == root else None
+            got, want = np.full(count, 9, dt), np.full(count, 9, dt)
+            acomm.Scatter([whole, T] if whole is not None else None, [got, T], root)
+            WORLD.Scatter([whole, T] if whole is not None else None, [want, T], root)
+            same_bits(got, want, f"Scatter {name} root {root}")
+            # Gatherv, Scatterv: rank r has count + r elements, laid out backwards with gaps
+            counts = [count + r for r in range(n)]
+            displs = [sum(c + 1 for c in counts[r + 1:]) for r in range(n)]
+            total = sum(c + 1 for c in counts)
+            x = data(rank, counts[rank], dt, root)
+            got, want = np.full(total, 9, dt), np.full(total, 9, dt)
+            acomm.Gatherv([x, T], [got, (counts, displs), T] if rank == root else None, root)
+            WORLD.Gatherv([x, T], [want, (counts, displs), T] if rank == root else None, root)
+            same_bits(got, want, f"Gatherv {name} root {root}")
+            whole = data(root, total, dt, 2)
+            got, want = np.full(counts[rank], 9, dt), np.full(counts[rank], 9, dt)
+            acomm.Scatterv([whole, (counts, displs), T] if rank == root else None, [got, T], root)
+            WORLD.Scatterv([whole, (counts, displs), T] if rank == root else None, [want, T], root)
+            same_bits(got, want, f"Scatterv {name} root {root}")
+        # Allgatherv, Alltoallv
+        counts = [count + r for r in range(n)]
+        displs = [sum(counts[:r]) + r for r in range(n)]
+        total = sum(counts) + n
+        x = data(rank, counts[rank], dt)
+        got, want = np.full(total, 9, dt), np.full(total, 9, dt)
+        acomm.Allgatherv([x, T], [got, (counts, displs), T])
+        WORLD.Allgatherv([x, T], [want, (counts, displs), T])
+        same_bits(got, want, f"Allgatherv {name}")
+        scounts = [count + (rank + p) % 3 for p in range(n)]    # rank p gets count + (rank + p) % 3
+        rcounts = [count + (p + rank) % 3 for p in range(n)]
+        sdispls = [sum(scounts[:p]) for p in range(n)]
+        rdispls = [sum(rcounts[p + 1:]) for p in range(n)]      # backwards
+        x = data(rank, sum(scounts), dt)
+        got, want = np.full(sum(rcounts), 9, dt), np.full(sum(rcounts), 9, dt)
+        acomm.Alltoallv([x, (scounts, sdispls), T], [got, (rcounts, rdispls), T])
+        WORLD.Alltoallv([x, (scounts, sdispls), T], [want, (rcounts, rdispls), T])
+        same_bits(got, want, f"Alltoallv {name}")
+        # Reduce_scatter (given counts and gathered ones), Scan, Exscan
+        for opname in ("SUM", "MAX", "BOR") if dt != np.float64 else ("SUM", "MIN"):
+            op = getattr(MPI, opname)
+            x = data(rank, sum(counts), dt)
+            got, want = np.full(counts[rank], 9, dt), np.full(counts[rank], 9, dt)
+            acomm.Reduce_scatter([x, T], [got, T], counts, op)
+            WORLD.Reduce_scatter([x, T], [want, T], counts, op)
+            same_bits(got, want, f"Reduce_scatter {name} {opname}")
+            got = np.full(counts[rank], 9, dt)
+            acomm.Reduce_scatter([x, T], [got, T], None, op)
+            same_bits(got, want, f"Reduce_scatter {name} {opname} (counts gathered)")
+            x = data(rank, count, dt)
+            got, want = np.full(count, 9, dt), np.full(count, 9, dt)
+            acomm.Scan([x, T], [got, T], op)
+            WORLD.Scan([x, T], [want, T], op)
+            same_bits(got, want, f"Scan {name} {opname}")
+            got, want = np.full(count, 9, dt), np.full(count, 9, dt)
+            acomm.Exscan([x, T], [got, T], op)
+            WORLD.Exscan([x, T], [want, T], op)
+            if rank > 0:  # rank 0's result is undefined in MPI (shmtopo leaves it as it is)
+                same_bits(got, want, f"Exscan {name} {opname}")
+    names = ["Gather", "Scatter", "Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter", "Scan",
+             "Exscan"]
+    assert set(acomm.shm_stats()) == set(names)
+    for name, (accelerated, delegated) in acomm.shm_stats().items():
+        assert (delegated if not lowered(name) else accelerated) > 0 and not (
+            accelerated if not lowered(name) else delegated), (name, acomm.shm_stats())
+
+
+def test_rooted_and_v_calls_in_place(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    dt, T = np.int64, MPI.LONG
+    for root in roots(n):
+        got, want = data(rank, 3 * n, dt, root), data(rank, 3 * n, dt, root)
+        if rank == root:
+            acomm.Gather(MPI.IN_PLACE, got, root)
+            WORLD.Gather(MPI.IN_PLACE, want, root)
+            acomm.Scatter(got, None, root)  # None: IN_PLACE at the root
+            WORLD.Scatter(want, MPI.IN_PLACE, root)
+        else:
+            acomm.Gather(got[:3], None, root)
+            WORLD.Gather(want[:3], None, root)
+            acomm.Scatter(None, got[:3], root)
+            WORLD.Scatter(None, want[:3], root)
+        same_bits(got, want, f"Gather/Scatter in place, root {root}")
+    counts = [2 + r for r in range(n)]
+    got, want = data(rank, sum(counts), dt), data(rank, sum(counts), dt)
+    acomm.Allgatherv(None, [got, counts])
+    WORLD.Allgatherv(MPI.IN_PLACE, [want, counts])
+    same_bits(got, want, "Allgatherv in place")
+    got, want = data(rank, 2 * n, dt), data(rank, 2 * n, dt)
+    acomm.Alltoallv(MPI.IN_PLACE, [got, 2])
+    WORLD.Alltoallv(MPI.IN_PLACE, [want, 2])
+    same_bits(got, want, "Alltoallv in place")
+    got, want = data(rank, sum(counts), dt), data(rank, sum(counts), dt)
+    acomm.Reduce_scatter(MPI.IN_PLACE, got, counts, MPI.SUM)
+    WORLD.Reduce_scatter(MPI.IN_PLACE, want, counts, MPI.SUM)
+    same_bits(got[:counts[rank]], want[:counts[rank]], "Reduce_scatter in place")
+    got, want = data(rank, 7, dt), data(rank, 7, dt)
+    acomm.Scan(MPI.IN_PLACE, got, MPI.PROD)
+    WORLD.Scan(MPI.IN_PLACE, want, MPI.PROD)
+    same_bits(got, want, "Scan in place")
+    got, want = data(rank, 7, dt), data(rank, 7, dt)
+    acomm.Exscan(None, got, MPI.MAX)
+    WORLD.Exscan(MPI.IN_PLACE, want, MPI.MAX)
+    if rank > 0:
+        same_bits(got, want, "Exscan in place")
+
+
+def v_bad_calls(acomm, culprit):
+    n = WORLD.size
+    x = np.ones(4)
+    counts = [4] * n
+    return [
+        ("root", lambda: acomm.Gather(x, np.zeros(4 * n), root=n if culprit else 0)),
+        ("read-only", lambda: acomm.Scatter(np.ones(4 * n), np.ones(4)[::1].copy() if not culprit else
+                                            np.frombuffer(bytes(32)), root=0)),
+        ("expecting", lambda: acomm.Allgatherv(x, [np.zeros(4 * n), counts[:-1] + [4, 4] if culprit else counts])),
+        ("beyond", lambda: acomm.Allgatherv(x, [np.zeros(4 * n), (counts, [4 * n] * n if culprit else
+                                                                  [4 * r for r in range(n)])])),
+        ("MPI.Op", lambda: acomm.Scan(x, np.zeros(4), "max" if culprit else MPI.MAX)),
+        ("sum", lambda: acomm.Reduce_scatter(np.ones(4 * n + (1 if culprit else 0)), np.zeros(4), counts)),
+    ]
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_v_bad_arguments_raise_on_every_rank(acomm, i):
+    n = WORLD.size
+    name = {0: "Gather", 1: "Scatter", 2: "Allgatherv", 3: "Allgatherv", 4: "Scan", 5: "Reduce_scatter"}[i]
+    if not lowered(name):
+        pytest.skip(f"{name} goes to MPI in this build")
+    match = v_bad_calls(acomm, False)[i][0]
+    for culprit in culprits(n):
+        with pytest.raises(shmtopo.ShmtopoArgumentError, match=match) as info:
+            v_bad_calls(acomm, WORLD.rank == culprit)[i][1]()
+        assert info.value.rank == culprit, str(info.value)
+        out = np.zeros(2)
+        acomm.Allreduce(np.ones(2), out)
+        same_bits(out, np.full(2, float(n)))
+
+
+# ---- persistent requests, new comms ---------------------------------------------------------
+
+def test_persistent_requests(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    send, recv = np.zeros(3), np.zeros(3)
+    b = np.zeros(2, np.int32)
+    reqs = [acomm.Allreduce_init(send, recv, MPI.SUM), acomm.Bcast_init(b, root=n - 1),
+            acomm.Barrier_init(), acomm.Gather_init(np.array([rank], np.int32),
+                                                    np.zeros(n, np.int32) if rank == 0 else None)]
+    assert all(reqs) and isinstance(reqs[0], shmtopo.AcceleratedPrequest)
+    for step in range(3):  # each start reads the buffers as they are then
+        send[...] = rank + step
+        b[...] = step if rank == n - 1 else -1
+        shmtopo.AcceleratedPrequest.Startall(reqs)
+        assert shmtopo.AcceleratedPrequest.Waitall(reqs)
+        same_bits(recv, np.full(3, float(sum(range(n)) + n * step)))
+        same_bits(b, np.full(2, step, np.int32))
+    for r in reqs:
+        r.Free()
+        r.Free()
+        assert not r
+    with pytest.raises(shmtopo.ShmtopoValueError, match="freed"):
+        reqs[0].Start()
+    stats = acomm.shm_stats()  # a start counts as a call of the blocking operation
+    assert stats["Allreduce"] == (3, 0) and stats["Bcast"] == (3, 0) and stats["Barrier"] == (3, 0)
+    assert stats["Gather"] == ((3, 0) if lowered("Gather") else (0, 3))
+
+
+def test_new_comms_are_accelerated(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    for make in (lambda: acomm.Dup(), lambda: acomm.Clone(), lambda: acomm.Split(0, -rank),
+                 lambda: acomm.Split_type(MPI.COMM_TYPE_SHARED), lambda: acomm.Create(acomm.Get_group())):
+        sub = make()
+        try:
+            assert isinstance(sub, shmtopo.AcceleratedComm) and sub.Get_size() == n
+            out = np.zeros(2)
+            sub.Allreduce(np.full(2, float(rank)), out)
+            same_bits(out, np.full(2, float(sum(range(n)))))
+            assert sub.shm_stats() == {"Allreduce": (1, 0)}
+        finally:
+            sub.Free()
+    none = acomm.Split(MPI.UNDEFINED if rank == 0 else 1, 0)
+    if rank == 0:
+        assert none == MPI.COMM_NULL
+    else:
+        assert isinstance(none, shmtopo.AcceleratedComm) and none.Get_size() == n - 1
+        none.Free()

@@ -1,6 +1,6 @@
 """shmtopo: node-local shared-memory windows, fences and collectives, and a
 shared hwloc topology, for MPI programs in Python."""
-from .accelerate import AcceleratedComm, accelerate
+from .accelerate import AcceleratedComm, AcceleratedPrequest, accelerate
 from .bitmap import Bitmap
 from .collectives import pair_dtype
 from .comm import Comm, Placement
@@ -16,6 +16,7 @@ from .errors import (
     ShmtopoOSError,
     ShmtopoTimeoutError,
     ShmtopoValueError,
+    ShmtopoArgumentError,
 )
 from .window import BACKENDS, FENCE_ALGORITHMS, Window
 from .topology import Topology, share_topology
@@ -27,4 +28,5 @@ __all__ = [
     "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",
+    "AcceleratedPrequest", "ShmtopoArgumentError",
 ]

@@ -7,8 +7,12 @@ falls through to it). Barrier, Bcast, Reduce, Allreduce, Allgather,
 Alltoall and Reduce_scatter_block run on a :class:`shmtopo.Comm` made with
 ``Comm.from_mpi(comm)`` (hierarchical across nodes) when their arguments
 allow it, and otherwise go to the wrapped communicator with the very
-arguments they were given, so that their results are MPI's. The other
-upper-case collectives always go to MPI in this version.
+arguments they were given, so that their results are MPI's. Gather,
+Scatter, their v-variants, Allgatherv, Alltoallv, Reduce_scatter, Scan and
+Exscan do the same where the core has the lower-case call (otherwise they
+go to MPI). The persistent ``..._init`` calls return requests whose
+``Start`` makes the blocking call. Dup, Split and the other constructors
+return accelerated comms.
 
 Every rank must take the same path: a rank on shmtopo's path waits in
 shmtopo, a rank on MPI's waits in MPI. So each call reads its arguments on
@@ -23,6 +27,7 @@ refuse make this rank invalid in that agreement: every rank raises.
 from __future__ import annotations
 
 import atexit
+import inspect
 import operator
 import os
 import sys
@@ -35,7 +40,7 @@ import numpy.typing as npt
 from . import _fastpath, agreement, collectives
 from ._native import lib
 from .comm import Comm
-from .errors import FreedError, ShmtopoValueError, last_error
+from .errors import FreedError, ShmtopoArgumentError, ShmtopoValueError, last_error
 
 Array = npt.NDArray[Any]
 
@@ -44,33 +49,50 @@ STRICT_VARIABLE = "SHMTOPO_ACCEL_STRICT"
 #: Upper-case collectives that run in shared memory when their arguments allow.
 ACCELERATED = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall", "Reduce_scatter_block")
 
+#: Upper-case collectives that run in shared memory when their arguments
+#: allow and the core has the lower-case call of the second column (it
+#: comes with the core's kind of the third); else they go to MPI.
+LOWER_CASE = {
+    "Gather": ("gather", "SHMTOPO_KIND_GATHER"), "Gatherv": ("gatherv", "SHMTOPO_KIND_GATHERV"),
+    "Scatter": ("scatter", "SHMTOPO_KIND_SCATTER"), "Scatterv": ("scatterv", "SHMTOPO_KIND_SCATTERV"),
+    "Allgatherv": ("allgatherv", "SHMTOPO_KIND_ALLGATHERV"), "Alltoallv": ("alltoallv", "SHMTOPO_KIND_ALLTOALLV"),
+    "Reduce_scatter": ("reduce_scatter", "SHMTOPO_KIND_REDUCE_SCATTER"),
+    "Scan": ("scan", "SHMTOPO_KIND_SCAN"), "Exscan": ("exscan", "SHMTOPO_KIND_EXSCAN"),
+}
+
+#: Persistent collectives: a request whose Start() makes the blocking call
+#: (accelerated or delegated as that call is, each start on its own).
+PERSISTENT = tuple(f"{name}_init" for name in ACCELERATED + tuple(LOWER_CASE))
+
 #: Upper-case collectives that go to the wrapped communicator in this version.
 DELEGATED = (
-    "Gather", "Gatherv", "Scatter", "Scatterv", "Allgatherv", "Alltoallv", "Alltoallw", "Reduce_scatter",
-    "Scan", "Exscan",
+    "Alltoallw",
     "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iallgather", "Iallgatherv",
     "Ialltoall", "Ialltoallv", "Ialltoallw", "Ireduce", "Iallreduce", "Ireduce_scatter_block",
-    "Ireduce_scatter", "Iscan", "Iexscan",
-    "Barrier_init", "Bcast_init", "Gather_init", "Gatherv_init", "Scatter_init", "Scatterv_init",
-    "Allgather_init", "Allgatherv_init", "Alltoall_init", "Alltoallv_init", "Alltoallw_init", "Reduce_init",
-    "Allreduce_init", "Reduce_scatter_block_init", "Reduce_scatter_init", "Scan_init", "Exscan_init",
+    "Ireduce_scatter", "Iscan", "Iexscan", "Alltoallw_init",
 )
 
-# A delegating rank's signature: no element type (every accelerated call
-# has one) and this word, which the core compares but does not print ...
-_DELEGATED_MARK = int.from_bytes(b"mpi4py", "little")
-# ... so that the core's mismatch message shows it as this.
-_DELEGATED_TEXT = "count 0, an unknown type"
+#: Constructors whose new communicator comes back accelerated (COMM_NULL as it is).
+CONSTRUCTORS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create", "Create_group")
+
+# A delegating rank's signature: marked so (the core describes it as
+# "delegated to MPI"), so that it differs from every accelerated one.
+_DELEGATED = lib.SHMTOPO_SIG_DELEGATED
 
 _BARRIER, _BCAST, _REDUCE, _ALLREDUCE = (lib.SHMTOPO_KIND_BARRIER, lib.SHMTOPO_KIND_BCAST,
                                          lib.SHMTOPO_KIND_REDUCE, lib.SHMTOPO_KIND_ALLREDUCE)
 _ALLGATHER, _ALLTOALL, _REDUCE_SCATTER = (lib.SHMTOPO_KIND_ALLGATHER, lib.SHMTOPO_KIND_ALLTOALL,
                                           lib.SHMTOPO_KIND_REDUCE_SCATTER)
 
-# The ops MPI defines on integers and on floating-point types that the core has.
-_INTEGER_OPS = frozenset(["sum", "prod", "min", "max", "band", "bor", "bxor"])
+# The ops MPI defines on each kind of type (MPI-4.0, 6.9.2), by the core's
+# names; a type keeps those the core has (collectives.OPS).
+_INTEGER_OPS = frozenset(["sum", "prod", "min", "max", "band", "bor", "bxor", "land", "lor", "lxor"])
 _FLOAT_OPS = frozenset(["sum", "prod", "min", "max"])
+_COMPLEX_OPS = frozenset(["sum", "prod"])
+_LOGICAL_OPS = frozenset(["land", "lor", "lxor"])
+_PAIR_OPS = frozenset(["maxloc", "minloc"])
 _NO_OPS: frozenset[str] = frozenset()
+_ALL_OPS = _INTEGER_OPS | _PAIR_OPS
 
 
 class _SumDefault:
@@ -110,20 +132,34 @@ class _Tables:
         signed = ["SIGNED_CHAR", "SHORT", "INT", "LONG", "LONG_LONG", "INT8_T", "INT16_T", "INT32_T", "INT64_T"]
         unsigned = ["UNSIGNED_CHAR", "UNSIGNED_SHORT", "UNSIGNED", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG",
                     "UINT8_T", "UINT16_T", "UINT32_T", "UINT64_T"]
+        core_ops = frozenset(collectives.OPS)
+
+        def add(name: str, dtype: Any, ops: frozenset[str]) -> None:
+            """MPI.<name> as the core's dtype, where both exist and agree in extent."""
+            datatype = getattr(MPI, name, MPI.DATATYPE_NULL)
+            if datatype == MPI.DATATYPE_NULL or dtype is None:
+                return
+            dtype = np.dtype(dtype)
+            if dtype in collectives.DTYPES and datatype.Get_extent() == (0, dtype.itemsize):
+                self.types[self.handle(datatype)] = _Type(dtype, ops & core_ops)
+
         for names, kind, ops in ((signed, "i", _INTEGER_OPS), (unsigned, "u", _INTEGER_OPS),
                                  (["FLOAT", "DOUBLE"], "f", _FLOAT_OPS),
+                                 (["C_FLOAT_COMPLEX", "C_DOUBLE_COMPLEX"], "c", _COMPLEX_OPS),
+                                 (["C_BOOL"], "b", _LOGICAL_OPS),
                                  # bytes to move only: reducing them means different things in different MPIs
                                  (["BYTE", "CHAR"], "u", _NO_OPS)):
             for name in names:
                 datatype = getattr(MPI, name, MPI.DATATYPE_NULL)
-                if datatype == MPI.DATATYPE_NULL:
-                    continue
-                size = datatype.Get_size()
-                if size in ((4, 8) if kind == "f" else (1, 2, 4, 8)):
-                    dtype = np.dtype(f"{kind}{size}")
-                    if dtype in collectives.DTYPES:
-                        self.types[self.handle(datatype)] = _Type(dtype, ops)
-        self.ops = {self.handle(getattr(MPI, name.upper())): name for name in _INTEGER_OPS}
+                if datatype != MPI.DATATYPE_NULL:
+                    add(name, f"{kind}{datatype.Get_size()}", ops)
+        # MAXLOC/MINLOC's (value, index) pairs, laid out as C lays out the structs
+        pairs = getattr(collectives, "PAIRS", {})
+        for name, value in (("FLOAT_INT", np.float32), ("DOUBLE_INT", np.float64), ("LONG_INT", np.dtype("l")),
+                            ("INT_INT", np.intc), ("SHORT_INT", np.short)):  # INT_INT: MPI_2INT
+            pair = pairs.get(np.dtype(value))
+            add(name, pair[0] if pair else None, _PAIR_OPS)
+        self.ops = {self.handle(getattr(MPI, name.upper())): name for name in _ALL_OPS & core_ops}
         self.op_names = {self.handle(op): f"MPI.{name}" for name in
                          ("LAND", "LOR", "LXOR", "MAXLOC", "MINLOC", "REPLACE", "NO_OP", "OP_NULL")
                          if (op := getattr(MPI, name, None)) is not None}
@@ -164,7 +200,7 @@ def _bind_fast_entries(t: _Tables) -> None:
     when no datatype is given (mpi4py's datatype for its format)."""
     ops = [(_SUM, collectives.OPS["sum"])]
     ops += [(getattr(t.MPI, name.upper()), code) for name, code in collectives.OPS.items()]
-    masks = [0] * len(collectives.DTYPES)
+    masks = [0] * lib.SHMTOPO_NDTYPES  # by code; a type the core has but numpy lacks (bfloat16) stays 0
     for dtype, code in collectives.DTYPES.items():
         probe = np.empty(1, dtype)
         try:
@@ -197,7 +233,9 @@ def _fast_failure(err: int) -> BaseException:
     """The exception of a collective that failed in a fast entry, worded as
     the planner's path words it."""
     exc = last_error(err)
-    return _explained(exc) if isinstance(exc, ShmtopoValueError) else exc
+    if isinstance(exc, ShmtopoValueError):  # bad or disagreeing arguments, as _either raises them
+        return ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank)
+    return exc
 
 
 class _Delegate(Exception):
@@ -240,6 +278,11 @@ def _split(t: _Tables, spec: Any, what: str) -> tuple[Any, Any, Any, Any]:
     else:
         raise ValueError(f"{what}: expecting a buffer, or a list or tuple of 2 to 4 items")
     return buf, count, displ, datatype
+
+
+def _in_place(t: _Tables, spec: Any) -> bool:
+    """mpi4py takes None for MPI.IN_PLACE where IN_PLACE may stand."""
+    return spec is None or spec is t.IN_PLACE
 
 
 def _bytes(t: _Tables, buf: Any, what: str, writable: bool) -> npt.NDArray[np.uint8]:
@@ -298,6 +341,8 @@ def _message(t: _Tables, spec: Any, what: str, *, writable: bool, blocks: int = 
     from the buffer's length (per block when `blocks` > 1). Raises what
     makes it invalid (mpi4py or MPI would refuse it), _Delegate for what is
     valid but not shmtopo's (device buffers, MPI.BOTTOM)."""
+    if spec is None or spec is t.IN_PLACE:
+        raise TypeError(f"{what}: expecting a buffer or a list or tuple, not {spec!r}")
     buf, count, displ, datatype = _split(t, spec, what)
     raw = _bytes(t, buf, what, writable)
     if datatype is None:
@@ -343,6 +388,72 @@ def _message(t: _Tables, spec: Any, what: str, *, writable: bool, blocks: int = 
                 raise ValueError(f"{what}: cannot infer the count: {n} entries do not split into {blocks} blocks")
             n //= blocks
     return _Message(raw, n, datatype, known)
+
+
+class _Vector(NamedTuple):
+    """A v-variant's buffer argument as mpi4py reads it: counts and
+    displacements (in entries) per rank."""
+    msg: _Message
+    counts: list[int]
+    displs: list[int]
+
+
+def _int_list(t: _Tables, value: Any, n: int, what: str) -> list[int]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"{what}: expecting a sequence of {n} integers, not {type(value).__name__}")
+    if len(value) != n:
+        raise ValueError(f"{what}: expecting {n} items, not {len(value)}")
+    return [_index(v, what) for v in value]
+
+
+def _vector(t: _Tables, spec: Any, what: str, *, writable: bool, blocks: int) -> _Vector:
+    """A v-variant buffer: buf, [buf, counts], [buf, (counts, displs)],
+    [buf, counts, type], [buf, (counts, displs), type] or
+    [buf, counts, displs, type]; counts an integer (every rank) or one per
+    rank, displs an integer (a stride) or one per rank; counts inferred as
+    mpi4py does (the entries split as evenly as they go, the first ranks
+    one more), displs contiguous. Every block must lie in the buffer."""
+    if spec is None or spec is t.IN_PLACE:
+        raise TypeError(f"{what}: expecting a buffer or a list or tuple, not {spec!r}")
+    counts: Any = None
+    displs: Any = None
+    datatype: Any = None
+    if not isinstance(spec, (list, tuple)):
+        buf = spec
+    elif len(spec) == 2:
+        buf, counts = spec
+        if isinstance(counts, (t.Datatype, str)):
+            counts, datatype = None, counts
+        elif isinstance(counts, tuple):
+            counts, displs = counts
+    elif len(spec) == 3:
+        buf, counts, datatype = spec
+        if isinstance(counts, tuple):
+            counts, displs = counts
+    elif len(spec) == 4:
+        buf, counts, displs, datatype = spec
+    else:
+        raise ValueError(f"{what}: expecting a buffer, or a list or tuple of 2 to 4 items")
+    msg = _message(t, [buf, datatype] if datatype is not None else buf, what, writable=writable)
+    total = msg.entries
+    if counts is None:
+        c = [total // blocks + (total % blocks > i) for i in range(blocks)]
+    elif isinstance(counts, (int, np.integer)):
+        c = [_index(counts, f"{what}: the count")] * blocks
+    else:
+        c = _int_list(t, counts, blocks, f"{what}: the counts")
+    if displs is None:
+        d = [sum(c[:i]) for i in range(blocks)]
+    elif isinstance(displs, (int, np.integer)):
+        d = [_index(displs, f"{what}: the displacement") * i for i in range(blocks)]
+    else:
+        d = _int_list(t, displs, blocks, f"{what}: the displacements")
+    if msg.type is not None:
+        for i in range(blocks):
+            if c[i] and d[i] + c[i] > total:  # MPI would read or write past the buffer
+                raise ValueError(f"{what}: block {i} ({c[i]} entries at {d[i]}) is beyond the buffer's "
+                                 f"{total} entries")
+    return _Vector(msg, c, d)
 
 
 def _type_name(datatype: Any) -> str:
@@ -410,6 +521,7 @@ class _Call(NamedTuple):
     op: str = ""
     root: int = -1
     back: Array | None = None  # the caller's misaligned result buffer, filled from out afterwards
+    counts: tuple[Any, ...] = ()  # v-variants: counts and displacements, in elements
 
 
 def _result(view: Array) -> tuple[Array, Array | None]:
@@ -421,7 +533,7 @@ def _result(view: Array) -> tuple[Array, Array | None]:
 
 # ---- the communicator ----------------------------------------------------------------
 
-_OWN = ("_comm", "_shm", "_t", "_strict", "_stats")
+_OWN = ("_comm", "_shm", "_t", "_strict", "_stats", "_options")
 # by id: accelerated comms are unhashable, like the communicators they wrap
 _live: "weakref.WeakValueDictionary[int, AcceleratedComm]" = weakref.WeakValueDictionary()
 _hooked = False
@@ -440,7 +552,9 @@ class AcceleratedComm:
 
     __slots__ = _OWN + ("__weakref__",)
 
-    def __init__(self, comm: Any, shm: Comm, tables: _Tables, strict: bool) -> None:
+    def __init__(self, comm: Any, shm: Comm, tables: _Tables, strict: bool,
+                 options: dict[str, Any] | None = None) -> None:
+        self._options = options or {}  # accelerate()'s, for the comms Dup() and the like make
         self._comm = comm
         self._shm: Comm | None = shm
         self._t = tables
@@ -553,31 +667,33 @@ class AcceleratedComm:
             agreement.refuse(shm, kind, ShmtopoValueError(message))
         # a rooted call has been through _root, so this is a rank of the comm
         r = -1 if root is None else operator.index(root)
-        try:
-            agreement.agree(shm, kind, 0, -1, -1, r, -1, _DELEGATED_MARK)
-        except ShmtopoValueError as exc:
-            raise _explained(exc) from None
+        agreement.agree(shm, kind, root=r, flags=_DELEGATED)
 
     def _run(self, call: Callable[..., Any], plan: _Call, *args: Any, **kwargs: Any) -> None:
-        try:
-            call(self._shm, *args, **kwargs)
-        except ShmtopoValueError as exc:
-            raise _explained(exc) from None
+        call(self._shm, *args, **kwargs)
         if plan.back is not None and plan.out is not None:
             plan.back[...] = plan.out.reshape(plan.back.shape)
 
-    def _either(self, kind: int, name: str, planner: Callable[..., _Call], mpi_args: tuple[Any, ...],
+    def _either(self, kind: int | None, name: str, planner: Callable[..., _Call], mpi_args: tuple[Any, ...],
                 run: Callable[[_Call], None], root: Any = None) -> None:
         """One accelerated collective: plan it on this rank, then run it in
         shared memory, or agree that it goes to MPI and hand MPI the caller's
         own arguments."""
-        plan = self._plan(kind, name, planner, self._t, *mpi_args)
+        if kind is None:  # the core lacks the call: every rank hands it to MPI
+            self._delegated(name, *mpi_args)
+            return
+        try:
+            plan = self._plan(kind, name, planner, self._t, *mpi_args)
+            if isinstance(plan, str):
+                self._delegate(kind, name, plan, root)
+            else:
+                run(plan)
+        except ShmtopoValueError as exc:  # bad or disagreeing arguments, the same on every rank
+            raise ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank) from None
         if isinstance(plan, str):
-            self._delegate(kind, name, plan, root)
-            getattr(self._comm, name)(*mpi_args)
+            getattr(self._comm, name)(*mpi_args)  # MPI's exceptions as they are
             self._count(name, 1)
             return
-        run(plan)
         self._count(name, 0)
 
     def _delegated(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -670,6 +786,261 @@ class AcceleratedComm:
         self._either(_REDUCE_SCATTER, "Reduce_scatter_block", _reduce_scatter_plan, (sendbuf, recvbuf, op),
                      lambda p: self._run(collectives.reduce_scatter, p, p.send, p.op, out=p.out))
 
+    # -- through the lower-case calls, where the core has them -------------
+    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Collective: as mpi4py's ``Gather`` (recvbuf is read on the root only)."""
+        self._either(_lower("Gather"), "Gather", _gather_plan, (sendbuf, recvbuf, root),
+                     lambda p: self._run(_call("Gather"), p, p.send, p.root, out=p.out), root)
+
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Collective: as mpi4py's ``Scatter`` (sendbuf is read on the root only)."""
+        self._either(_lower("Scatter"), "Scatter", _scatter_plan, (sendbuf, recvbuf, root),
+                     lambda p: self._run(_call("Scatter"), p, self._root_only(p), p.root, out=p.out), root)
+
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Collective: as mpi4py's ``Gatherv``."""
+        self._either(_lower("Gatherv"), "Gatherv", _gatherv_plan, (sendbuf, recvbuf, root),
+                     lambda p: self._run(_call("Gatherv"), p, p.send, *(p.counts or (None, None)), p.root,
+                                         out=p.out), root)
+
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Collective: as mpi4py's ``Scatterv``."""
+        self._either(_lower("Scatterv"), "Scatterv", _scatterv_plan, (sendbuf, recvbuf, root),
+                     lambda p: self._run(_call("Scatterv"), p, self._root_only(p), *(p.counts or (None, None)),
+                                         p.root, out=p.out), root)
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Collective: as mpi4py's ``Allgatherv``."""
+        self._either(_lower("Allgatherv"), "Allgatherv", _allgatherv_plan, (sendbuf, recvbuf),
+                     lambda p: self._run(_call("Allgatherv"), p, p.send, *p.counts, out=p.out))
+
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Collective: as mpi4py's ``Alltoallv``."""
+        self._either(_lower("Alltoallv"), "Alltoallv", _alltoallv_plan, (sendbuf, recvbuf),
+                     lambda p: self._run(_call("Alltoallv"), p, p.send, *p.counts, out=p.out))
+
+    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = _SUM) -> None:
+        """Collective: as mpi4py's ``Reduce_scatter`` (recvcounts None: every
+        rank's receive count, gathered first, as mpi4py does)."""
+        op = self._t.SUM if op is _SUM else op
+        self._either(_lower("Reduce_scatter"), "Reduce_scatter", _reduce_scatter_v_plan,
+                     (sendbuf, recvbuf, recvcounts, op),
+                     lambda p: self._run(_call("Reduce_scatter"), p, p.send, p.op, counts=self._counts(p),
+                                         out=p.out))
+
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
+        """Collective: as mpi4py's ``Scan``."""
+        op = self._t.SUM if op is _SUM else op
+        self._either(_lower("Scan"), "Scan", _scan_plan, (sendbuf, recvbuf, op),
+                     lambda p: self._run(_call("Scan"), p, p.send, p.op, out=p.out))
+
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
+        """Collective: as mpi4py's ``Exscan`` (rank 0's recvbuf is left as it is)."""
+        op = self._t.SUM if op is _SUM else op
+        self._either(_lower("Exscan"), "Exscan", _scan_plan, (sendbuf, recvbuf, op),
+                     lambda p: self._run(_call("Exscan"), p, p.send, p.op, out=p.out))
+
+    def _root_only(self, p: _Call) -> Array | None:
+        """A rooted call's input, which only the root has."""
+        return p.send if self._shm is not None and self._shm.world_rank == p.root else None
+
+    def _counts(self, p: _Call) -> list[int]:
+        """Reduce_scatter's counts; not given: every rank's own, gathered."""
+        counts = p.counts[0]
+        if counts is None:
+            assert self._shm is not None and p.out is not None
+            counts = collectives.allgather(self._shm, np.array([p.out.size], np.int64)).ravel().tolist()
+        return list(counts)
+
+    # -- persistent collectives --------------------------------------------
+    def _persistent(self, name: str, args: tuple[Any, ...]) -> AcceleratedPrequest:
+        return AcceleratedPrequest(self, name, args)
+
+    def Barrier_init(self, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Barrier``: each Start() is a Barrier."""
+        return self._persistent("Barrier", ())
+
+    def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Bcast``: each Start() is a Bcast of the buffer's contents then."""
+        return self._persistent("Bcast", (buf, root))
+
+    def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: int = 0,
+                    info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Reduce``."""
+        return self._persistent("Reduce", (sendbuf, recvbuf, op, root))
+
+    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Allreduce``."""
+        return self._persistent("Allreduce", (sendbuf, recvbuf, op))
+
+    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Allgather``."""
+        return self._persistent("Allgather", (sendbuf, recvbuf))
+
+    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Alltoall``."""
+        return self._persistent("Alltoall", (sendbuf, recvbuf))
+
+    def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM,
+                                  info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Reduce_scatter_block``."""
+        return self._persistent("Reduce_scatter_block", (sendbuf, recvbuf, op))
+
+    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Gather``."""
+        return self._persistent("Gather", (sendbuf, recvbuf, root))
+
+    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Scatter``."""
+        return self._persistent("Scatter", (sendbuf, recvbuf, root))
+
+    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Gatherv``."""
+        return self._persistent("Gatherv", (sendbuf, recvbuf, root))
+
+    def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Scatterv``."""
+        return self._persistent("Scatterv", (sendbuf, recvbuf, root))
+
+    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Allgatherv``."""
+        return self._persistent("Allgatherv", (sendbuf, recvbuf))
+
+    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Alltoallv``."""
+        return self._persistent("Alltoallv", (sendbuf, recvbuf))
+
+    def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = _SUM,
+                            info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Reduce_scatter``."""
+        return self._persistent("Reduce_scatter", (sendbuf, recvbuf, recvcounts, op))
+
+    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Scan``."""
+        return self._persistent("Scan", (sendbuf, recvbuf, op))
+
+    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Exscan``."""
+        return self._persistent("Exscan", (sendbuf, recvbuf, op))
+
+    # -- new communicators come back accelerated ----------------------------
+    def _wrapped(self, comm: Any) -> Any:
+        """Collective over comm: it accelerated with this comm's options
+        (COMM_NULL, where a rank is in no new comm, as it is)."""
+        if comm == self._t.MPI.COMM_NULL or not isinstance(comm, self._t.MPI.Intracomm):
+            return comm
+        try:
+            return accelerate(comm, **self._options)
+        except BaseException:
+            comm.Free()  # raised on every rank: nobody keeps it
+            raise
+
+    def Dup(self, info: Any = None) -> Any:
+        """Collective: the wrapped communicator's ``Dup``, accelerated (free it with ``Free()``)."""
+        return self._wrapped(self._comm.Dup() if info is None else self._comm.Dup(info))
+
+    def Dup_with_info(self, info: Any) -> Any:
+        """Collective: the wrapped communicator's ``Dup_with_info``, accelerated."""
+        return self._wrapped(self._comm.Dup_with_info(info))
+
+    def Clone(self) -> Any:
+        """Collective: the wrapped communicator's ``Clone``, accelerated."""
+        return self._wrapped(self._comm.Clone())
+
+    def Split(self, color: int = 0, key: int = 0) -> Any:
+        """Collective: the wrapped communicator's ``Split``, accelerated (COMM_NULL as it is)."""
+        return self._wrapped(self._comm.Split(color, key))
+
+    def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Any:
+        """Collective: the wrapped communicator's ``Split_type``, accelerated."""
+        args = (split_type, key) if info is None else (split_type, key, info)
+        return self._wrapped(self._comm.Split_type(*args))
+
+    def Create(self, group: Any) -> Any:
+        """Collective: the wrapped communicator's ``Create``, accelerated."""
+        return self._wrapped(self._comm.Create(group))
+
+    def Create_group(self, group: Any, tag: int = 0) -> Any:
+        """Collective over the group: the wrapped communicator's ``Create_group``, accelerated."""
+        return self._wrapped(self._comm.Create_group(group, tag))
+
+
+def _lower(name: str) -> int | None:
+    """The core's kind of an upper-case call that runs through a lower-case
+    one, or None where this build lacks that call."""
+    fn_name, kind_name = LOWER_CASE[name]
+    fn = getattr(collectives, fn_name, None)
+    kind = getattr(lib, kind_name, None)
+    if fn is None or kind is None:
+        return None
+    if name == "Reduce_scatter" and "counts" not in inspect.signature(fn).parameters:
+        return None  # the block variant only
+    return int(kind)
+
+
+def _call(name: str) -> Callable[..., Any]:
+    fn: Callable[..., Any] = getattr(collectives, LOWER_CASE[name][0])
+    return fn
+
+
+class AcceleratedPrequest:
+    """A persistent collective of an accelerated comm, as mpi4py's
+    ``Prequest``: ``Start()`` makes the blocking call on the arguments given
+    at init (reading the buffers then), in shared memory or through MPI as
+    that call would; it is complete on return, so ``Wait()`` and ``Test()``
+    have nothing left to do. ``Free()`` (local) makes it inactive for good.
+    ``Startall``/``Waitall``/``Testall`` take lists of these (mpi4py's own
+    take only its requests)."""
+
+    __slots__ = ("_acomm", "_name", "_args", "_freed")
+
+    def __init__(self, acomm: AcceleratedComm, name: str, args: tuple[Any, ...]) -> None:
+        self._acomm = acomm
+        self._name = name
+        self._args = args
+        self._freed = False
+
+    def Start(self) -> None:
+        """Collective: run the call once."""
+        if self._freed:
+            raise ShmtopoValueError(f"{self._name}_init: Start on a freed request")
+        getattr(self._acomm, self._name)(*self._args)
+
+    def Wait(self, status: Any = None) -> bool:
+        """Local: the last Start is complete already."""
+        return True
+
+    def Test(self, status: Any = None) -> bool:
+        """Local: True (the last Start is complete already)."""
+        return True
+
+    def Free(self) -> None:
+        """Local: release the request (twice is a no-op)."""
+        self._freed = True
+        self._args = ()
+
+    def __bool__(self) -> bool:  # like a request that is not MPI.REQUEST_NULL
+        return not self._freed
+
+    def __repr__(self) -> str:
+        return f"<shmtopo.AcceleratedPrequest {self._name}_init{' (freed)' if self._freed else ''}>"
+
+    @staticmethod
+    def Startall(requests: list[Any]) -> None:
+        """Start every request of the list, in order."""
+        for r in requests:
+            r.Start()
+
+    @staticmethod
+    def Waitall(requests: list[Any], statuses: Any = None) -> bool:
+        for r in requests:
+            r.Wait()
+        return True
+
+    @staticmethod
+    def Testall(requests: list[Any], statuses: Any = None) -> bool:
+        return all(r.Test() for r in requests)
+
 
 # ---- each call's arguments, read on this rank ------------------------------------------
 
@@ -691,13 +1062,13 @@ def _reduction(t: _Tables, sendbuf: Any, recvbuf: Any, op: Any, receiving: bool)
     """Allreduce, and Reduce on the root (receiving) or another rank."""
     _check_op(t, op)
     if not receiving:  # mpi4py reads no receive buffer there
-        if sendbuf is t.IN_PLACE:
-            raise ValueError("sendbuf: MPI.IN_PLACE is valid at the root of Reduce only")
+        if _in_place(t, sendbuf):
+            raise ValueError("sendbuf: MPI.IN_PLACE is valid at the root of Reduce only (None stands for it)")
         send = _message(t, sendbuf, "sendbuf", writable=False)
         opname = _op(t, op, _moved(send, "sendbuf"))
         return _Call(_aligned(_elements(send, send.entries)), None, opname)
     recv = _message(t, recvbuf, "recvbuf", writable=True)
-    if sendbuf is t.IN_PLACE:
+    if _in_place(t, sendbuf):
         opname = _op(t, op, _moved(recv, "recvbuf"))
         out, back = _result(_elements(recv, recv.entries))
         return _Call(out, out, opname, back=back)
@@ -728,7 +1099,7 @@ def _gathered(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, what: str,
     recv = _message(t, recvbuf, "recvbuf", writable=True, blocks=size)
     known = _moved(recv, "recvbuf")
     out, back = _result(_elements(recv, size * recv.entries))
-    if sendbuf is t.IN_PLACE:
+    if _in_place(t, sendbuf):
         return out, out, back, recv.entries
     send = _message(t, sendbuf, "sendbuf", writable=False, blocks=send_blocks)
     if _moved(send, "sendbuf").dtype != known.dtype or send.entries != recv.entries:
@@ -756,7 +1127,7 @@ def _alltoall_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any) -> _Call:
 def _reduce_scatter_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, op: Any) -> _Call:
     _check_op(t, op)
     size = shm.world_size
-    if sendbuf is t.IN_PLACE:
+    if _in_place(t, sendbuf):
         # the input is the whole receive buffer, the result its first block
         recv = _message(t, recvbuf, "recvbuf", writable=True, blocks=size)
         opname = _op(t, op, _moved(recv, "recvbuf"))
@@ -772,16 +1143,167 @@ def _reduce_scatter_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, op: 
     return _Call(_aligned(a) if back is None else a.copy(), out, opname, back=back)
 
 
-def _explained(exc: ShmtopoValueError) -> ShmtopoValueError:
-    """A disagreement between ranks on shmtopo's path and ranks on MPI's,
-    told as such (the same text on every rank)."""
-    text = str(exc)
-    if not text.startswith("ranks disagree") or _DELEGATED_TEXT not in text:
-        return exc
-    text = text.replace(_DELEGATED_TEXT, "delegated to MPI") + (
-        " (shmtopo.accelerate: every rank must take the same path: describe the buffers alike on every "
-        "rank, with the same kind of datatype and op, and MPI.IN_PLACE on every rank or none)")
-    return ShmtopoValueError(text, exc.errno or 22, exc.rank)
+def _block(t: _Tables, sendbuf: Any, known: _Type, entries: int, what: str) -> Array:
+    """The send block of a rooted or v-variant call, checked against the
+    type and the count the result side expects of this rank."""
+    send = _message(t, sendbuf, "sendbuf", writable=False)
+    if _moved(send, "sendbuf").dtype != known.dtype:
+        raise _Delegate(f"{what}: sendbuf ({_type_name(send.datatype)}) and recvbuf have different types")
+    if send.entries != entries:
+        raise ValueError(f"{what}: sendbuf has {send.entries} entries where recvbuf expects {entries} "
+                         f"from this rank")
+    return _aligned(_elements(send, send.entries))
+
+
+def _gather_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) -> _Call:
+    size, rank = shm.world_size, shm.world_rank
+    r = _root(root, size)
+    if rank != r:  # mpi4py reads no receive buffer there
+        send = _message(t, sendbuf, "sendbuf", writable=False)
+        _moved(send, "sendbuf")
+        return _Call(_aligned(_elements(send, send.entries)), None, root=r)
+    recv = _message(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    known = _moved(recv, "recvbuf")
+    c = recv.entries
+    out, back = _result(_elements(recv, size * c))
+    if _in_place(t, sendbuf):  # the root's block is in place already: hand over a copy of it
+        a = out[r * c:(r + 1) * c].copy()
+    else:
+        a = _block(t, sendbuf, known, c, "Gather")
+    return _Call(a, out.reshape(size, c), root=r, back=back)
+
+
+def _scatter_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) -> _Call:
+    size, rank = shm.world_size, shm.world_rank
+    r = _root(root, size)
+    if rank != r:  # mpi4py reads no send buffer there
+        recv = _message(t, recvbuf, "recvbuf", writable=True)
+        _moved(recv, "recvbuf")
+        out, back = _result(_elements(recv, recv.entries))
+        return _Call(out[:0], out, root=r, back=back)
+    send = _message(t, sendbuf, "sendbuf", writable=False, blocks=size)
+    known = _moved(send, "sendbuf")
+    c = send.entries
+    a = _elements(send, size * c)
+    if _in_place(t, recvbuf):  # the root's block stays where it is
+        return _Call(_aligned(a).reshape(size, c), np.empty(c, known.dtype), root=r)
+    recv = _message(t, recvbuf, "recvbuf", writable=True)
+    if _moved(recv, "recvbuf").dtype != known.dtype or recv.entries != c:
+        raise _Delegate(f"Scatter: sendbuf ({c} x {_type_name(send.datatype)} per rank) and recvbuf "
+                        f"({recv.entries} x {_type_name(recv.datatype)}) differ")
+    out, back = _result(_elements(recv, c))
+    return _Call((_aligned(a) if back is None else a.copy()).reshape(size, c), out, root=r, back=back)
+
+
+def _gatherv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) -> _Call:
+    size, rank = shm.world_size, shm.world_rank
+    r = _root(root, size)
+    if rank != r:
+        send = _message(t, sendbuf, "sendbuf", writable=False)
+        _moved(send, "sendbuf")
+        return _Call(_aligned(_elements(send, send.entries)), None, root=r)
+    v = _vector(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    known = _moved(v.msg, "recvbuf")
+    out, back = _result(_elements(v.msg, v.msg.entries))
+    if _in_place(t, sendbuf):
+        a = out[v.displs[r]:v.displs[r] + v.counts[r]].copy()
+    else:
+        a = _block(t, sendbuf, known, v.counts[r], "Gatherv")
+    return _Call(a, out, root=r, back=back, counts=(v.counts, v.displs))
+
+
+def _scatterv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) -> _Call:
+    size, rank = shm.world_size, shm.world_rank
+    r = _root(root, size)
+    if rank != r:
+        recv = _message(t, recvbuf, "recvbuf", writable=True)
+        _moved(recv, "recvbuf")
+        out, back = _result(_elements(recv, recv.entries))
+        return _Call(out[:0], out, root=r, back=back)
+    v = _vector(t, sendbuf, "sendbuf", writable=False, blocks=size)
+    known = _moved(v.msg, "sendbuf")
+    a = _aligned(_elements(v.msg, v.msg.entries))
+    if _in_place(t, recvbuf):
+        out, back = np.empty(v.counts[r], known.dtype), None
+    else:
+        recv = _message(t, recvbuf, "recvbuf", writable=True)
+        if _moved(recv, "recvbuf").dtype != known.dtype:
+            raise _Delegate("Scatterv: sendbuf and recvbuf have different types")
+        if recv.entries != v.counts[r]:
+            raise ValueError(f"Scatterv: recvbuf has {recv.entries} entries where sendbuf sends "
+                             f"{v.counts[r]} to this rank")
+        out, back = _result(_elements(recv, recv.entries))
+        if back is not None or np.may_share_memory(a, out):
+            a = a.copy()
+    return _Call(a, out, root=r, back=back, counts=(v.counts, v.displs))
+
+
+def _allgatherv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any) -> _Call:
+    size, rank = shm.world_size, shm.world_rank
+    v = _vector(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    known = _moved(v.msg, "recvbuf")
+    out, back = _result(_elements(v.msg, v.msg.entries))
+    if _in_place(t, sendbuf):
+        a = out[v.displs[rank]:v.displs[rank] + v.counts[rank]].copy()
+    else:
+        a = _block(t, sendbuf, known, v.counts[rank], "Allgatherv")
+        if np.may_share_memory(a, out):
+            a = a.copy()
+    return _Call(a, out, back=back, counts=(v.counts, v.displs))
+
+
+def _alltoallv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any) -> _Call:
+    size = shm.world_size
+    rv = _vector(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    known = _moved(rv.msg, "recvbuf")
+    out, back = _result(_elements(rv.msg, rv.msg.entries))
+    if _in_place(t, sendbuf):  # the blocks to send are where the received ones go
+        return _Call(out.copy(), out, back=back, counts=(rv.counts, rv.displs, rv.counts, rv.displs))
+    sv = _vector(t, sendbuf, "sendbuf", writable=False, blocks=size)
+    if _moved(sv.msg, "sendbuf").dtype != known.dtype:
+        raise _Delegate("Alltoallv: sendbuf and recvbuf have different types")
+    a = _elements(sv.msg, sv.msg.entries)
+    a = a.copy() if back is not None or np.may_share_memory(a, out) else _aligned(a)
+    return _Call(a, out, back=back, counts=(sv.counts, sv.displs, rv.counts, rv.displs))
+
+
+def _reduce_scatter_v_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, recvcounts: Any,
+                           op: Any) -> _Call:
+    """Reduce_scatter: counts None (not in place) are every rank's receive
+    count, which the run learns from the others, as mpi4py does."""
+    _check_op(t, op)
+    size, rank = shm.world_size, shm.world_rank
+    recv = _message(t, recvbuf, "recvbuf", writable=True)
+    opname = _op(t, op, _moved(recv, "recvbuf"))
+    counts = None if recvcounts is None else _int_list(t, recvcounts, size, "recvcounts")
+    if _in_place(t, sendbuf):
+        if counts is None:
+            raise ValueError("recvcounts: MPI.IN_PLACE needs the counts")
+        if recv.entries != sum(counts):
+            raise ValueError(f"mismatch in receive count {recv.entries} and sum(counts) {sum(counts)}")
+        whole, back = _result(_elements(recv, recv.entries))
+        # the input is the whole buffer, the result its first block
+        return _Call(whole.copy(), whole[:counts[rank]], opname,
+                     back=None if back is None else back[:counts[rank]], counts=(counts,))
+    send = _message(t, sendbuf, "sendbuf", writable=False)
+    if t.handle(send.datatype) != t.handle(recv.datatype):
+        raise ValueError("mismatch in send and receive MPI datatypes")
+    if counts is not None:
+        if send.entries != sum(counts):
+            raise ValueError(f"mismatch in send count {send.entries} and sum(counts) {sum(counts)}")
+        if recv.entries != counts[rank]:
+            raise ValueError(f"mismatch in receive count {recv.entries} and counts[{rank}] {counts[rank]}")
+    out, back = _result(_elements(recv, recv.entries))
+    a = _elements(send, send.entries)
+    a = a.copy() if back is not None or np.may_share_memory(a, out) else _aligned(a)
+    return _Call(a, out, opname, back=back, counts=(counts,))
+
+
+def _scan_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, op: Any) -> _Call:
+    plan = _reduction(t, sendbuf, recvbuf, op, True)
+    if plan.out is not None and np.may_share_memory(plan.send, plan.out):
+        plan = plan._replace(send=plan.send.copy())  # in place: the scan reads a copy of the input
+    return plan
 
 
 def _delegated_method(name: str) -> Callable[..., Any]:
@@ -851,7 +1373,7 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
     except BaseException:
         shm.abandon()
         raise
-    acomm = AcceleratedComm(comm, shm, tables, strict)
+    acomm = AcceleratedComm(comm, shm, tables, strict, {"node_size": node_size, "timeout": timeout})
     global _hooked
     _live[id(acomm)] = acomm
     if not _hooked:  # registered after the comm's own exit hook, so it runs before that

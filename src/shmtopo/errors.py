@@ -34,6 +34,14 @@ class ShmtopoValueError(ShmtopoError, ValueError):
     """A bad argument, or ranks that passed different ones."""
 
 
+class ShmtopoArgumentError(ShmtopoValueError, TypeError, BufferError, RuntimeError):
+    """Bad or disagreeing arguments to a collective of shmtopo.accelerate's
+    comm, raised on every rank: a ShmtopoValueError, and also each class
+    mpi4py raises for bad arguments on the rank at fault (TypeError,
+    BufferError, and RuntimeError, the base of MPI.Exception), so that an
+    ``except`` written for mpi4py catches it."""
+
+
 class FreedError(ShmtopoError, ValueError):
     """The window, comm or topology was freed already."""
 

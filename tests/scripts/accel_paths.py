@@ -25,6 +25,9 @@ for culprit in sorted({0, n // 2, n - 1}):
     def buf(a):
         return [a, 2, pair] if odd else [a, MPI.DOUBLE]  # 4 doubles either way
 
+    def vbuf(a):  # 4 doubles per rank either way
+        return [a, ([2] * n, [2 * r for r in range(n)]), pair] if odd else [a, MPI.DOUBLE]
+
     calls = {
         "Bcast": lambda: acomm.Bcast(buf(np.ones(4)), root=0),
         "Reduce": lambda: acomm.Reduce(buf(np.ones(4)), buf(np.zeros(4)), MPI.SUM, root=n - 1),
@@ -32,7 +35,14 @@ for culprit in sorted({0, n // 2, n - 1}):
         "Allgather": lambda: acomm.Allgather(buf(np.ones(4)), buf(np.zeros(4 * n))),
         "Alltoall": lambda: acomm.Alltoall(buf(np.ones(4 * n)), buf(np.zeros(4 * n))),
         "Reduce_scatter_block": lambda: acomm.Reduce_scatter_block(buf(np.ones(4 * n)), buf(np.zeros(4))),
+        # where this build runs them in shared memory (else every rank delegates: no disagreement)
+        "Gather": lambda: acomm.Gather(buf(np.ones(4)), buf(np.zeros(4 * n)), root=n - 1),
+        "Allgatherv": lambda: acomm.Allgatherv(buf(np.ones(4)), vbuf(np.zeros(4 * n))),
+        "Scan": lambda: acomm.Scan(buf(np.ones(4)), buf(np.zeros(4))),
     }
+    calls = {name: call for name, call in calls.items()
+             if name not in shmtopo.accelerate.__globals__["LOWER_CASE"]
+             or shmtopo.accelerate.__globals__["_lower"](name) is not None}
     for name, call in calls.items():
         t0 = time.monotonic()
         try:
@@ -44,6 +54,7 @@ for culprit in sorted({0, n // 2, n - 1}):
 
 everyone = world.gather(lines, root=0)
 if rank == 0:
+    print(f"calls {len(calls)}")
     print("\n".join(line for mine in everyone for line in mine), flush=True)
 pair.Free()
 acomm.shm_free()

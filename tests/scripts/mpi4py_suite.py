@@ -1,0 +1,186 @@
+"""Under mpiexec (tests/test_mpi4py_suite.py): mpi4py's own collective tests
+with every communicator they use replaced by a shmtopo.accelerate'd one.
+
+    mpi4py_suite.py TESTDIR MODULE... [--node-size N] [--timeout S] [--only WORD]
+
+TESTDIR is the test/ folder of mpi4py's source distribution. The modules
+are imported with `from mpi4py import MPI` giving them a namespace whose
+COMM_WORLD and COMM_SELF are accelerated comms (everything else is mpi4py's
+MPI), so their class attributes (COMM = MPI.COMM_WORLD) and their set-ups
+(MPI.COMM_SELF.Dup()) get accelerated comms; nothing is edited on disk.
+
+With SHMTOPO_ACCEL_STRICT=1 (strict: a delegation raises) the tests are
+restricted to what shmtopo can move: contiguous predefined types it has,
+host buffers (numpy, array.array), and no test method built on derived
+datatypes or on calls it does not accelerate.
+
+Each rank runs every test; rank 0 prints every rank's failures, then one
+line "SUMMARY ran R failed F skipped S delegations D" (D: calls handed to
+MPI, all ranks together). The exit status is 1 on every rank if any test
+failed on any rank.
+"""
+import argparse
+import faulthandler
+import importlib
+import sys
+import types
+import unittest
+
+import numpy as np
+
+import mpi4py
+from mpi4py import MPI
+
+import shmtopo
+
+# Test methods that need what strict mode excludes: derived datatypes
+# (indexed, struct), MPI.BOTTOM, Alltoallw (not accelerated).
+STRICT_EXCLUDED_METHODS = ("TypeIndexed", "Alltoallw")
+# Array backends whose buffers are host memory read through the buffer
+# protocol; the others (DLPack, __cuda_array_interface__) go to MPI.
+STRICT_BACKENDS = ("array", "numpy")
+
+
+def parse():
+    p = argparse.ArgumentParser()
+    p.add_argument("testdir")
+    p.add_argument("modules", nargs="+")
+    p.add_argument("--node-size", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--only", default="", help="run only the tests whose id contains this")
+    p.add_argument("--watchdog", type=float, default=0.0,
+                   help="dump every thread's stack and exit after this many seconds (0: never)")
+    return p.parse_args()
+
+
+class Accelerated(types.ModuleType):
+    """mpi4py's MPI, with accelerated COMM_WORLD and COMM_SELF."""
+
+    def __init__(self, world, self_):
+        super().__init__("mpi4py.MPI")
+        self.COMM_WORLD = world
+        self.COMM_SELF = self_
+
+    def __getattr__(self, name):
+        return getattr(MPI, name)
+
+
+def import_patched(testdir, names, namespace):
+    """Import the test modules (and the helpers they import) with
+    `from mpi4py import MPI` bound to `namespace`."""
+    sys.path.insert(0, testdir)
+    mpi4py.MPI = namespace
+    try:
+        return [importlib.import_module(name) for name in names]
+    finally:
+        mpi4py.MPI = MPI  # later imports see mpi4py's own module again
+
+
+def restrict_for_strict(arrayimpl, tests):
+    """Only what shmtopo moves itself: typecodes of types it has, host buffers."""
+    moved = set(shmtopo.collectives.DTYPES)
+
+    def has(typecode):
+        try:
+            return np.dtype(typecode) in moved
+        except TypeError:
+            return False
+
+    # the fake GPU arrays claim backend "array" or "numpy" too: tell them by their base classes
+    device = tuple(getattr(arrayimpl, name) for name in ("BaseFakeGPUArray", "BaseDLPackCPU")
+                   if hasattr(arrayimpl, name))
+    arrayimpl.ArrayBackends[:] = [b for b in arrayimpl.ArrayBackends
+                                  if b.backend in STRICT_BACKENDS and not issubclass(b, device)]
+    for backend in arrayimpl.ArrayBackends:
+        backend.TypeMap = {code: t for code, t in backend.TypeMap.items() if has(code)}
+    kept = unittest.TestSuite()
+    excluded = []
+    for test in iterate(tests):
+        if any(word in test._testMethodName for word in STRICT_EXCLUDED_METHODS):
+            excluded.append(test.id())
+        else:
+            kept.addTest(test)
+    return kept, excluded
+
+
+def iterate(suite):
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            yield from iterate(item)
+        else:
+            yield item
+
+
+class Result(unittest.TestResult):
+    """Collects outcomes, and the accelerated comms the tests used (their
+    shm_stats count the delegations)."""
+
+    def __init__(self, comms):
+        super().__init__()
+        self.comms = comms
+
+    def stopTest(self, test):
+        comm = getattr(test, "COMM", None)  # set by setUp (Dup) or the class
+        if isinstance(comm, shmtopo.AcceleratedComm):
+            self.comms[id(comm)] = comm
+        super().stopTest(test)
+
+    def startTest(self, test):
+        super().startTest(test)
+        print(f"[rank {MPI.COMM_WORLD.Get_rank()}] {test.id()}", file=sys.stderr, flush=True)
+
+
+def main():
+    args = parse()
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    if args.watchdog:
+        faulthandler.dump_traceback_later(args.watchdog, exit=True)
+    node_size = args.node_size or None
+    aworld = shmtopo.accelerate(world, node_size=node_size, timeout=args.timeout)
+    aself = shmtopo.accelerate(MPI.COMM_SELF, timeout=args.timeout)
+    modules = import_patched(args.testdir, args.modules, Accelerated(aworld, aself))
+    tests = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromModule(m) for m in modules)
+    if args.only:
+        tests = unittest.TestSuite(test for test in iterate(tests) if args.only in test.id())
+    excluded = []
+    if aworld.strict:
+        tests, excluded = restrict_for_strict(importlib.import_module("arrayimpl"), tests)
+
+    comms = {id(aworld): aworld, id(aself): aself}
+    result = Result(comms)
+    tests.run(result)
+
+    delegated = {}
+    for comm in comms.values():
+        for name, (_, d) in comm.shm_stats().items():
+            if d:
+                delegated[name] = delegated.get(name, 0) + d
+    mine = {
+        "rank": rank,
+        "ran": result.testsRun,
+        "failed": [(t.id(), text) for t, text in result.failures + result.errors],
+        "skipped": len(result.skipped),
+        "delegated": delegated,
+    }
+    everyone = world.gather(mine, root=0)
+    failed = world.allreduce(len(mine["failed"]))
+    if rank == 0:
+        total = {}
+        for r in everyone:
+            for name, d in r["delegated"].items():
+                total[name] = total.get(name, 0) + d
+            for test_id, text in r["failed"]:
+                print(f"FAILED on rank {r['rank']}: {test_id}\n{text}", flush=True)
+        if excluded:
+            print(f"strict mode: {len(excluded)} test methods excluded (derived datatypes, Alltoallw)")
+        print("delegated calls by operation (all ranks):", dict(sorted(total.items())))
+        print(f"SUMMARY ran {sum(r['ran'] for r in everyone)} failed {failed} "
+              f"skipped {sum(r['skipped'] for r in everyone)} delegations {sum(total.values())}", flush=True)
+    aself.shm_free()
+    aworld.shm_free()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

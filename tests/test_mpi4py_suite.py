@@ -1,0 +1,108 @@
+"""mpi4py's own collective tests (test_cco_buf.py, test_cco_vec.py,
+test_cco_pr_buf.py of its source distribution) with the communicators they
+use replaced by shmtopo.accelerate'd ones, under mpiexec -n 1..4 of the MPI
+this suite runs with (tests/scripts/mpi4py_suite.py does the substituting).
+
+The files are not part of shmtopo: the source distribution of the installed
+mpi4py version is fetched from the package index at test time (pip
+download) and kept under .venv/cache/ for later runs. With no index
+reachable the tests fail, saying so, unless SHMTOPO_OFFLINE=1 makes them
+skip; SHMTOPO_MPI4PY_TESTS=<mpi4py's test/ folder> uses a copy at hand.
+"""
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import mpi4py
+import pytest
+from mpi4py import MPI
+
+from conftest import CLEAN_ENV, run_mpiexec
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RUNNER = HERE / "scripts" / "mpi4py_suite.py"
+MODULES = ["test_cco_buf", "test_cco_vec", "test_cco_pr_buf"]
+# what the modules import besides mpi4py and numpy
+HELPERS = ["mpiunittest", "arrayimpl", "mpitestutil", "dlpackimpl"]
+TIMEOUT = 900  # the 4-rank runs take minutes on a loaded 2-core machine
+
+
+def _fetch(version: str, cache: Path) -> Path:
+    """mpi4py's test/ folder of this version, from the cache or the index."""
+    tests = cache / f"mpi4py-{version}" / "test"
+    if all((tests / f"{name}.py").exists() for name in MODULES + HELPERS):
+        return tests
+    if os.environ.get("SHMTOPO_OFFLINE") == "1":
+        pytest.skip(f"SHMTOPO_OFFLINE=1 and mpi4py {version}'s tests are not in {cache}")
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+                               f"mpi4py=={version}", "-d", tmp],
+                              capture_output=True, text=True, timeout=600)
+        sdists = list(Path(tmp).glob(f"mpi4py-{version}.tar.gz"))
+        if proc.returncode != 0 or not sdists:
+            pytest.fail(f"cannot fetch mpi4py {version}'s source distribution from the package index "
+                        f"(pip download failed; set SHMTOPO_OFFLINE=1 to skip these tests, or "
+                        f"SHMTOPO_MPI4PY_TESTS to mpi4py's test/ folder):\n{proc.stdout}{proc.stderr}",
+                        pytrace=False)
+        wanted = {f"mpi4py-{version}/test/{name}.py" for name in MODULES + HELPERS}
+        staged = Path(tmp) / "x"
+        with tarfile.open(sdists[0]) as tar:
+            members = [m for m in tar.getmembers() if m.name in wanted and m.isfile()]
+            tar.extractall(staged, members=members, filter="data")
+        # several runs may fetch at once: the first rename wins, the others keep theirs away
+        try:
+            (staged / f"mpi4py-{version}").rename(cache / f"mpi4py-{version}")
+        except OSError:
+            pass
+    if not all((tests / f"{name}.py").exists() for name in MODULES + HELPERS):
+        pytest.fail(f"mpi4py {version}'s source distribution lacks some of {MODULES + HELPERS}", pytrace=False)
+    return tests
+
+
+@pytest.fixture(scope="module")
+def mpi4py_tests():
+    if MPI.COMM_WORLD.Get_size() > 1:
+        pytest.skip("starts its own mpiexec")
+    given = os.environ.get("SHMTOPO_MPI4PY_TESTS")
+    if given:
+        return Path(given)
+    return _fetch(mpi4py.__version__, ROOT / ".venv" / "cache")
+
+
+def run_suite(tests, n, *, strict=False, node_size=0, only=""):
+    env = dict(CLEAN_ENV)
+    env["SHMTOPO_ACCEL_STRICT"] = "1" if strict else "0"
+    # the outer timeout leaves the watchdog time to print every rank's stack
+    cmd = [sys.executable, RUNNER, tests, *MODULES, "--node-size", node_size, "--timeout", 60,
+           "--watchdog", TIMEOUT - 60, "--only", only]
+    try:
+        proc = run_mpiexec(n, cmd, timeout=TIMEOUT, env=env)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpi4py's tests hung at -n {n}:\n{exc.stdout}\n{exc.stderr}")
+    summary = [line for line in proc.stdout.splitlines() if line.startswith("SUMMARY")]
+    assert proc.returncode == 0 and summary, (f"mpi4py's tests failed at -n {n}:\n{proc.stdout}\n"
+                                             f"{proc.stderr[-20000:]}")
+    words = summary[0].split()
+    return {words[i]: int(words[i + 1]) for i in range(1, len(words), 2)}, proc.stdout
+
+
+@pytest.mark.parametrize("n, node_size, only", [(1, 0, ""), (2, 0, ""), (3, 0, ""), (4, 0, ""), (3, 2, "World")],
+                         ids=["n1", "n2", "n3", "n4", "n3-nodes-of-2"])
+def test_mpi4py_collective_tests(mpi4py_tests, n, node_size, only):
+    """On simulated nodes (2 + 1 ranks: across nodes, one node of one rank)
+    only the tests on the world comm, the one that spans them."""
+    counts, _ = run_suite(mpi4py_tests, n, node_size=node_size, only=only)
+    assert counts["ran"] > 0 and counts["failed"] == 0
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_mpi4py_collective_tests_strict(mpi4py_tests, n):
+    """Restricted to contiguous predefined types shmtopo has: no call goes to MPI."""
+    counts, out = run_suite(mpi4py_tests, n, strict=True)
+    assert counts["ran"] > 0 and counts["failed"] == 0
+    assert counts["delegations"] == 0, out
