@@ -20,6 +20,24 @@ OPS = ["SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR"]
 PLANNERS = ["_bcast_plan", "_reduce_plan", "_allreduce_plan", "_allgather_plan"]
 
 
+def _has_mpi_type(dtype):
+    """A plain array's type is mpi4py's datatype for its format, and the
+    drop-in moves it only where it maps that datatype to the array's type:
+    not float16 (MPICH has a datatype for it, Open MPI none; the drop-in
+    leaves it to MPI, whose rounding differs), bfloat16 or the pair structs."""
+    tables = accel_module._get_tables()
+    try:
+        datatype = MPI.Datatype.fromcode(dtype.char if dtype.fields is None else "")
+    except (KeyError, ValueError):
+        return False
+    known = tables.types.get(tables.handle(datatype))
+    return known is not None and known.dtype == dtype
+
+
+PLAIN_DTYPES = sorted((d for d in collectives.DTYPES if _has_mpi_type(d)), key=str)
+ORDERED_DTYPES = [d for d in PLAIN_DTYPES if d.kind in "iuf"]  # MPI defines SUM and MAX on them
+
+
 @pytest.fixture(params=[None, 2], ids=["node", "nodes-of-2"])
 def acomm(request):
     a = shmtopo.accelerate(WORLD, node_size=request.param, timeout=60)
@@ -84,7 +102,7 @@ def plain_calls(acomm, comm, dtype, count, root):
     return out
 
 
-@pytest.mark.parametrize("dtype", sorted(collectives.DTYPES, key=str), ids=str)
+@pytest.mark.parametrize("dtype", ORDERED_DTYPES, ids=str)
 def test_plain_calls_run_without_the_planner(acomm, planned, dtype):
     n = WORLD.size
     roots = sorted({0, n - 1})
@@ -105,13 +123,14 @@ def test_plain_calls_run_without_the_planner(acomm, planned, dtype):
     assert list(stats) == ["Allreduce", "Reduce", "Bcast", "Allgather", "Barrier"], stats  # first calls' order
 
 
-@pytest.mark.parametrize("dtype", sorted(collectives.DTYPES, key=str), ids=str)
+@pytest.mark.parametrize("dtype", PLAIN_DTYPES, ids=str)
 def test_every_op_on_plain_arrays(acomm, dtype):
     """Ops MPI defines on the type run in shared memory (the bit ops on
     integers too); the others (bit ops on floats) go to MPI, which refuses
     them as it does without shmtopo."""
     rank = WORLD.rank
     x = data(rank, 6, dtype)
+    accepted = 0  # calls MPI completes
     for name in OPS:
         op = getattr(MPI, name)
         got, want = np.zeros(6, dtype), np.zeros(6, dtype)
@@ -124,8 +143,10 @@ def test_every_op_on_plain_arrays(acomm, dtype):
             continue
         acomm.Allreduce(x, got, op)
         same_bits(got, want, f"{name} {dtype}")
+        accepted += 1
     # a call MPI refused is no completed call
-    assert acomm.shm_stats()["Allreduce"] == (4 if np.dtype(dtype).kind == "f" else 7, 0), acomm.shm_stats()
+    assert acomm.shm_stats().get("Allreduce", (0, 0)) == (accepted, 0), acomm.shm_stats()
+    assert accepted == {"f": 4, "c": 2, "b": 0}.get(np.dtype(dtype).kind, 7), accepted
 
 
 def misaligned(count, dtype, rank, salt=0):
