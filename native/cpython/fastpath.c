@@ -235,6 +235,53 @@ static int apart_or_same(const Py_buffer *in, const Py_buffer *out)
     return a == b && in->len == out->len;
 }
 
+/* The core call for an input where place_of found it: the window path or
+ * the copy path (root < 0: allreduce). Returns the core's rc, errno kept. */
+static int reduce_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *win, size_t offset,
+                     const Py_buffer *in, void *out, int code, int op, int root)
+{
+    int rc, err;
+    const size_t n = count_of(in, code);
+    if (place == WINDOWED)
+        CORE_CALL(shmtopo_win_reduce(win, offset, out, n, code, op, root, SHMTOPO_COLL_AUTO));
+    else if (root < 0)
+        CORE_CALL(shmtopo_allreduce(comm, in->buf, out, n, code, op, SHMTOPO_COLL_AUTO));
+    else
+        CORE_CALL(shmtopo_reduce(comm, in->buf, out, n, code, op, root, SHMTOPO_COLL_AUTO));
+    errno = err;
+    return rc;
+}
+
+static int bcast_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *win, size_t offset,
+                    const Py_buffer *buf, int code, int root)
+{
+    int rc, err;
+    if (place == WINDOWED)
+        CORE_CALL(shmtopo_win_bcast(win, offset, buf->buf, count_of(buf, code), code, root));
+    else
+        CORE_CALL(shmtopo_bcast(comm, buf->buf, count_of(buf, code), code, root));
+    errno = err;
+    return rc;
+}
+
+/* 0 where the core takes the call; else the general path explains a result over a window input */
+static int allgather_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *win, size_t offset,
+                        const Py_buffer *in, const Py_buffer *out, int code)
+{
+    int rc, err;
+    if (place == WINDOWED)
+        CORE_CALL(shmtopo_win_allgather(win, offset, out->buf, count_of(in, code), code));
+    else
+        CORE_CALL(shmtopo_allgather(comm, in->buf, out->buf, count_of(in, code), code));
+    errno = err;
+    return rc;
+}
+
+static int overlaps(const Py_buffer *a, const Py_buffer *b)
+{
+    return (const char *)a->buf < (const char *)b->buf + b->len && (const char *)b->buf < (const char *)a->buf + a->len;
+}
+
 /* allreduce(handle, windows, array, out, op) -> result | None */
 static PyObject *fast_allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -257,11 +304,7 @@ static PyObject *fast_allreduce(PyObject *self, PyObject *const *args, Py_ssize_
         PyBuffer_Release(&in);
         return not_handled();
     }
-    int rc, err;
-    if (place == WINDOWED)
-        CORE_CALL(shmtopo_win_reduce(win, offset, out.buf, count_of(&in, code), code, op, -1, SHMTOPO_COLL_AUTO));
-    else
-        CORE_CALL(shmtopo_allreduce(comm, in.buf, out.buf, count_of(&in, code), code, op, SHMTOPO_COLL_AUTO));
+    int rc = reduce_at(place, comm, win, offset, &in, out.buf, code, op, -1), err = errno;
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
     return rc < 0 ? failed(result, err) : result;
@@ -296,11 +339,7 @@ static PyObject *fast_reduce(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_DECREF(result);
         return new_ref(Py_NotImplemented);
     }
-    int rc, err;
-    if (place == WINDOWED)
-        CORE_CALL(shmtopo_win_reduce(win, offset, out.buf, count_of(&in, code), code, op, root, SHMTOPO_COLL_AUTO));
-    else
-        CORE_CALL(shmtopo_reduce(comm, in.buf, out.buf, count_of(&in, code), code, op, root, SHMTOPO_COLL_AUTO));
+    int rc = reduce_at(place, comm, win, offset, &in, out.buf, code, op, root), err = errno;
     PyBuffer_Release(&in);
     if (is_root)
         PyBuffer_Release(&out);
@@ -326,11 +365,7 @@ static PyObject *fast_bcast(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyBuffer_Release(&buf);
         return not_handled();
     }
-    int rc, err;
-    if (place == WINDOWED)
-        CORE_CALL(shmtopo_win_bcast(win, offset, buf.buf, count_of(&buf, code), code, root));
-    else
-        CORE_CALL(shmtopo_bcast(comm, buf.buf, count_of(&buf, code), code, root));
+    int rc = bcast_at(place, comm, win, offset, &buf, code, root), err = errno;
     PyBuffer_Release(&buf);
     return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
 }
@@ -356,18 +391,12 @@ static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_
         return not_handled();
     }
     /* in a window, the general path explains a result over the input */
-    if (out_code != code || out.len != in.len * nranks ||
-        (place == WINDOWED && (const char *)in.buf < (const char *)out.buf + out.len &&
-         (const char *)out.buf < (const char *)in.buf + in.len)) {
+    if (out_code != code || out.len != in.len * nranks || (place == WINDOWED && overlaps(&in, &out))) {
         PyBuffer_Release(&in);
         PyBuffer_Release(&out);
         return not_handled();
     }
-    int rc, err;
-    if (place == WINDOWED)
-        CORE_CALL(shmtopo_win_allgather(win, offset, out.buf, count_of(&in, code), code));
-    else
-        CORE_CALL(shmtopo_allgather(comm, in.buf, out.buf, count_of(&in, code), code));
+    int rc = allgather_at(place, comm, win, offset, &in, &out, code), err = errno;
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
     return rc < 0 ? failed(NULL, err) : new_ref(args[3]);
@@ -437,14 +466,13 @@ static int accel_op(PyObject *op, int code)
     return -1;
 }
 
-/* view_of, shorter than `limit` (inputs: bound.window_min, since larger ones
- * may lie in a window, which the planner looks for), and only for a type
- * shmtopo moves at an address aligned for it; 0 with no view held otherwise. */
-static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code, Py_ssize_t limit)
+/* view_of, only for a type shmtopo moves at an address aligned for it; 0
+ * with no view held otherwise. */
+static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code)
 {
     if (!view_of(obj, view, writable, code))
         return 0;
-    if (view->len >= limit || !(accel.masks[*code] & ACCEL_MOVES)
+    if (!(accel.masks[*code] & ACCEL_MOVES)
         || (uintptr_t)view->buf % shmtopo_dtype_size(*code)) {
         PyBuffer_Release(view);
         return 0;
@@ -456,7 +484,7 @@ static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code, P
 static int accel_result(PyObject *obj, Py_buffer *view, const Py_buffer *in, int code)
 {
     int out_code;
-    if (!accel_view(obj, view, 1, &out_code, bound.window_min))
+    if (!accel_view(obj, view, 1, &out_code))
         return 0;
     if (out_code != code || view->len != in->len) {
         PyBuffer_Release(view);
@@ -487,89 +515,114 @@ static PyObject *accel_done(int rc, int err)
     Py_RETURN_TRUE;
 }
 
-/* accel_allreduce(handle, sendbuf, recvbuf, op) -> True | None */
+/* accel_allreduce(handle, windows, sendbuf, recvbuf, op) -> True | None
+ * (windows: the comm's list of its Windows, as for allreduce) */
 static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "accel_allreduce takes 4 arguments"), NULL;
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "accel_allreduce takes 5 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, op;
     Py_buffer in, out;
-    if (!comm || !accel_view(args[1], &in, 0, &code, bound.window_min))
+    shmtopo_win_t *win = NULL;
+    size_t offset = 0;
+    if (!comm || !accel_view(args[2], &in, 0, &code))
         Py_RETURN_NONE;
-    if ((op = accel_op(args[3], code)) < 0 || !accel_result(args[2], &out, &in, code)) {
+    enum place place = place_of(args[1], comm, &in, &win, &offset);
+    if (place == UNKNOWN || (op = accel_op(args[4], code)) < 0 || !accel_result(args[3], &out, &in, code)) {
         PyBuffer_Release(&in);
         Py_RETURN_NONE;
     }
-    int rc, err;
-    CORE_CALL(shmtopo_allreduce(comm, in.buf, out.buf, count_of(&in, code), code, op, SHMTOPO_COLL_AUTO));
+    if (place == WINDOWED && !apart_or_same(&in, &out)) {
+        PyBuffer_Release(&in);
+        PyBuffer_Release(&out);
+        Py_RETURN_NONE;
+    }
+    int rc = reduce_at(place, comm, win, offset, &in, out.buf, code, op, -1), err = errno;
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
     return accel_done(rc, err);
 }
 
-/* accel_reduce(handle, sendbuf, recvbuf, op, root) -> True | None
+/* accel_reduce(handle, windows, sendbuf, recvbuf, op, root) -> True | None
  * (recvbuf is read on the root only, as mpi4py does) */
 static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5)
-        return PyErr_Format(PyExc_TypeError, "accel_reduce takes 5 arguments"), NULL;
+    if (nargs != 6)
+        return PyErr_Format(PyExc_TypeError, "accel_reduce takes 6 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, op, root;
     Py_buffer in, out = {0};
-    if (!comm || (root = accel_root(args[4], comm)) < 0 || !accel_view(args[1], &in, 0, &code, bound.window_min))
+    shmtopo_win_t *win = NULL;
+    size_t offset = 0;
+    if (!comm || (root = accel_root(args[5], comm)) < 0 || !accel_view(args[2], &in, 0, &code))
         Py_RETURN_NONE;
     int is_root = root == shmtopo_comm_rank(comm);
-    if ((op = accel_op(args[3], code)) < 0 || (is_root && !accel_result(args[2], &out, &in, code))) {
+    enum place place = place_of(args[1], comm, &in, &win, &offset);
+    if (place == UNKNOWN || (op = accel_op(args[4], code)) < 0
+        || (is_root && !accel_result(args[3], &out, &in, code))) {
         PyBuffer_Release(&in);
         Py_RETURN_NONE;
     }
-    int rc, err;
-    CORE_CALL(shmtopo_reduce(comm, in.buf, out.buf, count_of(&in, code), code, op, root, SHMTOPO_COLL_AUTO));
+    if (place == WINDOWED && !apart_or_same(&in, &out)) {
+        PyBuffer_Release(&in);
+        if (is_root)
+            PyBuffer_Release(&out);
+        Py_RETURN_NONE;
+    }
+    int rc = reduce_at(place, comm, win, offset, &in, out.buf, code, op, root), err = errno;
     PyBuffer_Release(&in);
     if (is_root)
         PyBuffer_Release(&out);
     return accel_done(rc, err);
 }
 
-/* accel_bcast(handle, buf, root) -> True | None (a read-only root buffer,
- * which the planner copies, is not plain) */
+/* accel_bcast(handle, windows, buf, root) -> True | None (a read-only root
+ * buffer, which the planner copies, is not plain) */
 static PyObject *accel_bcast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "accel_bcast takes 3 arguments"), NULL;
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "accel_bcast takes 4 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, root;
     Py_buffer buf;
-    if (!comm || (root = accel_root(args[2], comm)) < 0 || !accel_view(args[1], &buf, 1, &code, bound.window_min))
+    shmtopo_win_t *win = NULL;
+    size_t offset = 0;
+    if (!comm || (root = accel_root(args[3], comm)) < 0 || !accel_view(args[2], &buf, 1, &code))
         Py_RETURN_NONE;
-    int rc, err;
-    CORE_CALL(shmtopo_bcast(comm, buf.buf, count_of(&buf, code), code, root));
+    enum place place = place_of(args[1], comm, &buf, &win, &offset);
+    if (place == UNKNOWN) {
+        PyBuffer_Release(&buf);
+        Py_RETURN_NONE;
+    }
+    int rc = bcast_at(place, comm, win, offset, &buf, code, root), err = errno;
     PyBuffer_Release(&buf);
     return accel_done(rc, err);
 }
 
-/* accel_allgather(handle, sendbuf, recvbuf) -> True | None */
+/* accel_allgather(handle, windows, sendbuf, recvbuf) -> True | None */
 static PyObject *accel_allgather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "accel_allgather takes 3 arguments"), NULL;
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "accel_allgather takes 4 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, out_code;
     Py_buffer in, out;
-    if (!comm || !accel_view(args[1], &in, 0, &code, bound.window_min))
+    shmtopo_win_t *win = NULL;
+    size_t offset = 0;
+    if (!comm || !accel_view(args[2], &in, 0, &code))
         Py_RETURN_NONE;
-    if (!accel_view(args[2], &out, 1, &out_code, PY_SSIZE_T_MAX)) { /* recvbuf: a block per rank */
+    enum place place = place_of(args[1], comm, &in, &win, &offset);
+    if (place == UNKNOWN || !accel_view(args[3], &out, 1, &out_code)) { /* recvbuf: a block per rank */
         PyBuffer_Release(&in);
         Py_RETURN_NONE;
     }
-    if (out_code != code || out.len != in.len * shmtopo_comm_size(comm)) {
+    if (out_code != code || out.len != in.len * shmtopo_comm_size(comm) || (place == WINDOWED && overlaps(&in, &out))) {
         PyBuffer_Release(&in);
         PyBuffer_Release(&out);
         Py_RETURN_NONE;
     }
-    int rc, err;
-    CORE_CALL(shmtopo_allgather(comm, in.buf, out.buf, count_of(&in, code), code));
+    int rc = allgather_at(place, comm, win, offset, &in, &out, code), err = errno;
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
     return accel_done(rc, err);
@@ -712,12 +765,12 @@ static PyMethodDef methods[] = {
     {"bind_accelerate", (PyCFunction)(void (*)(void))bind_accelerate, METH_FASTCALL,
      "Bind the drop-in's op objects and per-type masks (shmtopo.accelerate internal)."},
     {"accel_allreduce", (PyCFunction)(void (*)(void))accel_allreduce, METH_FASTCALL,
-     "accel_allreduce(handle, sendbuf, recvbuf, op) -> True | None"},
+     "accel_allreduce(handle, windows, sendbuf, recvbuf, op) -> True | None"},
     {"accel_reduce", (PyCFunction)(void (*)(void))accel_reduce, METH_FASTCALL,
-     "accel_reduce(handle, sendbuf, recvbuf, op, root) -> True | None"},
-    {"accel_bcast", (PyCFunction)(void (*)(void))accel_bcast, METH_FASTCALL, "accel_bcast(handle, buf, root) -> True | None"},
+     "accel_reduce(handle, windows, sendbuf, recvbuf, op, root) -> True | None"},
+    {"accel_bcast", (PyCFunction)(void (*)(void))accel_bcast, METH_FASTCALL, "accel_bcast(handle, windows, buf, root) -> True | None"},
     {"accel_allgather", (PyCFunction)(void (*)(void))accel_allgather, METH_FASTCALL,
-     "accel_allgather(handle, sendbuf, recvbuf) -> True | None"},
+     "accel_allgather(handle, windows, sendbuf, recvbuf) -> True | None"},
     {"accel_barrier", accel_barrier, METH_O, "accel_barrier(handle) -> True | None"},
     {NULL, NULL, 0, NULL},
 };

@@ -728,7 +728,7 @@ class AcceleratedComm:
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Bcast``."""
         shm = self._shm
-        if shm is not None and _accel_bcast(shm._fast, buf, root):
+        if shm is not None and _accel_bcast(shm._fast, collectives._fast_windows(shm), buf, root):
             try:
                 self._stats["Bcast"][0] += 1
             except KeyError:
@@ -740,7 +740,7 @@ class AcceleratedComm:
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: int = 0) -> None:
         """Collective: as mpi4py's ``Reduce``."""
         shm = self._shm
-        if shm is not None and _accel_reduce(shm._fast, sendbuf, recvbuf, op, root):
+        if shm is not None and _accel_reduce(shm._fast, collectives._fast_windows(shm), sendbuf, recvbuf, op, root):
             try:
                 self._stats["Reduce"][0] += 1
             except KeyError:
@@ -753,7 +753,7 @@ class AcceleratedComm:
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
         """Collective: as mpi4py's ``Allreduce``."""
         shm = self._shm
-        if shm is not None and _accel_allreduce(shm._fast, sendbuf, recvbuf, op):
+        if shm is not None and _accel_allreduce(shm._fast, collectives._fast_windows(shm), sendbuf, recvbuf, op):
             try:
                 self._stats["Allreduce"][0] += 1
             except KeyError:
@@ -766,7 +766,7 @@ class AcceleratedComm:
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgather``."""
         shm = self._shm
-        if shm is not None and _accel_allgather(shm._fast, sendbuf, recvbuf):
+        if shm is not None and _accel_allgather(shm._fast, shm._windows, sendbuf, recvbuf):
             try:
                 self._stats["Allgather"][0] += 1
             except KeyError:

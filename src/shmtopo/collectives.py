@@ -121,6 +121,17 @@ _fast_allreduce, _fast_reduce = _fastpath.allreduce, _fastpath.reduce
 _fast_bcast, _fast_allgather = _fastpath.bcast, _fastpath.allgather
 
 
+def _fast_windows(comm: Comm) -> list[Window] | None:
+    """The windows list the fast entry finds large arrays' windows in, or
+    None while levels (levels.py, from MIN_BYTES = WINDOW_MIN) may take large
+    private arrays of bcast/reduce/allreduce: the fast entry then takes only
+    small ones, and the general path decides (the same on every rank)."""
+    return comm._windows if comm._levels is levels.FLAT else None
+
+
+assert levels.MIN_BYTES >= WINDOW_MIN, "smaller levelled calls would take the fast entry"
+
+
 # ---- normalising one rank's arguments ------------------------------------------
 
 Array = npt.NDArray[Any]
@@ -386,7 +397,7 @@ def allreduce(comm: Comm, array: npt.ArrayLike, op: str = "sum", *, out: Array |
     algorithm: None (by size), "flat" or "rsag". Returns out (a new array
     when None)."""
     if algorithm is None:
-        fast: Array | None = _fast_allreduce(comm._fast, comm._windows, array, out, op)
+        fast: Array | None = _fast_allreduce(comm._fast, _fast_windows(comm), array, out, op)
         if fast is not None:
             return fast
     a, code, opc, alg, _, result = normalised(comm, ALLREDUCE, _reduce_args, comm, "allreduce",
@@ -407,7 +418,7 @@ def reduce(comm: Comm, array: npt.ArrayLike, op: str = "sum", root: int = 0, *, 
            algorithm: str | None = None) -> Array | None:
     """Collective: the reduction on rank `root` (returned there; None elsewhere)."""
     if algorithm is None and type(root) is int:
-        fast: Any = _fast_reduce(comm._fast, comm._windows, array, out, op, root,
+        fast: Any = _fast_reduce(comm._fast, _fast_windows(comm), array, out, op, root,
                                root == comm.world_rank)
         if fast is not NotImplemented:
             done: Array | None = fast  # None on ranks other than root
@@ -430,7 +441,7 @@ def bcast(comm: Comm, array: npt.ArrayLike, root: int = 0, *, out: Array | None 
     """Collective: every rank gets rank `root`'s array (the other ranks' array
     only gives shape and dtype). Pass out=array to receive in place."""
     if out is array and type(root) is int:  # in place
-        fast: Array | None = _fast_bcast(comm._fast, comm._windows, array, root)
+        fast: Array | None = _fast_bcast(comm._fast, _fast_windows(comm), array, root)
         if fast is not None:
             return fast
     a, code, r, result = normalised(comm, BCAST, _bcast_args, comm, array, root, out)
