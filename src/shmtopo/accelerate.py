@@ -32,7 +32,7 @@ import operator
 import os
 import sys
 import weakref
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -560,6 +560,10 @@ class AcceleratedComm:
         self._t = tables
         self._strict = strict
         self._stats: dict[str, list[int]] = {}
+
+    if TYPE_CHECKING:  # for type checkers only: at run time _forward's properties do this, at no lookup cost
+        def __getattr__(self, name: str) -> Any:
+            """The wrapped communicator's attribute (Get_rank, Send, ...)."""
 
     # -- what it is -------------------------------------------------------
     @property
