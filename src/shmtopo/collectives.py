@@ -628,6 +628,12 @@ def _gather_args(comm: Comm, array: Any, root: Any, out: Any) -> tuple[Array, in
     return a, code, r, result
 
 
+def _equal_blocks(comm: Comm, block: int) -> tuple[Array, Array]:
+    """The counts and displacements of one `block`-element block per rank
+    (gather and scatter across nodes take the v-variants' MPI calls)."""
+    return np.full(comm.world_size, block, SIZES), np.arange(comm.world_size, dtype=SIZES) * block
+
+
 def gather(comm: Comm, array: Any, root: int = 0, *, out: Array | None = None) -> Array | None:
     """Collective: on rank `root`, shape (nranks, *array.shape) with row r
     from rank r (out, if given); None elsewhere. Every rank passes the same
@@ -638,8 +644,7 @@ def gather(comm: Comm, array: Any, root: int = 0, *, out: Array | None = None) -
         _run(lib.shmtopo_gather(comm.handle, _buf(a), _buf(result), a.size, code, r))
         return result
     agree(comm, GATHER, a.size, code, -1, r)
-    counts = np.full(comm.world_size, a.size, SIZES)
-    displs = np.arange(comm.world_size, dtype=SIZES) * a.size
+    counts, displs = _equal_blocks(comm, a.size)
     multinode.across(comm, multinode.world_gatherv, a.reshape(-1),
                      None if result is None else result.reshape(-1), counts, displs, r)
     return result
@@ -676,8 +681,7 @@ def scatter(comm: Comm, array: Any, root: int = 0, *, out: Array | None = None) 
         _run(lib.shmtopo_scatter(comm.handle, _buf(a), _buf(result), result.size, code, r))
         return result
     agree(comm, SCATTER, result.size, code, -1, r)
-    counts = np.full(comm.world_size, result.size, SIZES)
-    displs = np.arange(comm.world_size, dtype=SIZES) * result.size
+    counts, displs = _equal_blocks(comm, result.size)
     multinode.across(comm, multinode.world_scatterv, None if a is None else a.reshape(-1),
                      result.reshape(-1), counts, displs, r)
     return result
