@@ -189,19 +189,11 @@ def test_two_numa_nodes_synthetic_choose_each_rank_node(n):
     to one CPU, gets the node of that CPU; nothing is bound (the topology is
     not this machine's) and the report says so."""
     env = {**CLEAN_ENV, "HWLOC_SYNTHETIC": "numa:2 core:1 pu:1"}
-    proc = run_mpiexec_env(n, [sys.executable, HERE / "scripts" / "placement_synthetic.py"], env)
+    proc = run_mpiexec(n, [sys.executable, HERE / "scripts" / "placement_synthetic.py"], env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # ranks' lines may run into each other on mpiexec's stdout
     verdicts = dict(re.findall(r"RANK (\d+) (ok|failed)", proc.stdout))
     assert verdicts == {str(r): "ok" for r in range(n)}, proc.stdout + proc.stderr
-
-
-def run_mpiexec_env(n, args, env):
-    import subprocess
-
-    from conftest import mpiexec_command
-    return subprocess.run(mpiexec_command() + ["-n", str(n)] + [str(a) for a in args],
-                          capture_output=True, text=True, timeout=300, env=env)
 
 
 # ---- huge pages ------------------------------------------------------------------------

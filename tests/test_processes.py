@@ -149,18 +149,19 @@ def _flaky_comm_create(comm):
     return "created", "", None
 
 
-def test_sigkill_under_mpiexec_leaves_nothing():
+def test_sigkill_under_mpiexec_leaves_nothing(tmp_path):
+    marker = tmp_path / "marker"
     before = ranks.shm_files()
     everything_before = set(os.listdir("/dev/shm"))
     script = HERE / "scripts" / "kill_rank.py"
-    proc = run_mpiexec(3, [sys.executable, script], timeout=120)
+    proc = run_mpiexec(3, [sys.executable, script, marker], timeout=120)
     # Open MPI's own segments of the aborted job are not ours to judge, but
     # the suite should not leave them either
     for name in set(os.listdir("/dev/shm")) - everything_before:
         if name.startswith("vader_segment."):
             os.unlink(os.path.join("/dev/shm", name))
     assert ranks.shm_files() - before == set(), proc.stdout + proc.stderr
-    assert "windows ready" in proc.stdout, proc.stdout + proc.stderr
+    assert marker.exists() and marker.read_text() == "windows ready", proc.stdout + proc.stderr
 
 
 def oversized_on_one_rank(comm):
