@@ -16,10 +16,20 @@
  * a header of step lines and three scratch buffers. A step posts a sequence
  * number that only grows, with the signature's hash, the validity and up to
  * SHMTOPO_INLINE bytes of data in the same cache line; the full signature
- * and message lie beside it, read only when something is wrong. Lines and
- * details alternate by step parity: a rank rewrites one only two steps
- * later, after every peer has posted the step in between, by which time
- * they are done reading it. */
+ * and message lie beside it, read only when something is wrong. Each rank
+ * has a ring of RING lines and details, one per step mod RING.
+ *
+ * Running ahead (SHMTOPO_RUN_AHEAD=1, one node): a small bcast or reduce
+ * waits only for the ranks whose data it needs (a bcast's receivers for the
+ * root, a reduce's root for everyone; a bcast's root and a reduce's other
+ * ranks for nobody), so a rank may post up to LAG steps past the slowest.
+ * Every step is still judged on every rank from all ranks' posts: at once
+ * where a rank waited for all, else at a later step, once every rank has
+ * posted it ("settled"). A rank rewrites a line RING = 2 * LAG steps later,
+ * after every rank has posted the LAG-th step after it, by which time each
+ * has judged it. A failure judged late is raised at that later call, with
+ * the same message as where it was judged at once, and leaves the comm
+ * broken on every rank (the calls in between cannot be undone). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +39,13 @@
 #include "internal.h"
 
 #define MESSAGE 384
+#define LAG 8           /* steps a rank may run ahead of the slowest */
+#define RING (2 * LAG)  /* step lines per rank */
+
+static inline unsigned slot(uint64_t s)
+{
+    return (unsigned)(s % RING);
+}
 
 typedef struct chan_line {
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t step;
@@ -45,9 +62,9 @@ typedef struct chan_detail {
 } chan_detail_t;
 
 typedef struct chan_header {
-    chan_line_t line[2];     /* by step parity */
+    chan_line_t line[RING];  /* by step mod RING */
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t waiters;
-    _Alignas(SHMTOPO_LINE) chan_detail_t detail[2];
+    _Alignas(SHMTOPO_LINE) chan_detail_t detail[RING];
 } chan_header_t;
 
 _Static_assert(sizeof(chan_line_t) == SHMTOPO_LINE, "a step line is one padded cache line");
@@ -62,14 +79,28 @@ char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which)
     return comm->chan.win->base[rank] + comm->chan.header + (size_t)which * comm->chan.buffer;
 }
 
-int shmtopo_chan_next_buffer(const shmtopo_comm_t *comm)
+static int settle(shmtopo_comm_t *comm, uint64_t upto, const char *what);
+
+/* A chunk starting at step s + 1 writes buffer (s + 1) % 3, last read by
+ * the chunk of step s - 2, whose readers were done when they posted step
+ * s - 1: a step every rank has posted unless some ran ahead since, so a
+ * rank that ran ahead settles first. A failure breaks the comm, and the
+ * step that follows fails with it. */
+int shmtopo_chan_next_buffer(shmtopo_comm_t *comm)
 {
+    if (comm->chan.settled < comm->chan.step)
+        (void)settle(comm, comm->chan.step, "the scratch buffers");
     return (int)((comm->chan.step + 1) % 3);
 }
 
 const void *shmtopo_step_data(const shmtopo_comm_t *comm, int rank)
 {
-    return header(comm, rank)->line[comm->chan.step & 1].data;
+    return header(comm, rank)->line[slot(comm->chan.step)].data;
+}
+
+static const chan_line_t *line_of(const shmtopo_comm_t *comm, int rank, uint64_t s)
+{
+    return &header(comm, rank)->line[slot(s)];
 }
 
 
@@ -224,19 +255,19 @@ static void summarize(const shmtopo_comm_t *comm, uint64_t s, summary_t *sum)
     memset(sum, 0, sizeof(*sum));
     sum->vote = 1;
     for (int r = 0; r < comm->size; r++)
-        sum->vote &= header(comm, r)->line[s & 1].vote;
+        sum->vote &= line_of(comm, r, s)->vote;
     for (int r = 0; r < comm->size && !sum->err; r++) {
         const chan_header_t *h = header(comm, r);
-        const chan_line_t *l = &h->line[s & 1];
+        const chan_line_t *l = line_of(comm, r, s);
         if (l->err) {
             sum->err = l->err;
             sum->origin = l->origin;
-            snprintf(sum->message, sizeof(sum->message), "%.*s", MESSAGE, h->detail[s & 1].message);
+            snprintf(sum->message, sizeof(sum->message), "%.*s", MESSAGE, h->detail[slot(s)].message);
         }
     }
     for (int r = 0; r < comm->size && !sum->err; r++) {
         const chan_header_t *h = header(comm, r);
-        add_group(sum, h->line[s & 1].hash, 1, shmtopo_world(comm, r), &h->detail[s & 1].sig);
+        add_group(sum, line_of(comm, r, s)->hash, 1, shmtopo_world(comm, r), &h->detail[slot(s)].sig);
     }
 }
 
@@ -272,19 +303,119 @@ static int verdict(const summary_t *sum)
                                     "on every rank or none)" : "");
 }
 
-/* Post, wait for every rank, sum up. `message`: the whole text of this
- * rank's failure (err != 0), as every rank will raise it. 0, or -1 when a
- * wait failed (the comm is then broken). */
-static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int origin,
-                           const char *message, uint32_t vote, const void *data, size_t n, summary_t *sum)
+/* ---- running ahead: judging steps later ----------------------------------------- */
+
+static int posted_by_all(const shmtopo_comm_t *comm, uint64_t s)
+{
+    for (int r = 0; r < comm->size; r++)
+        if (atomic_load_explicit(&line_of(comm, r, s)->step, memory_order_acquire) < s)
+            return 0;
+    return 1;
+}
+
+/* The verdict of step s from every rank's post (all posted it): 0, or -1
+ * with the same errno and message on every rank that judges it. */
+static int judge(const shmtopo_comm_t *comm, uint64_t s)
+{
+    const uint64_t hash = line_of(comm, comm->rank, s)->hash;
+    int clean = 1;
+    for (int r = 0; r < comm->size; r++) {
+        const chan_line_t *l = line_of(comm, r, s);
+        clean &= !l->err && l->hash == hash;
+    }
+    if (clean)
+        return 0;
+    summary_t sum;
+    summarize(comm, s, &sum);
+    return verdict(&sum);
+}
+
+/* Whether a rank may have run past step s (it posted a call that runs
+ * ahead): a failure of s then reaches it only at a later step. */
+static int someone_ran_ahead(const shmtopo_comm_t *comm, uint64_t s)
+{
+    for (int r = 0; r < comm->size; r++)
+        if (header(comm, r)->detail[slot(s)].sig.flags & SHMTOPO_SIG_RUN_AHEAD)
+            return 1;
+    return 0;
+}
+
+/* A failure ranks may have run past: the calls they made since cannot be
+ * undone, so the comm is broken, and this rank leaves the channel so that
+ * nobody waits for it (a peer then judges the failed step itself: see
+ * failed_wait). Keeps the failure's errno and message. */
+static void break_behind(shmtopo_comm_t *comm)
+{
+    const int err = errno;
+    comm->broken = 1;
+    shmtopo_win_leave(comm->chan.win, comm->rank);
+    errno = err;
+}
+
+/* A wait failed (a peer died, left, or the time ran out): the comm is
+ * broken. Where a peer left because of a step this rank ran past, raise
+ * that step's verdict, as that peer did, rather than the departure. */
+static int failed_wait(shmtopo_comm_t *comm)
+{
+    comm->broken = 1;
+    for (uint64_t t = comm->chan.settled + 1; t <= comm->chan.step && posted_by_all(comm, t); t++)
+        if (judge(comm, t) < 0)
+            return -1;
+    return -1;
+}
+
+static int wait_all(shmtopo_comm_t *comm, uint64_t s, const char *what)
 {
     shmtopo_chan_t *chan = &comm->chan;
+    for (int i = 1; i < comm->size; i++) {
+        const int p = (comm->rank + i) % comm->size;
+        chan_header_t *h = header(comm, p);
+        if (shmtopo_wait(chan->win, &h->line[slot(s)].step, &h->waiters, s, p, what) < 0)
+            return failed_wait(comm);
+    }
+    return 0;
+}
+
+/* Judge the steps after chan.settled up to `upto` once every rank posted
+ * them. A failure found here was judged at once only by the ranks that
+ * waited for all: it breaks the comm. */
+static int settle(shmtopo_comm_t *comm, uint64_t upto, const char *what)
+{
+    shmtopo_chan_t *chan = &comm->chan;
+    if (upto <= chan->settled)
+        return 0;
+    if (comm->broken)
+        return shmtopo_comm_unusable(comm, what);
+    if (wait_all(comm, upto, what) < 0)
+        return -1;
+    for (uint64_t t = chan->settled + 1; t <= upto; t++) {
+        if (judge(comm, t) < 0) {
+            break_behind(comm);
+            return -1;
+        }
+        chan->settled = t;
+    }
+    return 0;
+}
+
+/* ---- a step ---------------------------------------------------------------------- */
+
+/* Post step chan.step + 1: first, every rank must have posted the LAG-th
+ * step before it (its line is then free to rewrite; always so unless some
+ * rank ran ahead). */
+static inline int post(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int origin,
+                       const char *message, uint32_t vote, const void *data, size_t n)
+{
+    shmtopo_chan_t *chan = &comm->chan;
+    if (chan->settled + LAG < chan->step + 1 &&
+        settle(comm, chan->step + 1 - LAG, shmtopo_kind_name(sig->kind)) < 0)
+        return -1;
     const uint64_t s = ++chan->step;
     chan_header_t *me = header(comm, comm->rank);
-    chan_line_t *line = &me->line[s & 1];
-    me->detail[s & 1].sig = *sig;
+    chan_line_t *line = &me->line[slot(s)];
+    me->detail[slot(s)].sig = *sig;
     if (err)
-        snprintf(me->detail[s & 1].message, MESSAGE, "%s", message);
+        snprintf(me->detail[slot(s)].message, MESSAGE, "%s", message);
     line->hash = sig_hash(sig);
     line->err = err;
     line->origin = origin;
@@ -292,22 +423,46 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
     if (n)
         memcpy(line->data, data, n);
     shmtopo_post(&line->step, &me->waiters, s);
+    return 0;
+}
+
+/* Post, wait for every rank, sum up. `message`: the whole text of this
+ * rank's failure (err != 0), as every rank will raise it. 0, or -1 when a
+ * wait failed or an earlier step this rank ran past failed (the comm is
+ * then broken). */
+static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int origin,
+                           const char *message, uint32_t vote, const void *data, size_t n, summary_t *sum)
+{
+    shmtopo_chan_t *chan = &comm->chan;
+    if (comm->broken) /* a buffer's settling failed (shmtopo_chan_next_buffer) */
+        return shmtopo_comm_unusable(comm, shmtopo_kind_name(sig->kind));
+    if (post(comm, sig, err, origin, message, vote, data, n) < 0)
+        return -1;
+    const uint64_t s = chan->step;
+    chan_line_t *line = &header(comm, comm->rank)->line[slot(s)];
     for (int i = 1; i < comm->size; i++) {
         const int p = (comm->rank + i) % comm->size;
         chan_header_t *h = header(comm, p);
-        if (shmtopo_wait(chan->win, &h->line[s & 1].step, &h->waiters, s, p,
-                         shmtopo_kind_name(sig->kind)) < 0) {
-            comm->broken = 1;
-            return -1;
-        }
+        if (shmtopo_wait(chan->win, &h->line[slot(s)].step, &h->waiters, s, p,
+                         shmtopo_kind_name(sig->kind)) < 0)
+            return failed_wait(comm);
     }
+    /* steps this rank ran past, judged now that everyone has posted them */
+    if (chan->settled + 1 < s) {
+        for (uint64_t t = chan->settled + 1; t < s; t++)
+            if (judge(comm, t) < 0) {
+                break_behind(comm);
+                return -1;
+            }
+    }
+    chan->settled = s;
     /* The common case, decided from the lines alone: every rank fine and
      * posting this signature (no summary to build). */
     const uint64_t hash = line->hash;
     uint32_t all_votes = 1;
     int clean = 1;
     for (int r = 0; r < comm->size; r++) {
-        const chan_line_t *l = &header(comm, r)->line[s & 1];
+        const chan_line_t *l = &header(comm, r)->line[slot(s)];
         clean &= !l->err && l->hash == hash;
         all_votes &= l->vote;
     }
@@ -323,6 +478,9 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
     /* a transport failure a leader forwards leaves the leaders out of step */
     if (sum->err == ECOMM || sum->err == ETIMEDOUT)
         comm->broken = 1;
+    /* a rank that ran past this step learns of the failure only later */
+    if (shmtopo_runs_ahead(comm) && someone_ran_ahead(comm, s))
+        break_behind(comm);
     return 0;
 }
 
@@ -336,6 +494,30 @@ static inline int step_summary(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, i
                  shmtopo_last_error());
     return post_and_gather(comm, sig, err, err ? shmtopo_world(comm, comm->rank) : -1, message, vote,
                            data, n, sum);
+}
+
+int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *data, size_t n, int from)
+{
+    const char *what = shmtopo_kind_name(sig->kind);
+    if (post(comm, sig, 0, -1, "", 1, data, n) < 0)
+        return -1;
+    shmtopo_chan_t *chan = &comm->chan;
+    const uint64_t s = chan->step;
+    if (from < 0 || from == comm->rank)
+        return 0;
+    if (from < comm->size) {
+        chan_header_t *h = header(comm, from);
+        if (shmtopo_wait(chan->win, &h->line[slot(s)].step, &h->waiters, s, from, what) < 0)
+            return failed_wait(comm);
+        const chan_line_t *l = &h->line[slot(s)];
+        if (!l->err && l->hash == line_of(comm, comm->rank, s)->hash)
+            return 0;
+    }
+    /* every rank's data needed, or something wrong in what this rank saw:
+     * judge this step (and those before) from every rank's post */
+    if (settle(comm, s, what) < 0)
+        return -1;
+    return 0;
 }
 
 int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data, size_t n)
@@ -554,8 +736,8 @@ void shmtopo_chan_wake(shmtopo_win_t *win)
     chan_header_t *me = (chan_header_t *)win->base[win->rank];
     if (!me)
         return;
-    shmtopo_wake(&me->line[0].step);
-    shmtopo_wake(&me->line[1].step);
+    for (int i = 0; i < RING; i++)
+        shmtopo_wake(&me->line[i].step);
 }
 
 /* ---- the channel's lifetime ---------------------------------------------------------- */
@@ -565,7 +747,7 @@ int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange)
     shmtopo_chan_t *chan = &comm->chan;
     chan->buffer = comm->config.coll_buffer;
     chan->header = shmtopo_round_up(sizeof(chan_header_t), (size_t)sysconf(_SC_PAGESIZE));
-    chan->step = 0;
+    chan->step = chan->settled = 0;
     chan->tmp = malloc(chan->buffer);
     if (!chan->tmp)
         return shmtopo_fail(ENOMEM, -1, "out of memory for the comm's scratch");

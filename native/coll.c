@@ -220,7 +220,10 @@ static int flat_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const sou
         return shmtopo_coll_step(comm, sig, NULL, 0);
     }
     if (n <= SHMTOPO_INLINE) {
-        if (shmtopo_coll_step(comm, sig, src->send, n) < 0)
+        /* running ahead (a reduce): the root waits for every rank, the
+         * others for nobody */
+        if ((sig->flags & SHMTOPO_SIG_RUN_AHEAD ? shmtopo_step_ahead(comm, sig, src->send, n, reads ? comm->size : -1)
+                                               : shmtopo_coll_step(comm, sig, src->send, n)) < 0)
             return -1;
         if (reads && n)
             reduce_ranks(comm, recv, from_line, NULL, count, dtype, op);
@@ -475,6 +478,9 @@ static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, vo
         return shmtopo_coll_refuse(comm, &sig);
     if (count == 0) /* still a step: arguments are checked and everyone meets */
         return shmtopo_coll_step(comm, &sig, NULL, 0);
+    if (kind == SHMTOPO_KIND_REDUCE && !src->win && n <= SHMTOPO_INLINE && sig.alg == SHMTOPO_COLL_FLAT &&
+        shmtopo_runs_ahead(comm))
+        sig.flags |= SHMTOPO_SIG_RUN_AHEAD;
     if (in_place) /* flat would overwrite inputs peers still read */
         return inplace_allreduce(comm, &sig, src, recv, count, dtype, op);
     if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
@@ -587,8 +593,14 @@ int shmtopo_bcast(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int 
     char *data = buf;
     const int rank = comm->rank;
     if (n <= SHMTOPO_INLINE) {
-        if (shmtopo_coll_step(comm, &sig, rank == root ? buf : NULL, rank == root ? n : 0) < 0)
+        /* running ahead, the root waits for nobody and a receiver for the root */
+        if (n && shmtopo_runs_ahead(comm)) {
+            sig.flags |= SHMTOPO_SIG_RUN_AHEAD;
+            if (shmtopo_step_ahead(comm, &sig, rank == root ? buf : NULL, rank == root ? n : 0, root) < 0)
+                return -1;
+        } else if (shmtopo_coll_step(comm, &sig, rank == root ? buf : NULL, rank == root ? n : 0) < 0) {
             return -1;
+        }
         if (rank != root && n)
             memcpy(buf, shmtopo_step_data(comm, root), n);
         return 0;

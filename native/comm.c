@@ -51,7 +51,8 @@ int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what)
     if (shmtopo_comm_same_process(comm) < 0)
         return -1;
     if (comm->broken)
-        return shmtopo_fail(EPIPE, -1, "%s: the comm is unusable after a failed wait; free it", what);
+        return shmtopo_fail(EPIPE, -1, "%s: the comm is unusable after a failed wait or a failed call ranks "
+                            "ran ahead of; free it", what);
     return 0; /* usable after all (not reached through shmtopo_comm_usable) */
 }
 

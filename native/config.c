@@ -59,6 +59,7 @@ static const char *const var_names[SHMTOPO_NVARS] = {
     [SHMTOPO_VAR_TOPO_CONFLICT_RANK] = "SHMTOPO_TOPO_CONFLICT_RANK",
     [SHMTOPO_VAR_SINGLE_COPY] = "SHMTOPO_SINGLE_COPY",
     [SHMTOPO_VAR_COLL_LEVELS] = "SHMTOPO_COLL_LEVELS",
+    [SHMTOPO_VAR_RUN_AHEAD] = "SHMTOPO_RUN_AHEAD",
 };
 
 /* Level types by enum shmtopo_level_type; "numa" is also read as numanode. */
@@ -315,6 +316,12 @@ static int read_var(shmtopo_config_t *cfg, int var)
         else
             return bad_value(var, v, SINGLE_COPY_ACCEPTED);
         return 0;
+    case SHMTOPO_VAR_RUN_AHEAD:
+        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+            return bad_value(var, v, "expected 0 (every call meets every rank) or 1 (small bcast and "
+                             "reduce wait only for the ranks they need)");
+        cfg->run_ahead = v[0] == '1';
+        return 0;
     case SHMTOPO_VAR_COLL_LEVELS:
         if (parse_levels(cfg, v) < 0) {
             memset(cfg->coll_levels, 0, sizeof(cfg->coll_levels));
@@ -361,7 +368,7 @@ int shmtopo_config_read(shmtopo_config_t *cfg)
 static const int must_agree[] = {
     SHMTOPO_VAR_SHM_TYPE, SHMTOPO_VAR_FENCE_ALGORITHM, SHMTOPO_VAR_COLL_ALGORITHM,
     SHMTOPO_VAR_COLL_BUFFER, SHMTOPO_VAR_NODE_SIZE, SHMTOPO_VAR_TOPO_SOURCE,
-    SHMTOPO_VAR_SINGLE_COPY, SHMTOPO_VAR_COLL_LEVELS,
+    SHMTOPO_VAR_SINGLE_COPY, SHMTOPO_VAR_COLL_LEVELS, SHMTOPO_VAR_RUN_AHEAD,
 };
 
 static int same_setting(const shmtopo_config_t *a, const shmtopo_config_t *b, int var)
@@ -374,6 +381,7 @@ static int same_setting(const shmtopo_config_t *a, const shmtopo_config_t *b, in
     case SHMTOPO_VAR_NODE_SIZE: return a->node_size == b->node_size;
     case SHMTOPO_VAR_TOPO_SOURCE: return a->topo_source == b->topo_source;
     case SHMTOPO_VAR_SINGLE_COPY: return a->single_copy == b->single_copy;
+    case SHMTOPO_VAR_RUN_AHEAD: return a->run_ahead == b->run_ahead;
     case SHMTOPO_VAR_COLL_LEVELS:
         return a->coll_levels_mode == b->coll_levels_mode &&
                memcmp(a->coll_levels, b->coll_levels, sizeof(a->coll_levels)) == 0;
@@ -420,6 +428,13 @@ int shmtopo_comm_coll_levels(const shmtopo_comm_t *comm, int *modep, int *types)
     for (int i = 0; i < SHMTOPO_MAX_LEVELS; i++)
         types[i] = comm->config.coll_levels[i];
     return 0;
+}
+
+int shmtopo_comm_runs_ahead(const shmtopo_comm_t *comm)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "comm is NULL or freed");
+    return shmtopo_runs_ahead(comm);
 }
 
 int shmtopo_affinity_ncpus(void)

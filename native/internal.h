@@ -100,6 +100,7 @@ typedef struct shmtopo_chan {
     size_t header;             /* header bytes, page-rounded */
     size_t buffer;             /* bytes per scratch buffer */
     uint64_t step;             /* steps this rank has taken */
+    uint64_t settled;          /* every rank posted every step up to it, and this rank judged them */
     char *tmp;                 /* private scratch of one buffer's size */
     char *sc_tmp;              /* private chunks of single-copy reductions, made on first use */
     size_t sc_tmp_size;
@@ -166,6 +167,17 @@ static inline int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *wh
  * errno and message on every rank (the first failing rank's, or a mismatch
  * naming both calls). A failed wait breaks the comm. */
 int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data, size_t n);
+/* A step of a small bcast or reduce on a comm that runs ahead (its
+ * signature has SHMTOPO_SIG_RUN_AHEAD): post, then wait only for `from`
+ * (-1: nobody; comm->size: every rank), whose data this rank needs. 0 when
+ * what this rank saw is fine (the step is judged in full later, see
+ * agree.c), else -1 with the step's verdict. */
+int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *data, size_t n, int from);
+/* Whether small bcasts and reduces of this comm run ahead. */
+static inline int shmtopo_runs_ahead(const shmtopo_comm_t *comm)
+{
+    return comm->config.run_ahead && comm->nnodes <= 1 && comm->size > 1;
+}
 /* Data the last step carried from `rank` (valid until this rank's next step). */
 const void *shmtopo_step_data(const shmtopo_comm_t *comm, int rank);
 /* Collective over the whole job: shmtopo_step, then, across nodes, the
@@ -185,7 +197,7 @@ static inline shmtopo_sig_t shmtopo_sig(int kind)
 /* Scratch buffer `which` (0..2) of a rank, and the one a chunk starting at
  * the next step uses. */
 char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);
-int shmtopo_chan_next_buffer(const shmtopo_comm_t *comm);
+int shmtopo_chan_next_buffer(shmtopo_comm_t *comm);
 /* "allreduce", "allocate", ...: the operation a kind names, for messages. */
 const char *shmtopo_kind_name(int kind);
 /* Make / release the channel (comm_create, comm_destroy, comm_abandon). */

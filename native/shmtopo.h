@@ -161,8 +161,10 @@ enum shmtopo_sig_flags {
                                    checked against the counts the call holds instead */
     SHMTOPO_SIG_COUNTS = 32,    /* extra is shmtopo_counts_digest of a counts array every
                                    rank passes (allgatherv, reduce_scatter with counts) */
-    SHMTOPO_SIG_DELEGATED = 64  /* the caller hands the call to another library (shmtopo.accelerate's
+    SHMTOPO_SIG_DELEGATED = 64, /* the caller hands the call to another library (shmtopo.accelerate's
                                    MPI path): described as such; other fields unused */
+    SHMTOPO_SIG_RUN_AHEAD = 128 /* a small bcast or reduce that need not meet every rank
+                                   (SHMTOPO_RUN_AHEAD=1): judged at a later step */
 };
 
 /* Collective: agree on a call before doing it by other means (the
@@ -485,8 +487,8 @@ enum shmtopo_var {
     SHMTOPO_VAR_COLL_BUFFER = 3, SHMTOPO_VAR_NODE_SIZE = 4, SHMTOPO_VAR_TOPO_SOURCE = 5,
     SHMTOPO_VAR_TIMEOUT = 6, SHMTOPO_VAR_SPIN_NS = 7, SHMTOPO_VAR_YIELD_NS = 8,
     SHMTOPO_VAR_TOPO_DIR = 9, SHMTOPO_VAR_TOPO_CONFLICT_RANK = 10, SHMTOPO_VAR_SINGLE_COPY = 11,
-    SHMTOPO_VAR_COLL_LEVELS = 12,
-    SHMTOPO_NVARS = 13
+    SHMTOPO_VAR_COLL_LEVELS = 12, SHMTOPO_VAR_RUN_AHEAD = 13,
+    SHMTOPO_NVARS = 14
 };
 
 /* SHMTOPO_COLL_LEVELS: auto (levels from the topology on big comms), flat
@@ -516,7 +518,7 @@ typedef struct shmtopo_config {
     int32_t topo_source;    /* SHMTOPO_TOPO_SOURCE (auto) */
     int32_t conflict_rank;  /* SHMTOPO_TOPO_CONFLICT_RANK, a test hook (-1) */
     int32_t single_copy;    /* SHMTOPO_SINGLE_COPY (auto): enum shmtopo_single_copy_setting */
-    int32_t pad;
+    int32_t run_ahead;      /* SHMTOPO_RUN_AHEAD (0): small bcast and reduce wait only for the ranks they need */
     uint64_t coll_buffer;   /* SHMTOPO_COLL_BUFFER, page-rounded (262144) */
     double timeout;         /* SHMTOPO_TIMEOUT, seconds (0: forever) */
     int64_t spin_ns;        /* SHMTOPO_SPIN_NS (-1: by oversubscription) */
@@ -524,7 +526,7 @@ typedef struct shmtopo_config {
     int32_t coll_levels_mode;                  /* SHMTOPO_COLL_LEVELS (auto): enum shmtopo_coll_levels_mode */
     int32_t coll_levels[4];   /* SHMTOPO_MAX_LEVELS: its types when a list, innermost first, 0-ended */
     char topo_dir[256];     /* SHMTOPO_TOPO_DIR (/dev/shm) */
-    char text[13][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
+    char text[14][48];      /* [enum shmtopo_var]: the value as set ("" if unset), for messages */
 } shmtopo_config_t;
 
 /* Read and check every variable. EINVAL, the message naming the variable,
@@ -532,7 +534,7 @@ typedef struct shmtopo_config {
 int shmtopo_config_read(shmtopo_config_t *cfg);
 /* 0 when the settings that must agree (SHMTOPO_SHM_TYPE, the fence and
  * collective algorithms, SHMTOPO_COLL_BUFFER, SHMTOPO_NODE_SIZE,
- * SHMTOPO_TOPO_SOURCE, SHMTOPO_SINGLE_COPY, SHMTOPO_COLL_LEVELS) are alike in cfgs[0..n); else EINVAL naming the
+ * SHMTOPO_TOPO_SOURCE, SHMTOPO_SINGLE_COPY, SHMTOPO_COLL_LEVELS, SHMTOPO_RUN_AHEAD) are alike in cfgs[0..n); else EINVAL naming the
  * variable and two ranks' values (ranks[i]: the rank of cfgs[i], NULL for i). */
 int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks);
 /* The name of a level type ("numanode", "package", ...; "unknown"). */
@@ -541,6 +543,10 @@ const char *shmtopo_level_type_name(int type);
  * shmtopo_coll_levels_mode) into *modep and, for a list, its types into
  * types[0..SHMTOPO_MAX_LEVELS) (0-ended). EBADF for a freed comm. */
 int shmtopo_comm_coll_levels(const shmtopo_comm_t *comm, int *modep, int *types);
+/* 1 when the comm's small bcasts and reduces run ahead (SHMTOPO_RUN_AHEAD=1
+ * as agreed at creation, on one node, two ranks or more), else 0; -1/EBADF
+ * for a freed comm. */
+int shmtopo_comm_runs_ahead(const shmtopo_comm_t *comm);
 /* Parse a backend / fence algorithm / topology source name ("posix", "rd",
  * "xml", ...). EINVAL for an unknown name, saying what is accepted. */
 int shmtopo_backend_from_name(const char *name, int *backendp);

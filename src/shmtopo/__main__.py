@@ -57,6 +57,8 @@ def _info_lines(comm: Any) -> list[tuple[str, str]]:
         rows.append(("node", f"{comm.size} rank(s) on {comm.ncpus} CPU(s): "
                              f"{'oversubscribed' if comm.oversubscribed else 'not oversubscribed'}"))
         rows.append(("single copy", comm.single_copy or "off: large arrays go through the scratch buffers"))
+        rows.append(("run ahead", "on: small bcast and reduce wait only for the ranks they need"
+                     if comm.runs_ahead else "off: every call meets every rank (SHMTOPO_RUN_AHEAD=1 to turn on)"))
         from .levels import describe
 
         rows.append(("levels", describe(comm)))  # collective: every rank builds the same

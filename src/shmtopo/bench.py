@@ -276,12 +276,17 @@ _ROW_ORDER = ["allreduce", "allreduce persistent", "allreduce in window", "bcast
 DROPIN = " (drop-in)"
 _DROPIN_ROWS = {"allreduce": "Allreduce", "bcast": "Bcast", "reduce": "Reduce", "allgather": "Allgather"}
 _ROW_ORDER += [f"{upper}{DROPIN}" for upper in _DROPIN_ROWS.values()]
+# Small bcast and reduce on a second comm made with SHMTOPO_RUN_AHEAD=1 (where
+# the first does not run ahead), against the plain mpi4py calls of the same rounds
+AHEAD = " (run ahead)"
+AHEAD_MAX = 64  # bytes: within a step's line, where calls run ahead
+_ROW_ORDER += [f"bcast{AHEAD}", f"reduce{AHEAD}"]
 
 
 def _floor_op(name: str) -> tuple[str, bool]:
     """The model's operation of a row, and whether the row works in place."""
     op = name.split()[0].lower()
-    return op, name in ("allreduce in window", "bcast", "bcast in window", f"Bcast{DROPIN}")
+    return op, name in ("allreduce in window", "bcast", "bcast in window", f"Bcast{DROPIN}", f"bcast{AHEAD}")
 
 
 def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
@@ -298,6 +303,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
     world = MPI.COMM_WORLD
     comm = shmtopo.Comm.from_mpi(world)
     acomm = shmtopo.accelerate(world)  # the drop-in's rows
+    ahead = None if comm.runs_ahead else _comm_running_ahead(world)
     if comm.rank == 0:
         print_load()
     mpi = comm.mpi
@@ -340,6 +346,9 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
             "reduce": lambda: acomm.Reduce(a, out, root=0),
             "allgather": lambda: acomm.Allgather(a, gathered),
         }
+        if ahead is not None and nbytes <= AHEAD_MAX:
+            dropin["bcast" + AHEAD] = lambda: ahead.bcast(out, root=0, out=out)
+            dropin["reduce" + AHEAD] = lambda: ahead.reduce(a, root=0, out=out if is_root else None)
         with comm.allreduce_init(a, out) as req:
             # mpi4py and shmtopo alternate: (mpi, shm) per case; the persistent
             # row's and the drop-in rows' baselines are the plain mpi4py calls,
@@ -353,12 +362,14 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
         rows.append(("allreduce persistent", nbytes, stats[0], stats[2 * len(cases)],
                      model.time("allreduce", nbytes)))
         for j, lower in enumerate(dropin):
-            i = list(cases).index(lower)
-            name = f"{_DROPIN_ROWS[lower]}{DROPIN}"
+            i = list(cases).index(lower.split()[0])
+            name = lower if lower.endswith(AHEAD) else f"{_DROPIN_ROWS[lower]}{DROPIN}"
             op, in_place = _floor_op(name)
             rows.append((name, nbytes, stats[2 * i], stats[2 * len(cases) + 1 + j], model.time(op, nbytes, in_place)))
     win.free()
     acomm.shm_free()
+    if ahead is not None:
+        ahead.free()
     if comm.rank == 0:
         _print_collective_table(rows, repeats)
         _print_targets(rows)
@@ -367,6 +378,21 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
             _plot(rows, plot, f"{comm.size} ranks, " + " ".join(lib.split(",")[0].split()))
     comm.free()
     return rows
+
+
+def _comm_running_ahead(world: Any) -> Comm:
+    """A second comm of the same ranks with SHMTOPO_RUN_AHEAD=1 (read at creation)."""
+    import shmtopo
+
+    before = os.environ.get("SHMTOPO_RUN_AHEAD")
+    os.environ["SHMTOPO_RUN_AHEAD"] = "1"
+    try:
+        return shmtopo.Comm.from_mpi(world)
+    finally:
+        if before is None:
+            del os.environ["SHMTOPO_RUN_AHEAD"]
+        else:
+            os.environ["SHMTOPO_RUN_AHEAD"] = before
 
 
 def _print_collective_table(rows: list[CollectiveRow], repeats: int) -> None:
@@ -381,7 +407,8 @@ def _print_collective_table(rows: list[CollectiveRow], repeats: int) -> None:
           "model: README); persistent = allreduce_init + start(); in window = the input is this rank's part of\n"
           "a shmtopo window (zero-copy path); allreduce and bcast there also receive in place, against mpi4py\n"
           "with MPI.IN_PLACE on a private array; (drop-in) = mpi4py's upper-case call on shmtopo.accelerate(\n"
-          "COMM_WORLD), against the same call on COMM_WORLD", flush=True)
+          "COMM_WORLD), against the same call on COMM_WORLD; (run ahead) = a comm made with\n"
+          "SHMTOPO_RUN_AHEAD=1 (README: Running ahead)", flush=True)
     _print_dropin_overhead(rows)
 
 

@@ -211,6 +211,14 @@ class Comm(Collective):
         return ffi.string(lib.shmtopo_single_copy_name(mechanism)).decode() if mechanism else None
 
     @property
+    def runs_ahead(self) -> bool:
+        """True when small bcasts and reduces wait only for the ranks whose
+        data they need (SHMTOPO_RUN_AHEAD=1, agreed at creation; one node):
+        a failure some rank ran past is then raised there at a later call,
+        and leaves the comm broken (README, "Running ahead")."""
+        return bool(check(lib.shmtopo_comm_runs_ahead(self.handle)))
+
+    @property
     def timeout(self) -> float:
         """Seconds any wait may last (0: forever)."""
         return float(lib.shmtopo_comm_timeout(self.handle))

@@ -42,6 +42,9 @@ WORLD = MPI.COMM_WORLD
 ME = WORLD.Get_rank()
 WS = WORLD.Get_size()
 DEADLINE = float(os.environ.get("MISUSE_DEADLINE", "4"))
+# SHMTOPO_RUN_AHEAD=1: a rank that ran past a failed small bcast or reduce
+# raises it at its next call, the usable check: that is its outcome then
+RUNS_AHEAD = os.environ.get("SHMTOPO_RUN_AHEAD") == "1"
 
 _print_lock = threading.Lock()
 # MISUSE_OUT: a directory; each rank appends its lines to rank<N>.jsonl there
@@ -517,6 +520,8 @@ def run_case(case_id: str, pids) -> None:
         except BaseException as exc:  # noqa: BLE001
             rec["usable"] = False
             rec["usable_detail"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            if RUNS_AHEAD and rec["outcome"] == "returned":
+                rec.update(outcome="raised", later=True, **exception_fields(exc))
         rec["elapsed_with_check"] = round(time.monotonic() - t0, 3)
     emit(**rec)
     # Clean up: free collectively when every rank is fine, else abandon
@@ -545,7 +550,7 @@ def run_case(case_id: str, pids) -> None:
 # ---- env mode: one environment per rank, set by mpiexec -------------------------------
 
 ENV_VARS = ("SHMTOPO_COLL_ALGORITHM", "SHMTOPO_COLL_BUFFER", "SHMTOPO_SHM_TYPE", "SHMTOPO_NODE_SIZE",
-            "SHMTOPO_TIMEOUT", "SHMTOPO_SPIN_NS", "SHMTOPO_YIELD_NS")
+            "SHMTOPO_TIMEOUT", "SHMTOPO_SPIN_NS", "SHMTOPO_YIELD_NS", "SHMTOPO_RUN_AHEAD")
 
 
 def run_env(case_id: str) -> None:

@@ -1,0 +1,176 @@
+"""Running ahead (SHMTOPO_RUN_AHEAD=1): small bcasts and reduces wait only
+for the ranks whose data they need, so a root may post several calls before
+its receivers read the first.
+
+What must still hold, with real processes (ranks.py): results equal those of
+the meeting protocol, including when small calls that ran ahead are followed
+by calls that reuse the scratch buffers; a failure some rank ran past is
+raised with the same exception on every rank, at the failed call or at most
+LAG calls later, and leaves the comm broken on every rank (then freed without
+leftovers); a rank that dies while its peers run ahead is reported by every
+survivor. The misuse matrix (test_agreement.py, layouts ahead-3/ahead-4) runs
+every case of one rank's bad or disagreeing argument under mpiexec too.
+"""
+import os
+import time
+
+import numpy as np
+import pytest
+
+import ranks
+
+pytestmark = pytest.mark.serial
+
+LAG = 8  # agree.c: how many steps a rank may post past the slowest
+
+
+@pytest.fixture(autouse=True)
+def run_ahead(monkeypatch):
+    # read at comm creation, in the spawned ranks
+    monkeypatch.setenv("SHMTOPO_RUN_AHEAD", "1")
+    monkeypatch.setenv("SHMTOPO_TIMEOUT", "10")
+
+
+def _mixed(comm):
+    """Small bcasts and reduces from rotating roots, with an occasional
+    large allreduce and bcast (through the scratch buffers, which a rank
+    that ran ahead may reuse only once everyone is past) and a random pause."""
+    assert comm.runs_ahead
+    rng = np.random.default_rng(comm.rank)
+    P = comm.size
+    wrong = []
+    for i in range(400):
+        root = i % P
+        a = np.array([i, root], np.int64) if comm.rank == root else np.zeros(2, np.int64)
+        comm.bcast(a, root=root, out=a)
+        if a.tolist() != [i, root]:
+            wrong.append(("bcast", i, a.tolist()))
+        out = np.zeros(3) if comm.rank == (root + 1) % P else None
+        got = comm.reduce(np.array([comm.rank, i, 1.0]), root=(root + 1) % P, out=out)
+        if comm.rank == (root + 1) % P and got.tolist() != [P * (P - 1) / 2, P * i, P]:
+            wrong.append(("reduce", i, got.tolist()))
+        if rng.random() < 0.03:
+            time.sleep(0.002)
+        if i % 41 == 0:
+            big = np.full(70000, comm.rank + 1.0)
+            if comm.allreduce(big)[-1] != P * (P + 1) / 2:
+                wrong.append(("allreduce", i))
+            b = np.arange(40000.0) + i if comm.rank == root else np.zeros(40000)
+            comm.bcast(b, root=root, out=b)
+            if b[-1] != 39999 + i:
+                wrong.append(("large bcast", i))
+    comm.barrier()
+    return wrong
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_results_equal_those_of_meeting_calls(n):
+    out = ranks.run(n, _mixed, timeout=120)
+    assert out == {r: ("ok", []) for r in range(n)}
+
+
+def _late_failure(comm, kind, culprit, at):
+    """20 calls of `kind`; at call `at` the culprit passes another root
+    (bcast) or count (reduce). Returns (raised at call, class, message), and
+    what the next call and free do."""
+    raised = None
+    for i in range(20):
+        bad = comm.rank == culprit and i == at
+        try:
+            if kind == "bcast":
+                a = np.zeros(1)
+                comm.bcast(a, root=(1 if bad else 0), out=a)
+            else:
+                a = np.zeros(2 if bad else 1)
+                comm.reduce(a, root=0, out=np.zeros_like(a) if comm.rank == 0 else None)
+        except Exception as exc:
+            raised = (i, type(exc).__name__, str(exc))
+            break
+    try:
+        comm.barrier()
+        after = "usable"
+    except Exception as exc:
+        after = type(exc).__name__ + ": " + str(exc)
+    comm.free()
+    return raised, after
+
+
+@pytest.mark.parametrize("kind", ["bcast", "reduce"])
+@pytest.mark.parametrize("culprit", [0, 1, 3])
+def test_a_failure_ranks_ran_past_is_raised_on_every_rank(kind, culprit):
+    before = ranks.shm_files()
+    at = 5
+    out = ranks.run(4, _late_failure, kind, culprit, at, timeout=60)
+    assert sorted(out) == [0, 1, 2, 3] and all(status == "ok" for status, _ in out.values()), out
+    raised = {r: value[0] for r, (_, value) in out.items()}
+    assert all(raised[r] is not None for r in raised), out
+    # the same exception everywhere, naming the culprit
+    assert len({(cls, msg) for _, cls, msg in raised.values()}) == 1, out
+    _, cls, msg = raised[0]
+    assert cls == "ShmtopoValueError" and "ranks disagree" in msg and f"rank {culprit}" in msg, msg
+    # at the failed call, or at most LAG calls later
+    assert all(at <= i <= at + LAG for i, _, _ in raised.values()), raised
+    # then broken on every rank, and freed without leftovers
+    for _, (_, (_, after)) in out.items():
+        assert after.startswith("ShmtopoError") or "unusable" in after, out
+    assert ranks.shm_files() - before == set()
+
+
+def _one_bad_argument(comm, culprit):
+    """A root out of range on one rank only (a local check: that rank's
+    step carries the failure)."""
+    try:
+        for i in range(12):
+            a = np.zeros(1)
+            comm.bcast(a, root=(99 if comm.rank == culprit and i == 3 else 0), out=a)
+        comm.barrier()
+    except Exception as exc:
+        comm.free()
+        return type(exc).__name__, str(exc)
+    comm.free()
+    return "no error", ""
+
+
+@pytest.mark.parametrize("culprit", [0, 2])
+def test_an_invalid_argument_on_one_rank_is_raised_on_every_rank(culprit):
+    out = ranks.run(3, _one_bad_argument, culprit, timeout=60)
+    values = {value for _, value in out.values()}
+    assert len(out) == 3 and len(values) == 1, out
+    cls, msg = values.pop()
+    assert cls == "ShmtopoValueError" and f"rank {culprit}" in msg and "root 99" in msg, msg
+
+
+def _die_while_others_run_ahead(comm):
+    """Rank 2 exits at its 6th bcast; rank 0 (the root) runs ahead."""
+    try:
+        for i in range(200):
+            if comm.rank == 2 and i == 5:
+                os._exit(0)
+            a = np.zeros(1)
+            comm.bcast(a, root=0, out=a)
+        comm.barrier()
+    except Exception as exc:
+        return type(exc).__name__, getattr(exc, "rank", None)
+    return "no error", None
+
+
+def test_a_rank_dying_under_ranks_running_ahead_is_reported_by_every_survivor():
+    before = ranks.shm_files()
+    start = time.monotonic()
+    out = ranks.run(4, _die_while_others_run_ahead, timeout=60)
+    assert sorted(out) == [0, 1, 3], out
+    # found dead, or left by a peer that found it (as with meeting calls): rank 2 named
+    assert all(cls in ("PeerDeadError", "PeerAbortedError") and blamed == 2
+               for _, (cls, blamed) in out.values()), out
+    assert time.monotonic() - start < 30
+    assert ranks.shm_files() - before == set()
+
+
+def _reports(comm):
+    return comm.runs_ahead
+
+
+def test_runs_ahead_is_off_by_default(monkeypatch):
+    assert ranks.run(2, _reports) == {0: ("ok", True), 1: ("ok", True)}
+    monkeypatch.delenv("SHMTOPO_RUN_AHEAD")
+    assert ranks.run(2, _reports) == {0: ("ok", False), 1: ("ok", False)}
