@@ -65,6 +65,8 @@ typedef struct chan_header {
     chan_line_t line[RING];  /* by step mod RING */
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t waiters;
     _Alignas(SHMTOPO_LINE) chan_detail_t detail[RING];
+    /* the data of a call that runs ahead, beyond what its line holds */
+    _Alignas(SHMTOPO_LINE) unsigned char ahead[RING][SHMTOPO_AHEAD_MAX];
 } chan_header_t;
 
 _Static_assert(sizeof(chan_line_t) == SHMTOPO_LINE, "a step line is one padded cache line");
@@ -96,6 +98,11 @@ int shmtopo_chan_next_buffer(shmtopo_comm_t *comm)
 const void *shmtopo_step_data(const shmtopo_comm_t *comm, int rank)
 {
     return header(comm, rank)->line[slot(comm->chan.step)].data;
+}
+
+const void *shmtopo_step_payload(const shmtopo_comm_t *comm, int rank, size_t n)
+{
+    return n <= SHMTOPO_INLINE ? shmtopo_step_data(comm, rank) : header(comm, rank)->ahead[slot(comm->chan.step)];
 }
 
 static const chan_line_t *line_of(const shmtopo_comm_t *comm, int rank, uint64_t s)
@@ -420,7 +427,9 @@ static inline int post(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, 
     line->err = err;
     line->origin = origin;
     line->vote = vote;
-    if (n)
+    if (n > SHMTOPO_INLINE) /* a call that runs ahead, up to SHMTOPO_AHEAD_MAX */
+        memcpy(me->ahead[slot(s)], data, n);
+    else if (n)
         memcpy(line->data, data, n);
     shmtopo_post(&line->step, &me->waiters, s);
     return 0;

@@ -192,10 +192,9 @@ static const char *from_window(const shmtopo_comm_t *comm, int rank, const void 
     return src->win->base[rank] + src->offset;
 }
 
-static const char *from_line(const shmtopo_comm_t *comm, int rank, const void *arg)
+static const char *from_step(const shmtopo_comm_t *comm, int rank, const void *arg)
 {
-    (void)arg;
-    return shmtopo_step_data(comm, rank);
+    return shmtopo_step_payload(comm, rank, *(const size_t *)arg);
 }
 
 const char *shmtopo_coll_from_buffer(const shmtopo_comm_t *comm, int rank, const void *arg)
@@ -219,14 +218,14 @@ static int flat_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const sou
             reduce_ranks(comm, recv, from_window, src, count, dtype, op);
         return shmtopo_coll_step(comm, sig, NULL, 0);
     }
-    if (n <= SHMTOPO_INLINE) {
+    if (n <= SHMTOPO_INLINE || sig->flags & SHMTOPO_SIG_RUN_AHEAD) {
         /* running ahead (a reduce): the root waits for every rank, the
          * others for nobody */
         if ((sig->flags & SHMTOPO_SIG_RUN_AHEAD ? shmtopo_step_ahead(comm, sig, src->send, n, reads ? comm->size : -1)
                                                : shmtopo_coll_step(comm, sig, src->send, n)) < 0)
             return -1;
         if (reads && n)
-            reduce_ranks(comm, recv, from_line, NULL, count, dtype, op);
+            reduce_ranks(comm, recv, from_step, &n, count, dtype, op);
         return 0;
     }
     const size_t per = comm->chan.buffer / esz;
@@ -478,7 +477,7 @@ static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, vo
         return shmtopo_coll_refuse(comm, &sig);
     if (count == 0) /* still a step: arguments are checked and everyone meets */
         return shmtopo_coll_step(comm, &sig, NULL, 0);
-    if (kind == SHMTOPO_KIND_REDUCE && !src->win && n <= SHMTOPO_INLINE && sig.alg == SHMTOPO_COLL_FLAT &&
+    if (kind == SHMTOPO_KIND_REDUCE && !src->win && n <= SHMTOPO_AHEAD_MAX && sig.alg == SHMTOPO_COLL_FLAT &&
         shmtopo_runs_ahead(comm))
         sig.flags |= SHMTOPO_SIG_RUN_AHEAD;
     if (in_place) /* flat would overwrite inputs peers still read */
@@ -592,15 +591,18 @@ int shmtopo_bcast(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int 
         return sc_bcast(comm, &sig, buf, n, root);
     char *data = buf;
     const int rank = comm->rank;
-    if (n <= SHMTOPO_INLINE) {
+    if (n && n <= SHMTOPO_AHEAD_MAX && shmtopo_runs_ahead(comm)) {
         /* running ahead, the root waits for nobody and a receiver for the root */
-        if (n && shmtopo_runs_ahead(comm)) {
-            sig.flags |= SHMTOPO_SIG_RUN_AHEAD;
-            if (shmtopo_step_ahead(comm, &sig, rank == root ? buf : NULL, rank == root ? n : 0, root) < 0)
-                return -1;
-        } else if (shmtopo_coll_step(comm, &sig, rank == root ? buf : NULL, rank == root ? n : 0) < 0) {
+        sig.flags |= SHMTOPO_SIG_RUN_AHEAD;
+        if (shmtopo_step_ahead(comm, &sig, rank == root ? buf : NULL, rank == root ? n : 0, root) < 0)
             return -1;
-        }
+        if (rank != root)
+            memcpy(buf, shmtopo_step_payload(comm, root, n), n);
+        return 0;
+    }
+    if (n <= SHMTOPO_INLINE) {
+        if (shmtopo_coll_step(comm, &sig, rank == root ? buf : NULL, rank == root ? n : 0) < 0)
+            return -1;
         if (rank != root && n)
             memcpy(buf, shmtopo_step_data(comm, root), n);
         return 0;

@@ -159,6 +159,10 @@ static inline int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *wh
 /* ---- agree.c --------------------------------------------------------------- */
 
 #define SHMTOPO_INLINE 96 /* bytes of data a step carries in its flag line */
+/* Bytes of data a small bcast or reduce that runs ahead carries in its step
+ * (beside the line above SHMTOPO_INLINE): such calls bypass the scratch
+ * buffers, which a rank may reuse only once every rank is past. */
+#define SHMTOPO_AHEAD_MAX 1024
 
 /* Collective over the node: post this rank's signature (err != 0: this
  * rank's arguments or set-up failed, shmtopo_last_error says why) and up to
@@ -173,6 +177,10 @@ int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const 
  * what this rank saw is fine (the step is judged in full later, see
  * agree.c), else -1 with the step's verdict. */
 int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *data, size_t n, int from);
+/* (n: up to SHMTOPO_AHEAD_MAX bytes.) */
+/* The n bytes `rank` posted with the last step (shmtopo_step_data, or for a
+ * call that runs ahead, up to SHMTOPO_AHEAD_MAX). */
+const void *shmtopo_step_payload(const shmtopo_comm_t *comm, int rank, size_t n);
 /* Whether small bcasts and reduces of this comm run ahead. */
 static inline int shmtopo_runs_ahead(const shmtopo_comm_t *comm)
 {

@@ -49,6 +49,12 @@ def _mixed(comm):
         got = comm.reduce(np.array([comm.rank, i, 1.0]), root=(root + 1) % P, out=out)
         if comm.rank == (root + 1) % P and got.tolist() != [P * (P - 1) / 2, P * i, P]:
             wrong.append(("reduce", i, got.tolist()))
+        if i % 7 == 0:  # 600 B: beside the step line, still running ahead
+            m = np.full(75, float(i)) if comm.rank == root else np.zeros(75)
+            comm.bcast(m, root=root, out=m)
+            total = comm.reduce(m + comm.rank, root=root, out=np.zeros(75) if comm.rank == root else None)
+            if m[-1] != i or (comm.rank == root and total[-1] != P * i + P * (P - 1) / 2):
+                wrong.append(("600 B", i))
         if rng.random() < 0.03:
             time.sleep(0.002)
         if i % 41 == 0:

@@ -279,7 +279,7 @@ _ROW_ORDER += [f"{upper}{DROPIN}" for upper in _DROPIN_ROWS.values()]
 # Small bcast and reduce on a second comm made with SHMTOPO_RUN_AHEAD=1 (where
 # the first does not run ahead), against the plain mpi4py calls of the same rounds
 AHEAD = " (run ahead)"
-AHEAD_MAX = 64  # bytes: within a step's line, where calls run ahead
+AHEAD_MAX = 1024  # bytes: SHMTOPO_AHEAD_MAX, up to which calls run ahead
 _ROW_ORDER += [f"bcast{AHEAD}", f"reduce{AHEAD}"]
 
 
@@ -340,7 +340,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
                                     lambda: comm.allgather(shared, out=gathered)),
         }
         # the drop-in: mpi4py's own calls, word for word, on the accelerated comm
-        dropin = {
+        dropin: dict[str, Callable[[], object]] = {
             "allreduce": lambda: acomm.Allreduce(a, out),
             "bcast": lambda: acomm.Bcast(out, root=0),
             "reduce": lambda: acomm.Reduce(a, out, root=0),
