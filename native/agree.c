@@ -443,8 +443,8 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
                            const char *message, uint32_t vote, const void *data, size_t n, summary_t *sum)
 {
     shmtopo_chan_t *chan = &comm->chan;
-    if (comm->broken) /* a buffer's settling failed (shmtopo_chan_next_buffer) */
-        return shmtopo_comm_unusable(comm, shmtopo_kind_name(sig->kind));
+    if (comm->broken) /* a buffer's settling failed in this call (shmtopo_chan_next_buffer): its error stands */
+        return -1;
     if (post(comm, sig, err, origin, message, vote, data, n) < 0)
         return -1;
     const uint64_t s = chan->step;

@@ -180,3 +180,30 @@ def test_runs_ahead_is_off_by_default(monkeypatch):
     assert ranks.run(2, _reports) == {0: ("ok", True), 1: ("ok", True)}
     monkeypatch.delenv("SHMTOPO_RUN_AHEAD")
     assert ranks.run(2, _reports) == {0: ("ok", False), 1: ("ok", False)}
+
+
+def _late_failure_then_large_call(comm):
+    """The culprit (rank 1) passes another root at the 2nd of three bcasts;
+    then every rank calls an allreduce through the scratch buffers, whose
+    reuse first judges the steps a rank ran past."""
+    try:
+        for i in range(3):
+            a = np.zeros(1)
+            comm.bcast(a, root=(1 if comm.rank == 1 and i == 1 else 0), out=a)
+        comm.allreduce(np.ones(70000))
+    except Exception as exc:
+        comm.free()
+        return type(exc).__name__, str(exc)
+    comm.free()
+    return "no error", ""
+
+
+def test_a_failure_ranks_ran_past_is_raised_by_the_next_large_call(monkeypatch):
+    monkeypatch.setenv("SHMTOPO_SINGLE_COPY", "0")  # the scratch buffers, not single copy
+    before = ranks.shm_files()
+    out = ranks.run(4, _late_failure_then_large_call, timeout=60)
+    values = {value for _, value in out.values()}
+    assert len(out) == 4 and len(values) == 1, out
+    cls, msg = values.pop()
+    assert cls == "ShmtopoValueError" and "ranks disagree: rank 1 called bcast" in msg, msg
+    assert ranks.shm_files() - before == set()
