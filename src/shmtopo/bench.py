@@ -469,6 +469,9 @@ def _plot(rows: list[CollectiveRow], path: str, title: str) -> list[list[str]]:
         dropin = [(n, ts.median * 1e6) for op, n, tm, ts, fl in rows if op == f"{_DROPIN_ROWS[name]}{DROPIN}"]
         if dropin:
             ax.loglog([d[0] for d in dropin], [d[1] for d in dropin], "v:", label="shmtopo drop-in (upper case)")
+        ahead = [(n, ts.median * 1e6) for op, n, tm, ts, fl in rows if op == f"{name}{AHEAD}"]
+        if ahead:
+            ax.loglog([d[0] for d in ahead], [d[1] for d in ahead], "P-.", label="shmtopo run ahead")
         window = [(n, tm.median, ts.median) for op, n, tm, ts, fl in rows if op == f"{name} in window"]
         if window and name != "allgather":  # allgather's baseline is the plain call above
             ax.loglog([w[0] for w in window], [w[1] * 1e6 for w in window], "o:", color="C0", alpha=0.5,
