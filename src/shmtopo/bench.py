@@ -303,7 +303,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
     world = MPI.COMM_WORLD
     comm = shmtopo.Comm.from_mpi(world)
     acomm = shmtopo.accelerate(world)  # the drop-in's rows
-    ahead = None if comm.runs_ahead else _comm_running_ahead(world)
+    ahead = _comm_running_ahead(world) if comm.size > 1 and not comm.runs_ahead else None
     if comm.rank == 0:
         print_load()
     mpi = comm.mpi
