@@ -449,21 +449,11 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
         return -1;
     const uint64_t s = chan->step;
     chan_line_t *line = &header(comm, comm->rank)->line[slot(s)];
-    for (int i = 1; i < comm->size; i++) {
-        const int p = (comm->rank + i) % comm->size;
-        chan_header_t *h = header(comm, p);
-        if (shmtopo_wait(chan->win, &h->line[slot(s)].step, &h->waiters, s, p,
-                         shmtopo_kind_name(sig->kind)) < 0)
-            return failed_wait(comm);
-    }
+    if (wait_all(comm, s, shmtopo_kind_name(sig->kind)) < 0)
+        return -1;
     /* steps this rank ran past, judged now that everyone has posted them */
-    if (chan->settled + 1 < s) {
-        for (uint64_t t = chan->settled + 1; t < s; t++)
-            if (judge(comm, t) < 0) {
-                break_behind(comm);
-                return -1;
-            }
-    }
+    if (chan->settled + 1 < s && settle(comm, s - 1, shmtopo_kind_name(sig->kind)) < 0)
+        return -1;
     chan->settled = s;
     /* The common case, decided from the lines alone: every rank fine and
      * posting this signature (no summary to build). */

@@ -172,12 +172,12 @@ static inline int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *wh
  * naming both calls). A failed wait breaks the comm. */
 int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data, size_t n);
 /* A step of a small bcast or reduce on a comm that runs ahead (its
- * signature has SHMTOPO_SIG_RUN_AHEAD): post, then wait only for `from`
- * (-1: nobody; comm->size: every rank), whose data this rank needs. 0 when
- * what this rank saw is fine (the step is judged in full later, see
- * agree.c), else -1 with the step's verdict. */
+ * signature has SHMTOPO_SIG_RUN_AHEAD): post n bytes of data (up to
+ * SHMTOPO_AHEAD_MAX), then wait only for `from` (-1: nobody; comm->size:
+ * every rank), whose data this rank needs. 0 when what this rank saw is
+ * fine (the step is judged in full later, see agree.c), else -1 with the
+ * step's verdict. */
 int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *data, size_t n, int from);
-/* (n: up to SHMTOPO_AHEAD_MAX bytes.) */
 /* The n bytes `rank` posted with the last step (shmtopo_step_data, or for a
  * call that runs ahead, up to SHMTOPO_AHEAD_MAX). */
 const void *shmtopo_step_payload(const shmtopo_comm_t *comm, int rank, size_t n);
