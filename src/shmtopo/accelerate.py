@@ -1199,6 +1199,22 @@ def _scatter_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) 
     return _Call((_aligned(a) if back is None else a.copy()).reshape(size, c), out, root=r, back=back)
 
 
+def _vgathered(t: _Tables, sendbuf: Any, recvbuf: Any, size: int, rank: int,
+                what: str) -> tuple[_Vector, Array, Array | None, Array]:
+    """A v-gather's receiving side (Gatherv's root, every rank of
+    Allgatherv): recvbuf's vector, where the result goes (_result), and this
+    rank's block: its part of the result under IN_PLACE, else sendbuf
+    checked against it."""
+    v = _vector(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    known = _moved(v.msg, "recvbuf")
+    out, back = _result(_elements(v.msg, v.msg.entries))
+    if _in_place(t, sendbuf):
+        a = out[v.displs[rank]:v.displs[rank] + v.counts[rank]].copy()
+    else:
+        a = _block(t, sendbuf, known, v.counts[rank], what)
+    return v, out, back, a
+
+
 def _gatherv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) -> _Call:
     size, rank = shm.world_size, shm.world_rank
     r = _root(root, size)
@@ -1206,13 +1222,7 @@ def _gatherv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) 
         send = _message(t, sendbuf, "sendbuf", writable=False)
         _moved(send, "sendbuf")
         return _Call(_aligned(_elements(send, send.entries)), None, root=r)
-    v = _vector(t, recvbuf, "recvbuf", writable=True, blocks=size)
-    known = _moved(v.msg, "recvbuf")
-    out, back = _result(_elements(v.msg, v.msg.entries))
-    if _in_place(t, sendbuf):
-        a = out[v.displs[r]:v.displs[r] + v.counts[r]].copy()
-    else:
-        a = _block(t, sendbuf, known, v.counts[r], "Gatherv")
+    v, out, back, a = _vgathered(t, sendbuf, recvbuf, size, r, "Gatherv")
     return _Call(a, out, root=r, back=back, counts=(v.counts, v.displs))
 
 
@@ -1244,15 +1254,9 @@ def _scatterv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any)
 
 def _allgatherv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any) -> _Call:
     size, rank = shm.world_size, shm.world_rank
-    v = _vector(t, recvbuf, "recvbuf", writable=True, blocks=size)
-    known = _moved(v.msg, "recvbuf")
-    out, back = _result(_elements(v.msg, v.msg.entries))
-    if _in_place(t, sendbuf):
-        a = out[v.displs[rank]:v.displs[rank] + v.counts[rank]].copy()
-    else:
-        a = _block(t, sendbuf, known, v.counts[rank], "Allgatherv")
-        if np.may_share_memory(a, out):
-            a = a.copy()
+    v, out, back, a = _vgathered(t, sendbuf, recvbuf, size, rank, "Allgatherv")
+    if not _in_place(t, sendbuf) and np.may_share_memory(a, out):
+        a = a.copy()
     return _Call(a, out, back=back, counts=(v.counts, v.displs))
 
 
