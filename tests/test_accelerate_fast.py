@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import shmtopo
-from shmtopo import collectives
+from shmtopo import _types
 
 accel_module = sys.modules["shmtopo.accelerate"]  # (shmtopo.accelerate is the function)
 WORLD = MPI.COMM_WORLD
@@ -34,7 +34,7 @@ def _has_mpi_type(dtype):
     return known is not None and known.dtype == dtype
 
 
-PLAIN_DTYPES = sorted((d for d in collectives.DTYPES if _has_mpi_type(d)), key=str)
+PLAIN_DTYPES = sorted((d for d in _types.DTYPES if _has_mpi_type(d)), key=str)
 ORDERED_DTYPES = [d for d in PLAIN_DTYPES if d.kind in "iuf"]  # MPI defines SUM and MAX on them
 
 
@@ -127,7 +127,7 @@ def test_large_plain_arrays_take_the_fast_entry(acomm, planned):
     """From 64 KiB on too (private arrays: the fast entry finds no window
     holding them), with MPI's bits; a second call, once the comm knows it has
     no levels, takes it as the first may not."""
-    from shmtopo.collectives import WINDOW_MIN
+    from shmtopo.coll.node import WINDOW_MIN
     roots = sorted({0, WORLD.size - 1})
     first = None
     for _ in range(2):

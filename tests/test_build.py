@@ -81,6 +81,6 @@ def test_fast_entry_shares_the_error_state(comm):
     """A failure inside _fastpath's call is the one cffi and C read."""
     bad_root = comm.world_size  # the same on every rank: all fail together
     with pytest.raises(shmtopo.ShmtopoValueError, match="out of range") as failure:
-        _fastpath.bcast(comm._fast, comm._windows, np.zeros(4), bad_root)
+        _fastpath.bcast(comm.fast_handle, comm.windows, np.zeros(4), bad_root)
     assert str(failure.value) == the_c_library().shmtopo_last_error().decode()
     comm.barrier()

@@ -165,9 +165,9 @@ def test_fast_entry_takes_only_the_plain_case(comm):
     """shmtopo._fastpath runs a collective on plain ndarrays and hands
     everything else back (None, no collective made) to the general path."""
     from shmtopo import _fastpath
-    from shmtopo.collectives import WINDOW_MIN
+    from shmtopo.coll.node import WINDOW_MIN
 
-    h, wins, n = comm._fast, comm._windows, comm.world_size
+    h, wins, n = comm.fast_handle, comm.windows, comm.world_size
     x = data(comm.world_rank, 24, np.float64)
     want = reference("sum", everyone(comm, 24, np.float64))
     np.testing.assert_array_equal(_fastpath.allreduce(h, wins, x, None, "sum"), want)
@@ -214,11 +214,11 @@ def test_fast_entry_finds_the_window(comm, op):
     too: when only rank 0 is told of the window, the ranks disagree on the
     path and every rank raises (so the window list decides, not the size)."""
     from shmtopo import _fastpath
-    from shmtopo.collectives import WINDOW_MIN
+    from shmtopo.coll.node import WINDOW_MIN
 
     if comm.size == 1:
         pytest.skip("one rank cannot disagree")
-    h, n, count = comm._fast, comm.world_size, WINDOW_MIN // 8 + 5
+    h, n, count = comm.fast_handle, comm.world_size, WINDOW_MIN // 8 + 5
     with comm.allocate(shape=(count + 8,), dtype=np.float64) as win:
         view = win.local[8:]  # at an offset inside the part
         view[:] = comm.rank + 1
@@ -228,8 +228,8 @@ def test_fast_entry_finds_the_window(comm, op):
                  "bcast": lambda wins: _fastpath.bcast(h, wins, view, 0),
                  "allgather": lambda wins: _fastpath.allgather(h, wins, view, np.empty((n, count)), n)}
         with pytest.raises(shmtopo.ShmtopoValueError, match="ranks disagree"):
-            calls[op](comm._windows if comm.rank == 0 else [])
-        got = calls[op](comm._windows)  # every rank on the window path
+            calls[op](comm.windows if comm.rank == 0 else [])
+        got = calls[op](comm.windows)  # every rank on the window path
         want = {"allreduce": np.full(count, n * (n + 1) / 2), "reduce": np.full(count, n * (n + 1) / 2),
                 "bcast": np.full(count, 1.0), "allgather": np.repeat(np.arange(1.0, n + 1), count).reshape(n, count)}
         if op != "reduce" or comm.rank == 0:

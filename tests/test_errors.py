@@ -102,4 +102,4 @@ def test_window_constructor_is_not_public():
 def test_sizes_too_large_fail_cleanly(comm, kwargs):
     with pytest.raises(shmtopo.ShmtopoValueError, match="too large"):
         comm.allocate(**kwargs)
-    assert comm._windows == []
+    assert comm.windows == []

@@ -1,4 +1,4 @@
-"""Collectives in levels of the shared topology (src/shmtopo/levels.py):
+"""Collectives in levels of the shared topology (src/shmtopo/coll/levels.py):
 the structure from where ranks sit, and, under mpiexec on synthetic
 topologies (HWLOC_SYNTHETIC: this machine has 2 cores, so the ranks are
 oversubscribed), results bit for bit equal to the rank-order fold and to
@@ -14,7 +14,7 @@ import pytest
 
 from conftest import CLEAN_ENV, mpiexec_command
 from shmtopo._native import ffi, lib
-from shmtopo.levels import Structure, Tier, structure_of
+from shmtopo.coll.levels import Structure, Tier, structure_of
 
 SCRIPT = Path(__file__).parent / "scripts" / "levels_check.py"
 

@@ -192,7 +192,7 @@ typedef struct {
 static PyTypeObject NativeWindowType;
 
 
-/* Where an input lies, as the general path (collectives._in_window) finds it.
+/* Where an input lies: the one rule, which the general path asks through place().
  * WINDOWED: in this rank's part of one of `windows` (the comm's list of its
  * Windows), at *offsetp of *winp; PRIVATE: anywhere else, or smaller than
  * bound.window_min (a copy is as fast there, on every rank alike); UNKNOWN:
@@ -400,6 +400,47 @@ static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
     return rc < 0 ? failed(NULL, err) : new_ref(args[3]);
+}
+
+/* barrier(handle) -> True | None (handle 0: not a live single-node comm) */
+static PyObject *fast_barrier(PyObject *self, PyObject *handle)
+{
+    shmtopo_comm_t *comm = comm_of(handle);
+    if (!comm)
+        Py_RETURN_NONE;
+    int rc, err;
+    CORE_CALL(shmtopo_barrier(comm));
+    if (rc < 0)
+        return failed(NULL, err);
+    Py_RETURN_TRUE;
+}
+
+/* place(handle, windows, array) -> (window, offset) | None: the window of
+ * `windows` whose part of this rank holds `array` (C-contiguous, from
+ * bound.window_min bytes), found by the rule the fast entries follow, so
+ * the general path asks here instead of deciding again. */
+static PyObject *fast_place(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "place takes 3 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    Py_buffer view;
+    if (!comm || PyObject_GetBuffer(args[2], &view, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    shmtopo_win_t *win = NULL;
+    size_t offset = 0;
+    enum place place = place_of(args[1], comm, &view, &win, &offset);
+    PyBuffer_Release(&view);
+    if (place != WINDOWED)
+        Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(args[1]); i++) {
+        PyObject *w = PyList_GET_ITEM(args[1], i);
+        if (PyObject_TypeCheck(w, &NativeWindowType) && ((NativeWindow *)w)->win == win)
+            return Py_BuildValue("(On)", w, (Py_ssize_t)offset);
+    }
+    Py_RETURN_NONE;
 }
 
 /* bind(ndarray, empty_like, ops, window_min, dtypes, last_error, value_error):
@@ -762,6 +803,8 @@ static PyMethodDef methods[] = {
     {"reduce", (PyCFunction)(void (*)(void))fast_reduce, METH_FASTCALL, "reduce(handle, windows, array, out, op, root, is_root)"},
     {"bcast", (PyCFunction)(void (*)(void))fast_bcast, METH_FASTCALL, "bcast(handle, windows, array, root)"},
     {"allgather", (PyCFunction)(void (*)(void))fast_allgather, METH_FASTCALL, "allgather(handle, windows, array, out, nranks)"},
+    {"barrier", fast_barrier, METH_O, "barrier(handle) -> True | None"},
+    {"place", (PyCFunction)(void (*)(void))fast_place, METH_FASTCALL, "place(handle, windows, array) -> (window, offset) | None"},
     {"bind_accelerate", (PyCFunction)(void (*)(void))bind_accelerate, METH_FASTCALL,
      "Bind the drop-in's op objects and per-type masks (shmtopo.accelerate internal)."},
     {"accel_allreduce", (PyCFunction)(void (*)(void))accel_allreduce, METH_FASTCALL,

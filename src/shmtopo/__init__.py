@@ -2,7 +2,7 @@
 shared hwloc topology, for MPI programs in Python."""
 from .accelerate import AcceleratedComm, AcceleratedPrequest, accelerate
 from .bitmap import Bitmap
-from .collectives import pair_dtype
+from ._types import pair_dtype
 from .comm import Comm, Placement
 from .errors import (
     BackendUnavailableError,

@@ -59,7 +59,7 @@ def _info_lines(comm: Any) -> list[tuple[str, str]]:
         rows.append(("single copy", comm.single_copy or "off: large arrays go through the scratch buffers"))
         rows.append(("run ahead", "on: small bcast and reduce wait only for the ranks they need"
                      if comm.runs_ahead else "off: every call meets every rank (SHMTOPO_RUN_AHEAD=1 to turn on)"))
-        from .levels import describe
+        from .coll.levels import describe
 
         rows.append(("levels", describe(comm)))  # collective: every rank builds the same
     return rows

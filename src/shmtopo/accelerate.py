@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _fastpath, agreement, collectives
+from . import _fastpath, _types, agreement
+from .coll import api
 from ._native import lib
 from .comm import Comm
 from .errors import FreedError, ShmtopoArgumentError, ShmtopoValueError, last_error
@@ -85,7 +86,7 @@ _ALLGATHER, _ALLTOALL, _REDUCE_SCATTER = (lib.SHMTOPO_KIND_ALLGATHER, lib.SHMTOP
                                           lib.SHMTOPO_KIND_REDUCE_SCATTER)
 
 # The ops MPI defines on each kind of type (MPI-4.0, 6.9.2), by the core's
-# names; a type keeps those the core has (collectives.OPS).
+# names; a type keeps those the core has (_types.OPS).
 _INTEGER_OPS = frozenset(["sum", "prod", "min", "max", "band", "bor", "bxor", "land", "lor", "lxor"])
 _FLOAT_OPS = frozenset(["sum", "prod", "min", "max"])
 _COMPLEX_OPS = frozenset(["sum", "prod"])
@@ -132,7 +133,7 @@ class _Tables:
         signed = ["SIGNED_CHAR", "SHORT", "INT", "LONG", "LONG_LONG", "INT8_T", "INT16_T", "INT32_T", "INT64_T"]
         unsigned = ["UNSIGNED_CHAR", "UNSIGNED_SHORT", "UNSIGNED", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG",
                     "UINT8_T", "UINT16_T", "UINT32_T", "UINT64_T"]
-        core_ops = frozenset(collectives.OPS)
+        core_ops = frozenset(_types.OPS)
 
         def add(name: str, dtype: Any, ops: frozenset[str]) -> None:
             """MPI.<name> as the core's dtype, where both exist and agree in extent."""
@@ -140,7 +141,7 @@ class _Tables:
             if datatype == MPI.DATATYPE_NULL or dtype is None:
                 return
             dtype = np.dtype(dtype)
-            if dtype in collectives.DTYPES and datatype.Get_extent() == (0, dtype.itemsize):
+            if dtype in _types.DTYPES and datatype.Get_extent() == (0, dtype.itemsize):
                 self.types[self.handle(datatype)] = _Type(dtype, ops & core_ops)
 
         for names, kind, ops in ((signed, "i", _INTEGER_OPS), (unsigned, "u", _INTEGER_OPS),
@@ -154,7 +155,7 @@ class _Tables:
                 if datatype != MPI.DATATYPE_NULL:
                     add(name, f"{kind}{datatype.Get_size()}", ops)
         # MAXLOC/MINLOC's (value, index) pairs, laid out as C lays out the structs
-        pairs = getattr(collectives, "PAIRS", {})
+        pairs = _types.PAIRS
         for name, value in (("FLOAT_INT", np.float32), ("DOUBLE_INT", np.float64), ("LONG_INT", np.dtype("l")),
                             ("INT_INT", np.intc), ("SHORT_INT", np.short)):  # INT_INT: MPI_2INT
             pair = pairs.get(np.dtype(value))
@@ -198,17 +199,17 @@ def _bind_fast_entries(t: _Tables) -> None:
     """Hand the fast entries the op objects (by identity) and, per element
     type of the core, the ops the planner reduces an array of that type with
     when no datatype is given (mpi4py's datatype for its format)."""
-    ops = [(_SUM, collectives.OPS["sum"])]
-    ops += [(getattr(t.MPI, name.upper()), code) for name, code in collectives.OPS.items()]
+    ops = [(_SUM, _types.OPS["sum"])]
+    ops += [(getattr(t.MPI, name.upper()), code) for name, code in _types.OPS.items()]
     masks = [0] * lib.SHMTOPO_NDTYPES  # by code; a type the core has but numpy lacks (bfloat16) stays 0
-    for dtype, code in collectives.DTYPES.items():
+    for dtype, code in _types.DTYPES.items():
         probe = np.empty(1, dtype)
         try:
             known = t.types.get(t.handle(_format_type(t, probe, "probe")))
         except (_Delegate, ValueError, BufferError):
             continue
         if known is not None and known.dtype == dtype:
-            masks[code] = _MOVES | sum(1 << collectives.OPS[name] for name in known.ops)
+            masks[code] = _MOVES | sum(1 << _types.OPS[name] for name in known.ops)
     _fastpath.bind_accelerate(tuple(ops), tuple(masks), _fast_failure)
 
 
@@ -715,7 +716,7 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Barrier``, in shared memory."""
         shm = self._shm
         # the plain case runs in C (see _bind_fast_entries), the rest below
-        if shm is not None and _accel_barrier(shm._fast):
+        if shm is not None and _accel_barrier(shm.fast_handle):
             try:
                 self._stats["Barrier"][0] += 1
             except KeyError:
@@ -732,19 +733,19 @@ class AcceleratedComm:
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Bcast``."""
         shm = self._shm
-        if shm is not None and _accel_bcast(shm._fast, collectives._fast_windows(shm), buf, root):
+        if shm is not None and _accel_bcast(shm.fast_handle, shm.fast_windows, buf, root):
             try:
                 self._stats["Bcast"][0] += 1
             except KeyError:
                 self._count("Bcast", 0)
             return
         self._either(_BCAST, "Bcast", _bcast_plan, (buf, root),
-                     lambda p: self._run(collectives.bcast, p, p.send, p.root, out=p.out), root)
+                     lambda p: self._run(api.bcast, p, p.send, p.root, out=p.out), root)
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: int = 0) -> None:
         """Collective: as mpi4py's ``Reduce``."""
         shm = self._shm
-        if shm is not None and _accel_reduce(shm._fast, collectives._fast_windows(shm), sendbuf, recvbuf, op, root):
+        if shm is not None and _accel_reduce(shm.fast_handle, shm.fast_windows, sendbuf, recvbuf, op, root):
             try:
                 self._stats["Reduce"][0] += 1
             except KeyError:
@@ -752,12 +753,12 @@ class AcceleratedComm:
             return
         op = self._t.SUM if op is _SUM else op
         self._either(_REDUCE, "Reduce", _reduce_plan, (sendbuf, recvbuf, op, root),
-                     lambda p: self._run(collectives.reduce, p, p.send, p.op, p.root, out=p.out), root)
+                     lambda p: self._run(api.reduce, p, p.send, p.op, p.root, out=p.out), root)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
         """Collective: as mpi4py's ``Allreduce``."""
         shm = self._shm
-        if shm is not None and _accel_allreduce(shm._fast, collectives._fast_windows(shm), sendbuf, recvbuf, op):
+        if shm is not None and _accel_allreduce(shm.fast_handle, shm.fast_windows, sendbuf, recvbuf, op):
             try:
                 self._stats["Allreduce"][0] += 1
             except KeyError:
@@ -765,30 +766,30 @@ class AcceleratedComm:
             return
         op = self._t.SUM if op is _SUM else op
         self._either(_ALLREDUCE, "Allreduce", _allreduce_plan, (sendbuf, recvbuf, op),
-                     lambda p: self._run(collectives.allreduce, p, p.send, p.op, out=p.out))
+                     lambda p: self._run(api.allreduce, p, p.send, p.op, out=p.out))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgather``."""
         shm = self._shm
-        if shm is not None and _accel_allgather(shm._fast, shm._windows, sendbuf, recvbuf):
+        if shm is not None and _accel_allgather(shm.fast_handle, shm.windows, sendbuf, recvbuf):
             try:
                 self._stats["Allgather"][0] += 1
             except KeyError:
                 self._count("Allgather", 0)
             return
         self._either(_ALLGATHER, "Allgather", _allgather_plan, (sendbuf, recvbuf),
-                     lambda p: self._run(collectives.allgather, p, p.send, out=p.out))
+                     lambda p: self._run(api.allgather, p, p.send, out=p.out))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoall``."""
         self._either(_ALLTOALL, "Alltoall", _alltoall_plan, (sendbuf, recvbuf),
-                     lambda p: self._run(collectives.alltoall, p, p.send, out=p.out))
+                     lambda p: self._run(api.alltoall, p, p.send, out=p.out))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
         """Collective: as mpi4py's ``Reduce_scatter_block``."""
         op = self._t.SUM if op is _SUM else op
         self._either(_REDUCE_SCATTER, "Reduce_scatter_block", _reduce_scatter_plan, (sendbuf, recvbuf, op),
-                     lambda p: self._run(collectives.reduce_scatter, p, p.send, p.op, out=p.out))
+                     lambda p: self._run(api.reduce_scatter, p, p.send, p.op, out=p.out))
 
     # -- through the lower-case calls, where the core has them -------------
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
@@ -853,7 +854,7 @@ class AcceleratedComm:
         counts = p.counts[0]
         if counts is None:
             assert self._shm is not None and p.out is not None
-            counts = collectives.allgather(self._shm, np.array([p.out.size], np.int64)).ravel().tolist()
+            counts = api.allgather(self._shm, np.array([p.out.size], np.int64)).ravel().tolist()
         return list(counts)
 
     # -- persistent collectives --------------------------------------------
@@ -973,7 +974,7 @@ def _lower(name: str) -> int | None:
     """The core's kind of an upper-case call that runs through a lower-case
     one, or None where this build lacks that call."""
     fn_name, kind_name = LOWER_CASE[name]
-    fn = getattr(collectives, fn_name, None)
+    fn = getattr(api, fn_name, None)
     kind = getattr(lib, kind_name, None)
     if fn is None or kind is None:
         return None
@@ -983,7 +984,7 @@ def _lower(name: str) -> int | None:
 
 
 def _call(name: str) -> Callable[..., Any]:
-    fn: Callable[..., Any] = getattr(collectives, LOWER_CASE[name][0])
+    fn: Callable[..., Any] = getattr(api, LOWER_CASE[name][0])
     return fn
 
 

@@ -13,18 +13,16 @@ that leaves a call half done on this rank (Ctrl-C) makes it leave the comm
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
+from ._base import CommLike
 from ._native import ffi, lib
 from .errors import ShmtopoValueError, last_error
-
-if TYPE_CHECKING:
-    from .comm import Comm
 
 T = TypeVar("T")
 
 
-def refuse(comm: "Comm", kind: int, exc: BaseException) -> None:
+def refuse(comm: CommLike, kind: int, exc: BaseException) -> None:
     """This rank's arguments to a call of `kind` could not be used: fail the
     call on every rank through its agreement. Always raises."""
     reason = str(exc) or type(exc).__name__
@@ -32,7 +30,7 @@ def refuse(comm: "Comm", kind: int, exc: BaseException) -> None:
     raise last_error() from None
 
 
-def normalised(comm: "Comm", kind: int, normalise: Callable[..., T], *args: Any) -> T:
+def normalised(comm: CommLike, kind: int, normalise: Callable[..., T], *args: Any) -> T:
     """normalise(*args) on this rank; if it fails, refuse the call."""
     try:
         return normalise(*args)
@@ -51,7 +49,7 @@ def signature(kind: int, count: int = 0, dtype: int = -1, op: int = -1, root: in
                                        "alg": alg, "extra": extra, "flags": flags})
 
 
-def agree(comm: "Comm", kind: int, count: int = 0, dtype: int = -1, op: int = -1, root: int = -1,
+def agree(comm: CommLike, kind: int, count: int = 0, dtype: int = -1, op: int = -1, root: int = -1,
           alg: int = -1, extra: int = 0, flags: int = 0) -> None:
     """Agreement on a call over the whole job, before its data moves by
     other means (across nodes). Raises the job's verdict."""
@@ -83,7 +81,7 @@ def counts_digest(counts: Any) -> int:
     return int(lib.shmtopo_counts_digest(_sizes(counts), len(counts)))
 
 
-def leave(comm: "Comm") -> None:
+def leave(comm: CommLike) -> None:
     """Stop taking part in the comm after an exception left a call half
     done here: peers waiting on this rank fail instead of hanging."""
     if not comm.freed:

@@ -3,15 +3,18 @@ the job they belong to (its node plan, for collectives that span nodes)."""
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _oob, agreement, collectives, request
-from ._lifetime import Collective, opened
+from . import _oob, agreement
+from ._base import Attributes, Collective, opened
 from ._native import ffi, lib
+from .coll import api, persistent
 from .errors import FreedError, ShmtopoValueError, check, last_error
-from .multinode import NodePlan
+from .job import NodePlan, job_bootstrap, job_verdict
+from .topology import PLACEMENT_POLICIES, _placement_policy, held_topology, share_topology, type_name, type_number
 from .window import Window, backend_number, fence_number
 
 MAX_BYTES = 2**62  # per rank; the native core refuses more
@@ -50,17 +53,22 @@ class Comm(Collective):
         # Use from_mpi or from_callbacks: they agree on the options first.
         self._transport = transport
         self._mpi = mpi_comm
-        self._windows: list[Window] = []
-        self._levels: Any = None  # levels.py: made at the first levelled call
+        #: the open windows, in creation order (read-only for the layers below)
+        self.windows: list[Window] = []
+        #: what higher layers attached (the levels of coll/levels.py)
+        self.attributes = Attributes()
         self.plan = NodePlan.single(rank, size)
-        self._fast = 0
+        #: the handle as a number for the fast entries (0 when they must not
+        #: be taken: freed, or collectives span nodes)
+        self.fast_handle = 0
+        #: the windows the fast entries may find large arrays in: None until
+        #: the levels say they take no large calls (allow_fast_windows)
+        self.fast_windows: list[Window] | None = None
         handle = ffi.new("shmtopo_comm_t **")
         check(lib.shmtopo_comm_create(size, rank, transport.oob, handle))
         self._h = handle[0]
         opened(self)
-        # The handle as a number for the small-collective entry point (0 when
-        # that path must not be taken: freed, or collectives span nodes).
-        self._fast = int(ffi.cast("uintptr_t", self._h))
+        self.fast_handle = int(ffi.cast("uintptr_t", self._h))
 
     # -- construction -----------------------------------------------------
     @classmethod
@@ -82,8 +90,6 @@ class Comm(Collective):
         except ImportError:
             raise ImportError("Comm.from_mpi needs mpi4py: pip install 'shmtopo[mpi]' "
                               "(or use Comm.from_callbacks with a transport of your own)") from None
-
-        from .multinode import job_bootstrap, job_verdict
 
         parent = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         settings = job_bootstrap(parent, node_size, timeout)
@@ -114,7 +120,7 @@ class Comm(Collective):
         self.plan = plan
         if plan.nnodes == 1:
             return
-        self._fast = 0
+        self.fast_handle = 0
         self._leaders_transport = (_oob.mpi_transport(plan.leaders, plan.timeout)
                                    if plan.leaders is not None else None)
         world_ranks = ffi.new("int[]", [w for w in plan.world_order if plan.node_of[w] == plan.node_index])
@@ -300,46 +306,52 @@ class Comm(Collective):
             return dt, dims, size, attr
 
         dt, dims, size, attr = agreement.normalised(self, lib.SHMTOPO_KIND_WIN_ALLOC, normalise)
-        win = Window._allocate(self, size, attr, dt, dims)
-        self._windows.append(win)
+        win = Window._allocate(self, size, attr, dt, dims, self._forget)
+        self.windows.append(win)
         return win
 
     def _forget(self, win: Window) -> None:
-        if win in self._windows:
-            self._windows.remove(win)
+        if win in self.windows:
+            self.windows.remove(win)
 
-    # -- collectives (see collectives.py; bound directly, no extra call) --
-    barrier = collectives.barrier
-    bcast = collectives.bcast
-    reduce = collectives.reduce
-    allreduce = collectives.allreduce
-    allgather = collectives.allgather
-    reduce_scatter = collectives.reduce_scatter
-    alltoall = collectives.alltoall
-    gather = collectives.gather
-    scatter = collectives.scatter
-    gatherv = collectives.gatherv
-    scatterv = collectives.scatterv
-    allgatherv = collectives.allgatherv
-    alltoallv = collectives.alltoallv
-    scan = collectives.scan
-    exscan = collectives.exscan
+    def allow_fast_windows(self, allowed: bool) -> None:
+        """For the levels: whether the fast entries may take large arrays
+        (and find them in the comm's windows), or leave them to the general
+        path, which knows the levels."""
+        self.fast_windows = self.windows if allowed else None
+
+    # -- collectives (coll/api.py; bound directly, no extra call) ---------
+    barrier = api.barrier
+    bcast = api.bcast
+    reduce = api.reduce
+    allreduce = api.allreduce
+    allgather = api.allgather
+    reduce_scatter = api.reduce_scatter
+    alltoall = api.alltoall
+    gather = api.gather
+    scatter = api.scatter
+    gatherv = api.gatherv
+    scatterv = api.scatterv
+    allgatherv = api.allgatherv
+    alltoallv = api.alltoallv
+    scan = api.scan
+    exscan = api.exscan
 
     def allreduce_init(self, send: Any, recv: Any, op: str = "sum", *,
-                       algorithm: str | None = None) -> "request.Request":
+                       algorithm: str | None = None) -> persistent.Request:
         """Collective: a persistent allreduce of ``send`` into ``recv``
         (node-local comms): each ``req.start()`` runs it with no per-call
         argument handling."""
-        return request.allreduce_init(self, send, recv, op, algorithm)
+        return persistent.allreduce_init(self, send, recv, op, algorithm)
 
-    def bcast_init(self, buf: Any, root: int = 0) -> "request.Request":
+    def bcast_init(self, buf: Any, root: int = 0) -> persistent.Request:
         """Collective: a persistent in-place bcast of ``buf`` from ``root``
         (node-local comms)."""
-        return request.bcast_init(self, buf, root)
+        return persistent.bcast_init(self, buf, root)
 
-    def alltoall_init(self, send: Any, recv: Any) -> "request.Request":
+    def alltoall_init(self, send: Any, recv: Any) -> persistent.Request:
         """Collective: a persistent alltoall (node-local comms)."""
-        return request.alltoall_init(self, send, recv)
+        return persistent.alltoall_init(self, send, recv)
 
     # -- lifetime ---------------------------------------------------------
     def free(self) -> None:
@@ -348,9 +360,9 @@ class Comm(Collective):
         meanwhile, every rank raises and the comm stays."""
         if self._h == ffi.NULL:
             return
-        for win in list(self._windows):
+        for win in list(self.windows):
             win.free()
-        self._free_levels()
+        self.attributes.free_all()
         handle = self._h
         broken_before = lib.shmtopo_comm_broken(handle)
         if lib.shmtopo_comm_destroy(handle) < 0:
@@ -359,11 +371,11 @@ class Comm(Collective):
             # unusable) freed it anyway
             if broken_before == 0 and not _freed_by_failure(exc):
                 raise exc
-            self._h, self._fast = ffi.NULL, 0
+            self._h, self.fast_handle = ffi.NULL, 0
             self.plan.free()
             self._free_mpi()
             raise exc
-        self._h, self._fast = ffi.NULL, 0
+        self._h, self.fast_handle = ffi.NULL, 0
         self.plan.free()
         self._free_mpi()
 
@@ -373,25 +385,13 @@ class Comm(Collective):
         raise PeerAbortedError. No-op once freed."""
         if self._h == ffi.NULL:
             return
-        for win in list(self._windows):
+        for win in list(self.windows):
             win.abandon(_origin)
-        from .levels import Levels
-
-        if isinstance(self._levels, Levels):
-            self._levels.abandon()
-        self._levels = None
-        handle, self._h, self._fast = self._h, ffi.NULL, 0
+        self.attributes.abandon_all()
+        handle, self._h, self.fast_handle = self._h, ffi.NULL, 0
         check(lib.shmtopo_comm_abandon(handle))
         self.plan.free()
         self._free_mpi()
-
-    def _free_levels(self) -> None:
-        """Collective: the sub-comms of the levelled collectives, if made."""
-        from .levels import Levels
-
-        held, self._levels = self._levels, None
-        if isinstance(held, Levels):
-            held.free()
 
     def _free_mpi(self) -> None:
         if self._mpi is not None:
@@ -421,8 +421,6 @@ class Comm(Collective):
         More ranks than such objects, a bad argument or different arguments
         on any rank, or a binding the OS refuses on any rank: every rank
         raises ShmtopoValueError (or the failure) and keeps its binding."""
-        from .topology import PLACEMENT_POLICIES, _placement_policy, share_topology, type_name, type_number
-
         def normalise() -> tuple[str, str]:
             return type_name(type_number(to)), PLACEMENT_POLICIES[_placement_policy(policy)]
 
@@ -462,8 +460,6 @@ class Comm(Collective):
     def _split_colored(self, by: str) -> "tuple[Comm, int]":
         """:meth:`split`, also returning this rank's color (for unbound ranks
         it is only known at the moment of the split)."""
-        from .topology import share_topology, type_name, type_number
-
         def normalise() -> str:
             name = type_name(type_number(by))
             if self._mpi is None:
@@ -476,9 +472,21 @@ class Comm(Collective):
         agreement.agree(self, lib.SHMTOPO_KIND_SPLIT, extra=_packed(name))  # ranks split by one type
         with share_topology(self) as topo:
             color = topo.color_of_this_process(by)
-        sub = self._mpi.Split(color, key=self.rank)
+        sub = self.split_by_color(color)
+        assert sub is not None
+        return sub, color
+
+    def split_by_color(self, color: int | None) -> "Comm | None":
+        """Collective over the comm (made with from_mpi): the comm of the
+        ranks that pass the same color, from a split of its MPI communicator;
+        None where color is None (the rank takes part in none)."""
+        from mpi4py import MPI  # from_mpi imported it: no cost here
+
+        sub = self._mpi.Split(MPI.UNDEFINED if color is None else color, key=self.rank)
+        if color is None:
+            return None
         try:
-            return Comm(_oob.mpi_transport(sub, self.timeout), sub.Get_size(), sub.Get_rank(), sub), color
+            return Comm(_oob.mpi_transport(sub, self.timeout), sub.Get_size(), sub.Get_rank(), sub)
         except BaseException:
             sub.Free()
             raise
@@ -523,8 +531,6 @@ def _chosen_nodes(placement: int) -> tuple[list[int], bool]:
     node's shared topology when this process holds one, and whether to bind
     them (only a topology of this machine can say where its pages may go).
     None held: ([], False), the kernel places the pages."""
-    from .topology import held_topology
-
     topo = held_topology()
     if topo is None:
         return [], False
@@ -533,7 +539,7 @@ def _chosen_nodes(placement: int) -> tuple[list[int], bool]:
         with_memory = [n for n in numa if n.local_memory > 0] or numa
         nodes = sorted(n.os_index for n in with_memory if n.os_index is not None)
     else:
-        import os
+
         nodes = sorted(topo.cpuset_to_nodeset(os.sched_getaffinity(0)))
     if any(n >= 1024 for n in nodes):
         raise ShmtopoValueError(f"NUMA node {max(nodes)} is beyond the 1024 a window can be placed on")

@@ -3,19 +3,16 @@ fences over all ranks and peer fences between two."""
 from __future__ import annotations
 
 import errno as _errno
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 import numpy.typing as npt
 
+from ._base import Collective, CommLike
 from ._fastpath import NativeWindow
-from ._lifetime import Collective
 from ._native import ffi, lib
 from .bitmap import Bitmap
 from .errors import FreedError, ShmtopoValueError, check, last_error
-
-if TYPE_CHECKING:
-    from .comm import Comm
 
 
 BACKENDS = ("posix", "memfd", "sysv", "xpmem")
@@ -84,7 +81,7 @@ class Window(NativeWindow, Collective):
     (what the segments got).
     """
 
-    comm: Comm
+    comm: CommLike
     #: the element type of ``local`` and of ``query(r)`` by default
     dtype: np.dtype[Any]
     #: the shape of ``local`` (and of peers' parts of the same size)
@@ -108,17 +105,20 @@ class Window(NativeWindow, Collective):
     _h: Any
     _mappings: list[tuple[int, npt.NDArray[np.uint8]]]
     _parts: list[npt.NDArray[np.uint8]]
-    _my_range: tuple[int, int]
+    _on_release: Callable[[Window], None]
     _local: npt.NDArray[Any]
 
     def __init__(self) -> None:  # use Comm.allocate
         raise TypeError("windows are made by Comm.allocate()")
 
     @classmethod
-    def _allocate(cls, comm: Comm, nbytes: int, attr: Any, dtype: np.dtype[Any],
-                  shape: tuple[int, ...]) -> Window:
+    def _allocate(cls, comm: CommLike, nbytes: int, attr: Any, dtype: np.dtype[Any],
+                  shape: tuple[int, ...], on_release: Callable[[Window], None]) -> Window:
+        """Collective (Comm.allocate): on_release(window) runs once the
+        window is freed or abandoned here, for the comm to forget it."""
         self = cls.__new__(cls)
         self._h, self._fast = ffi.NULL, 0
+        self._on_release = on_release
         self.comm = comm
         self.dtype = dtype
         self.shape = shape
@@ -149,8 +149,6 @@ class Window(NativeWindow, Collective):
             start = int(ffi.cast("uintptr_t", addr[0]))
             self._mappings.append((start, np.frombuffer(ffi.buffer(owner, length[0]), np.uint8)))
         self._parts = [self._part(r) for r in range(self.size)]
-        mine = self._parts[self.rank]
-        self._my_range = (mine.__array_interface__["data"][0], mine.nbytes)
         self._local = self._view(self.rank, dtype, shape)
         return self
 
@@ -201,14 +199,6 @@ class Window(NativeWindow, Collective):
             raise ShmtopoValueError(
                 f"rank {rank}'s part ({part.size} bytes) is not a whole number of {dtype}")
         return part.view(dtype)
-
-    def _offset_of(self, a: npt.NDArray[Any]) -> int | None:
-        """Byte offset of array a inside this rank's part, or None."""
-        start, size = self._my_range
-        ptr: int = a.__array_interface__["data"][0]
-        if start <= ptr and ptr + a.nbytes <= start + size and self._h != ffi.NULL:
-            return ptr - start
-        return None
 
     # -- access -----------------------------------------------------------
     def query(self, rank: int, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
@@ -274,6 +264,11 @@ class Window(NativeWindow, Collective):
         """True once the window has been freed or abandoned."""
         return bool(self._h == ffi.NULL)
 
+    @property
+    def handle(self) -> Any:
+        """The native window (cffi pointer) for the core's C API; NULL once freed."""
+        return self._h
+
     def _check_open(self) -> None:
         if self._h == ffi.NULL:
             raise FreedError("the window has been freed", 9)
@@ -307,7 +302,7 @@ class Window(NativeWindow, Collective):
 
     def _forget(self) -> None:
         self._h, self._fast = ffi.NULL, 0
-        self.comm._forget(self)
+        self._on_release(self)
 
     def __repr__(self) -> str:
         state = "freed" if self.freed else f"rank {self.rank} of {self.size}"

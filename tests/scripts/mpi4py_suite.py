@@ -78,7 +78,7 @@ def import_patched(testdir, names, namespace):
 
 def restrict_for_strict(arrayimpl, tests):
     """Only what shmtopo moves itself: typecodes of types it has, host buffers."""
-    moved = set(shmtopo.collectives.DTYPES)
+    moved = set(shmtopo._types.DTYPES)
 
     def has(typecode):
         try:

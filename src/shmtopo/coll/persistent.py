@@ -8,15 +8,16 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import numpy.typing as npt
 
-from ._native import ffi, lib
-from .errors import FreedError, ShmtopoValueError, check, last_error
+from .._base import CommLike
+from .._native import ffi, lib
+from .._types import ALGORITHMS, ALLREDUCE, ALLTOALL, BCAST, OPS, check_apart, checked_root, dtype_code, table_code
+from ..agreement import normalised
+from ..errors import FreedError, ShmtopoValueError, check, last_error
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from typing_extensions import Self
-
-    from .comm import Comm
 
 _start = lib.shmtopo_request_start
 
@@ -27,7 +28,7 @@ class Request:
     (local). Also a context manager. The arrays must stay as they are: the
     request keeps them alive and writes into them."""
 
-    def __init__(self, comm: Comm, init: Callable[..., int], arrays: tuple[npt.NDArray[Any], ...],
+    def __init__(self, comm: CommLike, init: Callable[..., int], arrays: tuple[npt.NDArray[Any], ...],
                  *args: int) -> None:
         self._h = ffi.NULL
         self._comm = comm
@@ -40,7 +41,9 @@ class Request:
 
     def start(self) -> None:
         """Collective: run the collective once on the request's arrays."""
-        if self._comm._h == ffi.NULL:  # the request points into the comm
+        # the request points into the comm; a single-node comm's fast_handle
+        # is 0 once it is freed
+        if not self._comm.fast_handle:
             raise FreedError("the request's comm has been freed", 9)
         if _start(self._h) < 0:
             raise last_error()
@@ -75,62 +78,47 @@ def _array(a: Any, what: str, writable: bool = False) -> npt.NDArray[Any]:
     return a
 
 
-def _single_node(comm: "Comm", what: str) -> None:
+def _single_node(comm: CommLike, what: str) -> None:
     if comm.nnodes > 1:
         raise ShmtopoValueError(f"{what} works on single-node comms only")
 
 
-def _allreduce_args(comm: Comm, send: Any, recv: Any, op: Any, algorithm: Any
+def _allreduce_args(comm: CommLike, send: Any, recv: Any, op: Any, algorithm: Any
                     ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], tuple[int, int, int, int]]:
-    from .collectives import ALGORITHMS, OPS, _apart, _code, _dtype
-
     _single_node(comm, "allreduce_init")
     s, r = _array(send, "send"), _array(recv, "recv", writable=True)
     if s.dtype != r.dtype or s.size != r.size:
         raise ShmtopoValueError("send and recv must have the same dtype and size")
-    _apart("allreduce_init", s, r)
-    return s, r, (s.size, _dtype(s), _code(OPS, op, "operation"), _code(ALGORITHMS, algorithm, "algorithm"))
+    check_apart("allreduce_init", s, r)
+    return s, r, (s.size, dtype_code(s), table_code(OPS, op, "operation"), table_code(ALGORITHMS, algorithm, "algorithm"))
 
 
-def allreduce_init(comm: "Comm", send: Any, recv: Any, op: str = "sum",
+def allreduce_init(comm: CommLike, send: Any, recv: Any, op: str = "sum",
                    algorithm: str | None = None) -> Request:
-    from .agreement import normalised
-    from .collectives import ALLREDUCE
-
     s, r, codes = normalised(comm, ALLREDUCE, _allreduce_args, comm, send, recv, op, algorithm)
     return Request(comm, lib.shmtopo_allreduce_init, (s, r), *codes)
 
 
-def _bcast_args(comm: Comm, buf: Any, root: Any) -> tuple[npt.NDArray[Any], int, int]:
-    from .collectives import _dtype, _root
-
+def _bcast_args(comm: CommLike, buf: Any, root: Any) -> tuple[npt.NDArray[Any], int, int]:
     _single_node(comm, "bcast_init")
     b = _array(buf, "buf", writable=True)
-    return b, _dtype(b), _root(comm, root)
+    return b, dtype_code(b), checked_root(comm, root)
 
 
-def bcast_init(comm: "Comm", buf: Any, root: int = 0) -> Request:
-    from .agreement import normalised
-    from .collectives import BCAST
-
+def bcast_init(comm: CommLike, buf: Any, root: int = 0) -> Request:
     b, code, r = normalised(comm, BCAST, _bcast_args, comm, buf, root)
     return Request(comm, lib.shmtopo_bcast_init, (b,), b.size, code, r)
 
 
-def _alltoall_args(comm: Comm, send: Any, recv: Any) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
-    from .collectives import _apart, _dtype
-
+def _alltoall_args(comm: CommLike, send: Any, recv: Any) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
     _single_node(comm, "alltoall_init")
     s, r = _array(send, "send"), _array(recv, "recv", writable=True)
     if s.dtype != r.dtype or s.size != r.size or s.size % comm.size:
         raise ShmtopoValueError("send and recv must have the same dtype and a size that splits into comm.size blocks")
-    _apart("alltoall_init", s, r)
-    return s, r, _dtype(s)
+    check_apart("alltoall_init", s, r)
+    return s, r, dtype_code(s)
 
 
-def alltoall_init(comm: "Comm", send: Any, recv: Any) -> Request:
-    from .agreement import normalised
-    from .collectives import ALLTOALL
-
+def alltoall_init(comm: CommLike, send: Any, recv: Any) -> Request:
     s, r, code = normalised(comm, ALLTOALL, _alltoall_args, comm, send, recv)
     return Request(comm, lib.shmtopo_alltoall_init, (s, r), s.size // comm.size, code)

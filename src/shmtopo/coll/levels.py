@@ -41,18 +41,19 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import numpy.typing as npt
 
-from . import agreement
-from ._native import ffi, lib
-from .errors import ShmtopoError, check
-
-if TYPE_CHECKING:
-    from .comm import Comm
-    from .window import Window
+from .. import agreement
+from .._base import CommLike
+from .._native import ffi, lib
+from .._types import DTYPES
+from ..bitmap import Bitmap
+from ..errors import ShmtopoError, check
+from ..topology import share_topology
+from .node import node_allgather, node_bcast, node_reduce
 
 Array = npt.NDArray[Any]
 
@@ -68,7 +69,7 @@ AUTO_TYPES = ("l3", "numanode", "package")
 CHUNK = 1 << 20
 #: In a signature's extra word: the call runs in levels (so a rank on
 #: another path cannot pass the agreement).
-SIG_MARK = 0x4C56  # "LV"
+LEVELLED_MARK = 0x4C56  # "LV"
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ def structure_of(pu_objects: list[list[int]], types: list[str]) -> Structure:
 
 # ---- the comm's setting and where its ranks sit ------------------------------
 
-def setting(comm: "Comm") -> tuple[int, list[str]]:
+def setting(comm: CommLike) -> tuple[int, list[str]]:
     """(mode, types) of the comm's agreed SHMTOPO_COLL_LEVELS."""
     mode, types = ffi.new("int *"), ffi.new("int[4]")
     check(lib.shmtopo_comm_coll_levels(comm.handle, mode, types))
@@ -148,8 +149,6 @@ def _place(topo: Any, rank: int) -> Any:
     """This rank's PU (a Bitmap of one CPU): its binding's first CPU, else
     the one it last ran on; with a topology of another machine (synthetic,
     XML), PU `rank` in logical order (wrapping around)."""
-    from .bitmap import Bitmap
-
     pus = topo.objects("pu")
     try:
         bound = topo.get_cpubind()
@@ -169,12 +168,9 @@ def _indices(topo: Any, pu: Any, types: list[str]) -> list[int]:
     return found
 
 
-def find_structure(comm: "Comm", types: list[str]) -> Structure:
+def find_structure(comm: CommLike, types: list[str]) -> Structure:
     """Collective: every rank's place in the shared topology, exchanged with
     an allgather of the comm, and the structure they give."""
-    from . import collectives
-    from .topology import share_topology
-
     with share_topology(comm) as topo:
         def mine() -> Array:
             present = [t for t in types if topo.nbobjs(t) > 0]
@@ -183,13 +179,14 @@ def find_structure(comm: "Comm", types: list[str]) -> Structure:
             return np.array(full, dtype=np.int64)
 
         row = agreement.normalised(comm, lib.SHMTOPO_KIND_ALLGATHER, mine)
-    everyone = collectives.allgather(comm, row)
+    everyone = np.empty((comm.size, len(types)), np.int64)
+    node_allgather(comm, row, everyone)
     keep = [t for i, t in enumerate(types) if (everyone[:, i] >= 0).all()]
     cols = [types.index(t) for t in keep]
     return structure_of([[int(everyone[r, c]) for c in cols] for r in range(comm.size)], keep)
 
 
-def wanted(comm: "Comm") -> tuple[list[str], str]:
+def wanted(comm: CommLike) -> tuple[list[str], str]:
     """The level types this comm would use, or [] and why not."""
     if comm.nnodes > 1:
         return [], "multi-node comm: the levels are the nodes"
@@ -213,12 +210,12 @@ class Levels:
     """A comm's levels: its structure and this rank's sub-comm at each tier
     it takes part in, plus the chain of tier-0 leaders with its window."""
 
-    def __init__(self, comm: "Comm", structure: Structure):
+    def __init__(self, comm: CommLike, structure: Structure):
         self.structure = structure
         self.calls = 0
-        self.comms: list[Optional["Comm"]] = []
-        self.chain: Optional["Comm"] = None
-        self.window: Optional["Window"] = None
+        self.comms: list[Optional[CommLike]] = []
+        self.chain: Optional[CommLike] = None
+        self.window: Any = None
         self._tmp: Array | None = None
         try:
             for t in range(len(structure.tiers)):
@@ -239,7 +236,7 @@ class Levels:
         try:
             if failure is not None:
                 agreement.refuse(comm, lib.SHMTOPO_KIND_SPLIT, failure)
-            agreement.agree(comm, lib.SHMTOPO_KIND_SPLIT, extra=SIG_MARK)
+            agreement.agree(comm, lib.SHMTOPO_KIND_SPLIT, extra=LEVELLED_MARK)
         except BaseException:
             self.free()
             raise
@@ -268,8 +265,6 @@ class Levels:
     def bcast(self, me: int, buf: Array, root: int, dest: int | None = None) -> None:
         """In place: buf becomes root's buf on every rank (dest: on that
         rank, and on the ranks that pass it on)."""
-        from . import collectives
-
         tiers = self.structure.tiers
         up: dict[int, tuple[int, int]] = {}  # tier -> (group, holder)
         holder = root
@@ -298,14 +293,12 @@ class Levels:
             assert sub is not None
             g = self.structure.group_of(t, me)
             assert g is not None
-            collectives.bcast(sub, buf, tiers[t].groups[g].index(src), out=buf)
+            node_bcast(sub, buf, tiers[t].groups[g].index(src))
 
     # -- the reduce chain ----------------------------------------------------
     def reduce(self, me: int, a: Array, result: Array | None, opc: int) -> Array | None:
         """The fold of every rank's a in rank order; returned on the last
         group's leader (into result when given there), None elsewhere."""
-        from . import collectives
-
         groups = self.structure.tiers[0].groups
         g = self.structure.group_of(0, me)
         assert g is not None
@@ -318,7 +311,7 @@ class Levels:
         if leader and g == last:
             out = (result if result is not None else np.empty_like(a)).reshape(-1)
         per = max(1, CHUNK // max(a.itemsize, 1))
-        code = collectives.DTYPES[a.dtype]
+        code = DTYPES[a.dtype]
         if leader and g > 0 and (self._tmp is None or self._tmp.nbytes < min(a.nbytes, CHUNK)):
             self._tmp = np.empty(CHUNK, np.uint8)
         win = self.window
@@ -341,7 +334,7 @@ class Levels:
                 else:
                     assert out is not None
                     dst = out[off:off + m]
-            collectives.reduce(group, mine, op=_op_name(opc), root=0, out=dst)
+            node_reduce(group, mine, dst, opc, 0, lib.SHMTOPO_COLL_AUTO)
             if leader and g < last:
                 assert win is not None
                 win.peer_fence(g + 1)
@@ -350,70 +343,71 @@ class Levels:
         return out.reshape(a.shape)
 
 
-def _op_name(opc: int) -> str:
-    from .collectives import OPS
-
-    return next(k for k, v in OPS.items() if v == opc)
-
-
-def _sub(comm: "Comm", color: int | None) -> Optional["Comm"]:
+def _sub(comm: CommLike, color: int | None) -> Optional[CommLike]:
     """The sub-comm of the ranks with this color (None: not a member)."""
-    from mpi4py import MPI
-
-    from . import _oob
-    from .comm import Comm
-
-    sub = comm.mpi.Split(MPI.UNDEFINED if color is None else color, key=comm.rank)
-    if color is None:
+    made = comm.split_by_color(color)
+    if made is None:
         return None
-    try:
-        made = Comm(_oob.mpi_transport(sub, comm.timeout), sub.Get_size(), sub.Get_rank(), sub)
-    except BaseException:
-        sub.Free()
-        raise
-    made._levels = FLAT  # a sub-comm never levels itself
+    _settle_flat(made)  # a sub-comm never levels itself
     check(lib.shmtopo_comm_set_timeout(made.handle, comm.timeout))
     return made
 
 
 #: A comm's levels when it has none (decided once; sub-comms never have any).
 FLAT: Any = object()
+#: The key the levels of a comm are attached under (comm.attributes).
+_LEVELS = object()
+
+
+def _held(comm: CommLike) -> Any:
+    """The comm's levels: None (not decided yet), FLAT or its Levels."""
+    return comm.attributes.get(_LEVELS)
+
+
+def _settle_flat(comm: CommLike) -> None:
+    """The comm has no levels, for good: large calls may take the fast entry."""
+    comm.attributes.set(_LEVELS, FLAT)
+    comm.allow_fast_windows(True)
+
+
+def _attach(comm: CommLike, made: "Levels") -> None:
+    comm.attributes.set(_LEVELS, made, free=Levels.free, abandon=Levels.abandon)
 
 
 # ---- the hooks the collectives call ------------------------------------------------
 
-def wanted_for(comm: "Comm", nbytes: int, alg: int) -> bool:
+def wanted_for(comm: CommLike, nbytes: int, alg: int) -> bool:
     """Whether a call of nbytes per rank runs in levels: the same answer on
     every rank (the setting, size and count are agreed). Levels not made yet
     count as wanted; :func:`ready` makes them after the call's agreement."""
-    held = comm._levels
+    held = _held(comm)
     if held is FLAT or nbytes < MIN_BYTES or alg != lib.SHMTOPO_COLL_AUTO:
         return False
     if isinstance(held, Levels):
         return True
     if not wanted(comm)[0]:
-        comm._levels = FLAT
+        _settle_flat(comm)
         return False
     return True
 
 
-def ready(comm: "Comm") -> Levels | None:
+def ready(comm: CommLike) -> Levels | None:
     """After the call's agreement: the comm's levels, made at the first
     levelled call (collective), or None when the topology gives none."""
-    held = comm._levels
+    held = _held(comm)
     if isinstance(held, Levels):
         return held
     found = find_structure(comm, wanted(comm)[0])
     if not found.tiers:
-        comm._levels = FLAT
+        _settle_flat(comm)
         return None
     made = Levels(comm, found)
-    comm._levels = made
+    _attach(comm, made)
     return made
 
 
 @contextmanager
-def _running(comm: "Comm", lv: Levels) -> Iterator[None]:
+def _running(comm: CommLike, lv: Levels) -> Iterator[None]:
     """A levelled call's data phase: a failure on this rank (a wait that
     failed, Ctrl-C) abandons the sub-comms and leaves the comm, so that peers
     waiting in other groups, or on the chain, fail too instead of hanging."""
@@ -421,7 +415,7 @@ def _running(comm: "Comm", lv: Levels) -> Iterator[None]:
         yield
     except BaseException:
         lv.abandon()
-        comm._levels = FLAT
+        _settle_flat(comm)
         agreement.leave(comm)
         raise
     lv.calls += 1
@@ -431,7 +425,7 @@ def _last_leader(lv: Levels) -> int:
     return lv.structure.tiers[0].groups[-1][0]
 
 
-def allreduce(comm: "Comm", a: Array, result: Array, opc: int) -> bool:
+def allreduce(comm: CommLike, a: Array, result: Array, opc: int) -> bool:
     """Collective, after the call's agreement: result = the rank-order fold
     of every rank's a. False when the comm turned out to have no levels."""
     lv = ready(comm)
@@ -443,7 +437,7 @@ def allreduce(comm: "Comm", a: Array, result: Array, opc: int) -> bool:
     return True
 
 
-def reduce(comm: "Comm", a: Array, result: Array | None, opc: int, root: int) -> bool:
+def reduce(comm: CommLike, a: Array, result: Array | None, opc: int, root: int) -> bool:
     """As allreduce, the result on root only (result: root's out)."""
     lv = ready(comm)
     if lv is None:
@@ -458,7 +452,7 @@ def reduce(comm: "Comm", a: Array, result: Array | None, opc: int, root: int) ->
     return True
 
 
-def bcast(comm: "Comm", buf: Array, root: int) -> bool:
+def bcast(comm: CommLike, buf: Array, root: int) -> bool:
     """Collective, after the call's agreement: buf becomes root's buf."""
     lv = ready(comm)
     if lv is None:
@@ -468,10 +462,10 @@ def bcast(comm: "Comm", buf: Array, root: int) -> bool:
     return True
 
 
-def describe(comm: "Comm") -> str:
+def describe(comm: CommLike) -> str:
     """Collective: the comm's level structure as info prints it."""
     types, why = wanted(comm)
-    held = comm._levels
+    held = _held(comm)
     if isinstance(held, Levels):
         return held.structure.describe() + f"; for arrays from {MIN_BYTES // 1024} KiB"
     if not types:
@@ -479,3 +473,9 @@ def describe(comm: "Comm") -> str:
             return f"{find_structure(comm, list(AUTO_TYPES)).describe()}; {why}"
         return f"flat ({why})"
     return find_structure(comm, types).describe() + f"; for arrays from {MIN_BYTES // 1024} KiB"
+
+
+def levelled_calls(comm: CommLike) -> int:
+    """How many calls of the comm ran in levels (a test hook)."""
+    held = _held(comm)
+    return held.calls if isinstance(held, Levels) else 0

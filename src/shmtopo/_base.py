@@ -1,0 +1,142 @@
+"""What every layer above may rely on: the lifetime rules of collective
+objects, what a comm offers to the modules below comm.py (:class:`CommLike`),
+and how a higher layer hangs its own data on a comm (:class:`Attributes`).
+
+Collective objects (Comm, Window) are freed explicitly on every rank, or
+abandoned locally when a ``with`` block ends by an exception (the other
+ranks may never reach their free), never by the garbage collector, which
+only warns.
+
+A process that exits with comms still open (an uncaught exception on one
+rank, say) leaves them first, so that peers waiting on it raise
+PeerAbortedError at once instead of waiting for the process to be gone,
+which MPI_Finalize may delay forever while the peers wait.
+"""
+from __future__ import annotations
+
+import atexit
+import warnings
+import weakref
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from ._native import ffi, lib
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+_open_comms: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_hooked = False
+
+
+def opened(comm: Any) -> None:
+    """Note a comm this process made. The exit hook is registered at the
+    first one, after mpi4py's (which from_mpi imports first): atexit runs
+    the last registered first, so it runs before MPI_Finalize."""
+    global _hooked
+    _open_comms.add(comm)
+    if not _hooked:
+        atexit.register(_leave_open_comms)
+        _hooked = True
+
+
+def _leave_open_comms() -> None:
+    for comm in list(_open_comms):
+        if comm._h != ffi.NULL:
+            lib.shmtopo_comm_leave(comm._h)
+
+
+class Collective:
+    _h: Any = ffi.NULL
+
+    def free(self) -> None:
+        raise NotImplementedError
+
+    def abandon(self, _origin: int | None = None) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.free()
+        else:
+            # a peer's death or error that caused ours stays the one named
+            self.abandon(_origin=getattr(exc, "rank", None))
+
+    def __del__(self) -> None:
+        if self._h != ffi.NULL:
+            warnings.warn(f"shmtopo.{type(self).__name__} was never freed (free() is collective; "
+                          "call it on every rank)", ResourceWarning, stacklevel=2)
+
+
+class Attributes:
+    """Data a higher layer hangs on a comm, by key, with what to do with it
+    when the comm is freed (collective) or abandoned (local): MPI's attribute
+    caching. The comm runs those callbacks; the layer that attached a value
+    is the only one that reads it."""
+
+    def __init__(self) -> None:
+        self._values: dict[object, tuple[Any, Callable[[Any], None] | None, Callable[[Any], None] | None]] = {}
+
+    def set(self, key: object, value: Any, *, free: Callable[[Any], None] | None = None,
+            abandon: Callable[[Any], None] | None = None) -> None:
+        """Attach value under key (replacing what was there, without its callbacks)."""
+        self._values[key] = (value, free, abandon)
+
+    def get(self, key: object, default: Any = None) -> Any:
+        entry = self._values.get(key)
+        return default if entry is None else entry[0]
+
+    def free_all(self) -> None:
+        """Collective, from the comm's free: each value's free callback, the
+        last attached first."""
+        held, self._values = self._values, {}
+        for value, free, _ in reversed(list(held.values())):
+            if free is not None:
+                free(value)
+
+    def abandon_all(self) -> None:
+        """Local, from the comm's abandon: each value's abandon callback."""
+        held, self._values = self._values, {}
+        for value, _, abandon in reversed(list(held.values())):
+            if abandon is not None:
+                abandon(value)
+
+
+class CommLike(Protocol):
+    """What a comm offers the layers below comm.py (agreement, windows, the
+    topology, the collectives): comm.py's Comm is the one implementation."""
+
+    plan: Any                 #: job.NodePlan: where this rank sits in the job
+    attributes: Attributes    #: what higher layers attached to the comm
+    fast_handle: int          #: the native comm as a number for the fast entries (0: not to be taken)
+    fast_windows: Any         #: the windows list the fast entries search, None while levels may take large calls
+    windows: list[Any]        #: the comm's open windows, in creation order (the comm keeps it)
+
+    @property
+    def handle(self) -> Any: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def world_rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def nnodes(self) -> int: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def mpi(self) -> Any: ...
+    @property
+    def freed(self) -> bool: ...
+
+    def allocate(self, nbytes: int | None = None) -> Any: ...
+    def split_by_color(self, color: int | None) -> "CommLike | None": ...
+    def allow_fast_windows(self, allowed: bool) -> None: ...
+    def free(self) -> None: ...
+    def abandon(self, _origin: int | None = None) -> None: ...

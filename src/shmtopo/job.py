@@ -1,0 +1,129 @@
+"""The job around the node: how Comm.from_mpi agrees on its options and
+splits a job into nodes, and the node plan the collectives use across nodes.
+Used when from_mpi finds more than one node, or simulates several with
+node_size= / SHMTOPO_NODE_SIZE.
+
+Before a node's comm exists there is no shared memory to agree through, so
+from_mpi's own options are agreed over MPI: every rank's settings (all
+environment variables, as native/config.c reads them) in one exchange before
+the split, every node's outcome in one after. Past that, collectives agree
+through the comm (shmtopo_agree_call), whose node leaders fold their node's
+verdict into one exchange before any data crosses nodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _oob, agreement
+from ._native import ffi, lib
+from .errors import ShmtopoValueError, from_errno, last_error
+
+@dataclass
+class NodePlan:
+    """Where this rank sits in the job: its rank among all ranks, the nodes,
+    and the MPI communicators the across-nodes half uses."""
+
+    world_rank: int
+    world_size: int
+    nnodes: int = 1
+    node_index: int = 0
+    node_of: list[int] = field(default_factory=list)     # [world rank] -> node
+    local_of: list[int] = field(default_factory=list)    # [world rank] -> rank in its node
+    node_sizes: list[int] = field(default_factory=list)  # [node] -> ranks
+    world_order: list[int] = field(default_factory=list)  # world ranks, node by node
+    world: Any = None      # our own duplicate of the job's comm (never matches user messages)
+    leaders: Any = None    # one rank per node (node rank 0 only)
+    timeout: float = 0.0
+
+    @classmethod
+    def single(cls, rank: int, size: int) -> "NodePlan":
+        return cls(rank, size, 1, 0, [0] * size, list(range(size)), [size], list(range(size)))
+
+    def free(self) -> None:
+        for c in (self.leaders, self.world):
+            if c is not None:  # never COMM_NULL: job_verdict keeps None instead
+                c.Free()
+        self.leaders = self.world = None
+
+
+@dataclass
+class Settings:
+    node_size: int   # 0: real nodes
+    timeout: float
+
+
+def _raise_everywhere(records: list[Any], what: str) -> None:
+    """Raise the first rank's problem (the same text on every rank)."""
+    for rank, problem in enumerate(records):
+        if problem is not None:
+            raise ShmtopoValueError(f"{what}: rank {rank}: {problem}", 22, rank)
+
+
+def job_bootstrap(parent: Any, node_size: Any, timeout: Any) -> Settings:
+    """Every rank's settings and options, checked on its own rank, then
+    compared: a bad or differing one raises ShmtopoValueError on every rank."""
+    cfg = ffi.new("shmtopo_config_t *")
+    problem = None
+    if lib.shmtopo_config_read(cfg) < 0:
+        problem = str(last_error())
+    seconds = float(cfg.timeout)
+    try:
+        if node_size is not None:
+            if isinstance(node_size, bool) or int(node_size) != node_size or int(node_size) < 1:
+                raise ValueError
+            # the keyword stands in for the variable, and is compared as it
+            cfg.node_size = int(node_size)
+            cfg.text[lib.SHMTOPO_VAR_NODE_SIZE] = f"node_size={int(node_size)}".encode()[:47]
+    except (TypeError, ValueError, OverflowError):
+        problem = problem or f"node_size must be a positive number of ranks, not {node_size!r}"
+    try:
+        if timeout is not None:
+            seconds = agreement.as_timeout(timeout)
+    except ShmtopoValueError as exc:
+        problem = problem or str(exc)
+    # The exchange itself can only wait as long as this rank's own setting.
+    records = _oob.allgather_objects(parent, (problem, bytes(ffi.buffer(cfg))), seconds,
+                                     "Comm.from_mpi's exchange of settings")
+    _raise_everywhere([r[0] for r in records], "Comm.from_mpi")
+    cfgs = ffi.new("shmtopo_config_t[]", len(records))
+    for i, r in enumerate(records):
+        ffi.memmove(ffi.addressof(cfgs, i), r[1], ffi.sizeof("shmtopo_config_t"))
+    if lib.shmtopo_config_compare(cfgs, len(records), ffi.NULL) < 0:
+        raise last_error()
+    return Settings(int(cfg.node_size), seconds)
+
+
+def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: float) -> NodePlan:
+    """After each node made its comm: every rank learns whether all nodes
+    did (else every rank raises the first failure), and the job's layout."""
+    from mpi4py import MPI
+
+    record = None
+    if failure is not None:
+        record = (getattr(failure, "errno", None) or 5, str(failure) or type(failure).__name__)
+    leader = bytearray(8)
+    mine = parent.Get_rank().to_bytes(8, "little")
+    _oob.wait(node.Ibcast([mine if node.Get_rank() == 0 else leader, MPI.BYTE], root=0), timeout,
+              "Comm.from_mpi", mine, leader)
+    leader_world = parent.Get_rank() if node.Get_rank() == 0 else int.from_bytes(leader, "little")
+    records = _oob.allgather_objects(parent, (record, leader_world, node.Get_rank()), timeout,
+                                     "Comm.from_mpi's exchange of outcomes")
+    for rank, (rec, _, _) in enumerate(records):
+        if rec is not None:
+            if failure is not None and not isinstance(failure, Exception):
+                raise failure  # KeyboardInterrupt, SystemExit: unchanged here
+            err, message = rec
+            raise from_errno(err, f"Comm.from_mpi failed on rank {rank}: {message}", rank)
+    leaders = sorted({r[1] for r in records})
+    world_rank, world_size = parent.Get_rank(), parent.Get_size()
+    node_of = [leaders.index(r[1]) for r in records]
+    local_of = [r[2] for r in records]
+    plan = NodePlan(world_rank, world_size, len(leaders), node_of[world_rank], node_of, local_of,
+                    [node_of.count(n) for n in range(len(leaders))],
+                    sorted(range(world_size), key=lambda w: (node_of[w], local_of[w])), timeout=timeout)
+    if plan.nnodes > 1:
+        plan.world = parent.Dup()
+        leaders = plan.world.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, key=world_rank)
+        plan.leaders = None if leaders == MPI.COMM_NULL else leaders
+    return plan
