@@ -421,10 +421,10 @@ class Comm(Collective):
         More ranks than such objects, a bad argument or different arguments
         on any rank, or a binding the OS refuses on any rank: every rank
         raises ShmtopoValueError (or the failure) and keeps its binding."""
-        from .topology import PLACEMENT_POLICIES, _placement_policy, share_topology, type_name, type_number
+        from .topology import PLACEMENT_POLICIES, placement_policy_number, share_topology, type_name, type_number
 
         def normalise() -> tuple[str, str]:
-            return type_name(type_number(to)), PLACEMENT_POLICIES[_placement_policy(policy)]
+            return type_name(type_number(to)), PLACEMENT_POLICIES[placement_policy_number(policy)]
 
         kind = lib.SHMTOPO_KIND_BIND
         to_name, how = agreement.normalised(self, kind, normalise)

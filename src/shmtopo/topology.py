@@ -501,7 +501,7 @@ _open_topologies: "weakref.WeakSet[Topology]" = weakref.WeakSet()
 _shared: "Topology | None" = None  # the one shared topology of this process
 
 
-def _placement_policy(name: Any) -> int:
+def placement_policy_number(name: Any) -> int:
     if not isinstance(name, str):
         raise ShmtopoValueError(f"placement policy must be 'compact' or 'spread', not {name!r}")
     out = ffi.new("int *")
@@ -785,7 +785,7 @@ class Topology:
         :meth:`shmtopo.Comm.bind` binds a comm's ranks this way."""
         h = self._handle
         number = type_number(to)
-        pol = _placement_policy(policy)
+        pol = placement_policy_number(policy)
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**31:
             raise ShmtopoValueError(f"the number of ranks must be a non-negative integer, not {n!r}")
         out = ffi.new("unsigned[]", max(n, 1))
