@@ -36,16 +36,16 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ._native import ffi, lib
-from .bitmap import Bitmap, as_indices, c_indices, grow, indices_from
-from .errors import FreedError, ShmtopoValueError, check, last_error
+from .._native import ffi, lib
+from ..bitmap import Bitmap, as_indices, c_indices, grow, indices_from
+from ..errors import FreedError, ShmtopoValueError, check, last_error
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from typing_extensions import Self
 
-    from .comm import Comm
+    from ..comm import Comm
 
 SOURCES = ("shmem", "xml", "local")  # in the order of enum shmtopo_topo_source, after auto
 #: Addresses tried before falling back to XML.
@@ -1107,7 +1107,7 @@ def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = A
     """
     global _shared
     held = held_topology()
-    from .agreement import normalised
+    from ..agreement import normalised
 
     opts = normalised(comm, lib.SHMTOPO_KIND_TOPO_SHARE, _share_opts, source, attempts, held,
                       _conflict_rank, io)
