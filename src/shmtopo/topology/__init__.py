@@ -4,11 +4,13 @@ from __future__ import annotations
 from typing import Any
 
 from . import topology as _topology
+from .objects import (
+    CACHE_TYPES, IO_TYPES, OSDEV_TYPES, TYPES, BridgeAttr, CacheAttr, PciAttr, TopoObject, hwloc_version,
+    type_name, type_number,
+)
 from .topology import (
-    ATTEMPTS, CACHE_TYPES, DISTANCE_KINDS, IO_TYPES, MEMATTR_FLAGS, MEMBIND_POLICIES, OSDEV_TYPES,
-    PLACEMENT_POLICIES, SOURCES, TYPES, BridgeAttr, CacheAttr, CpuKind, Distances, MemAttr, MemAttrValue,
-    PciAttr, TopoObject, Topology, held_topology, hwloc_version, placement_policy_number, share_topology,
-    split_color, type_name, type_number,
+    ATTEMPTS, DISTANCE_KINDS, MEMATTR_FLAGS, MEMBIND_POLICIES, PLACEMENT_POLICIES, SOURCES, CpuKind, Distances,
+    MemAttr, MemAttrValue, Topology, held_topology, placement_policy_number, share_topology, split_color,
 )
 from .topology import _destroy_all  # noqa: F401  (a test hook)
 
