@@ -1,18 +1,4 @@
-"""Topology: the node's hwloc topology, read-only, shared by all ranks.
-
-:func:`share_topology` has one rank (the leader, rank 0 of the comm) load
-the topology and write it into a file with hwloc's shmem API; every rank then
-maps that file at one virtual address, chosen inside the intersection of all
-ranks' free address ranges. Adopting costs microseconds and no private
-memory. When that fails on any rank (the address got taken meanwhile), all
-ranks agree, retry at another address, then fall back to an XML broadcast,
-then to a local load; ``topo.source`` says which path ("shmem", "xml",
-"local") this rank's copy came from.
-
-Costs seen with hwloc 2.8/2.9: an adopt takes 20-90 us, but hwloc
-initialises its components (dlopen of its plugins, about 3 ms) whenever a
-process holds no other topology, in adopt as in load. The leader never writes
-from an adopted copy: hwloc's write updates its source, a segfault there.
+"""Topology: a read-only hwloc topology, its queries and binding.
 
 A :class:`Topology` has no method that modifies it: an adopted topology lives
 in read-only shared memory, where hwloc would segfault on a write. What it
@@ -24,14 +10,15 @@ after that every call raises :class:`FreedError`. Sets of CPUs or NUMA nodes
 are :class:`~shmtopo.bitmap.Bitmap` s (frozensets with hwloc's syntaxes);
 arguments that take a set accept a Bitmap, any iterable of indices, an hwloc
 list string ("0-3,8") or an object (its cpuset, or nodeset for memory calls).
-Binding a whole comm by topology is :meth:`shmtopo.Comm.bind`.
+Binding a whole comm by topology is :meth:`shmtopo.Comm.bind`; the node's
+shared topology comes from :func:`~shmtopo.topology.share_topology`.
 """
 from __future__ import annotations
 
 import atexit
 import errno as _errno
 import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -46,12 +33,6 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-    from ..comm import Comm
-
-SOURCES = ("shmem", "xml", "local")  # in the order of enum shmtopo_topo_source, after auto
-#: Addresses tried before falling back to XML.
-ATTEMPTS = 3
-
 #: Memory binding policies (``Topology.set_membind``).
 MEMBIND_POLICIES = ("default", "firsttouch", "bind", "interleave", "nexttouch")
 #: How Comm.bind and Topology.placement share ranks out over objects.
@@ -60,7 +41,7 @@ DISTANCE_KINDS = {1: "from_os", 2: "from_user", 4: "latency", 8: "bandwidth", 16
 MEMATTR_FLAGS = {1: "higher_first", 2: "lower_first", 4: "need_initiator"}
 
 
-def _io_level(io: Any) -> int:
+def io_level(io: Any) -> int:
     """io=False (none), True (the important I/O objects) or "all"."""
     if io is None or io is False or (type(io) is int and io == 0):
         return 0
@@ -141,7 +122,6 @@ class Distances:
 
 # -- topology ------------------------------------------------------------------
 _open_topologies: "weakref.WeakSet[Topology]" = weakref.WeakSet()
-_shared: "Topology | None" = None  # the one shared topology of this process
 
 
 def placement_policy_number(name: Any) -> int:
@@ -170,10 +150,12 @@ class Topology:
     ``close()`` drops one) and destroyed at zero.
     """
 
-    __slots__ = ("_h", "_source", "_refs", "_address", "_length", "_attempts", "_adopt_seconds", "__weakref__")
+    __slots__ = ("_h", "_source", "_refs", "_address", "_length", "_attempts", "_adopt_seconds", "_on_destroy",
+                 "__weakref__")
 
     def __init__(self, handle: Any, source: str, *, address: int | None = None,
-                 length: int | None = None, attempts: int = 0, adopt_seconds: float | None = None):
+                 length: int | None = None, attempts: int = 0, adopt_seconds: float | None = None,
+                 on_destroy: Callable[[Topology], None] | None = None):
         self._h = handle
         self._source = source
         self._refs = 1
@@ -181,6 +163,7 @@ class Topology:
         self._length = length
         self._attempts = attempts
         self._adopt_seconds = adopt_seconds
+        self._on_destroy = on_destroy  # whoever handed it out forgets it (share_topology)
         _open_topologies.add(self)
 
     @classmethod
@@ -189,7 +172,7 @@ class Topology:
         io: True adds the I/O objects hwloc deems important (bridges, PCI
         devices such as NICs and GPUs, and their OS devices); "all" every one."""
         out = ffi.new("void **")
-        check(lib.shmtopo_topo_load_local_io(_io_level(io), out))
+        check(lib.shmtopo_topo_load_local_io(io_level(io), out))
         return cls(out[0], "local")
 
     @classmethod
@@ -198,7 +181,7 @@ class Topology:
         describes this machine, so binding queries work on it. io: keep the
         XML's I/O objects (True: the important ones, "all": all)."""
         data = xml.encode() if isinstance(xml, str) else bytes(xml)
-        return cls(_load_xml(data, here=this_system, io=_io_level(io)), "xml")
+        return cls(_load_xml(data, here=this_system, io=io_level(io)), "xml")
 
     @classmethod
     def from_synthetic(cls, description: str) -> "Topology":
@@ -650,13 +633,16 @@ class Topology:
         if self._refs <= 0:
             self._destroy()
 
+    def _add_reference(self) -> None:
+        """One more holder: close() must run once more before it is destroyed."""
+        self._refs += 1
+
     def _destroy(self) -> None:
-        global _shared
         handle, self._h = self._h, ffi.NULL
         self._refs = 0
         _open_topologies.discard(self)
-        if _shared is self:
-            _shared = None
+        if self._on_destroy is not None:
+            self._on_destroy(self)
         lib.shmtopo_topo_destroy(handle)
 
     def __enter__(self) -> Self:
@@ -690,83 +676,6 @@ def _load_xml(xml: bytes, here: bool = False, io: int = 0) -> Any:
     out = ffi.new("void **")
     check(lib.shmtopo_topo_load_xml_io(xml, len(xml), 1 if here else 0, io, out))
     return out[0]
-
-
-# -- share_topology ------------------------------------------------------------
-def held_topology() -> Topology | None:
-    """The shared topology this process holds open (share_topology), if any:
-    for callers that use one when it is there and never pay to share one."""
-    return _shared if _shared is not None and not _shared.closed else None
-
-
-def _source_number(name: Any) -> int:
-    if not isinstance(name, str):
-        raise ShmtopoValueError(f"topology source must be a name, not {name!r}")
-    out = ffi.new("int *")
-    check(lib.shmtopo_topo_source_from_name(name.encode(), out))
-    return int(out[0])
-
-
-def _share_opts(source: Any, attempts: Any, held: Topology | None, conflict_rank: Any, io: Any) -> Any:
-    opts = ffi.new("shmtopo_topo_share_opts_t *")
-    opts.source = -1 if source is None else _source_number(source)
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 64:
-        raise ShmtopoValueError(f"attempts must be an integer in [1, 64], not {attempts!r}")
-    opts.attempts = attempts
-    opts.have = held is not None
-    opts.conflict_rank = -1 if conflict_rank is None else int(conflict_rank)
-    opts.io = _io_level(io)
-    # the one shared topology of the process serves every later call, so it
-    # must hold at least the I/O objects asked for
-    if held is not None and _io_level(held.io) < opts.io:
-        raise ShmtopoValueError(f"this process holds the shared topology with io={held.io!r}: close it "
-                                f"before sharing one with io={io!r}")
-    return opts
-
-
-def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = ATTEMPTS,
-                   io: bool | str = False, _conflict_rank: int | None = None) -> Topology:
-    """Collective over ``comm``: this node's topology, read-only.
-
-    The leader (rank 0) loads it and writes it to a shared file under
-    ``/dev/shm`` (or ``$SHMTOPO_TOPO_DIR``), named after its pid and the
-    hwloc version; every rank maps it at one common address and the leader
-    removes the name at once. On failure on any rank, all ranks retry at
-    another address (``attempts`` in all), then share XML, then load
-    locally. The protocol runs in the native core, each step an agreement of
-    the comm: a bad argument or a failure on any rank is every rank's.
-
-    source: "auto" (default, or ``$SHMTOPO_TOPO_SOURCE``) runs that chain;
-        "shmem", "xml" or "local" takes only that path and raises if it fails.
-    io: the leader loads I/O objects too (True: those hwloc deems important,
-        PCI devices, GPUs, NICs and their bridges; "all": every one) and all
-        ranks get them; every rank must pass the same.
-    _conflict_rank: for tests (also ``$SHMTOPO_TOPO_CONFLICT_RANK``): that rank
-        maps a page at the first chosen address, so the first attempt fails.
-
-    A process holds at most one shared topology: while one is open, further
-    calls return it with one more reference (a call asking for more I/O
-    objects than it holds raises on every rank); ``close()`` each.
-    """
-    global _shared
-    held = held_topology()
-    from ..agreement import normalised
-
-    opts = normalised(comm, lib.SHMTOPO_KIND_TOPO_SHARE, _share_opts, source, attempts, held,
-                      _conflict_rank, io)
-    out = ffi.new("void **")
-    info = ffi.new("shmtopo_topo_share_info_t *")
-    check(lib.shmtopo_topo_share(comm.handle, opts, out, info))
-    if held is not None:
-        held._refs += 1
-        return held
-    how = SOURCES[info.source - 1]
-    shmem = how == "shmem"
-    topo = Topology(out[0], how, address=int(info.address) if shmem else None,
-                    length=int(info.length) if shmem else None, attempts=info.attempts,
-                    adopt_seconds=info.adopt_seconds if shmem else None)
-    _shared = topo
-    return topo
 
 
 # -- splitting a comm by topology -------------------------------------------------
