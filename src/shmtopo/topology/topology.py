@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
+
+# -- tables and arguments ---------------------------------------------------------
 #: Memory binding policies (``Topology.set_membind``).
 MEMBIND_POLICIES = ("default", "firsttouch", "bind", "interleave", "nexttouch")
 #: How Comm.bind and Topology.placement share ranks out over objects.
