@@ -14,7 +14,7 @@ from ._native import ffi, lib
 from .coll import api, persistent
 from .errors import FreedError, ShmtopoValueError, check, last_error
 from .job import NodePlan, job_bootstrap, job_verdict
-from .topology import PLACEMENT_POLICIES, _placement_policy, held_topology, share_topology, type_name, type_number
+from .topology import PLACEMENT_POLICIES, held_topology, placement_policy_number, share_topology, type_name, type_number
 from .window import Window, backend_number, fence_number
 
 MAX_BYTES = 2**62  # per rank; the native core refuses more
@@ -422,7 +422,7 @@ class Comm(Collective):
         on any rank, or a binding the OS refuses on any rank: every rank
         raises ShmtopoValueError (or the failure) and keeps its binding."""
         def normalise() -> tuple[str, str]:
-            return type_name(type_number(to)), PLACEMENT_POLICIES[_placement_policy(policy)]
+            return type_name(type_number(to)), PLACEMENT_POLICIES[placement_policy_number(policy)]
 
         kind = lib.SHMTOPO_KIND_BIND
         to_name, how = agreement.normalised(self, kind, normalise)

@@ -1,18 +1,4 @@
-"""Topology: the node's hwloc topology, read-only, shared by all ranks.
-
-:func:`share_topology` has one rank (the leader, rank 0 of the comm) load
-the topology and write it into a file with hwloc's shmem API; every rank then
-maps that file at one virtual address, chosen inside the intersection of all
-ranks' free address ranges. Adopting costs microseconds and no private
-memory. When that fails on any rank (the address got taken meanwhile), all
-ranks agree, retry at another address, then fall back to an XML broadcast,
-then to a local load; ``topo.source`` says which path ("shmem", "xml",
-"local") this rank's copy came from.
-
-Costs seen with hwloc 2.8/2.9: an adopt takes 20-90 us, but hwloc
-initialises its components (dlopen of its plugins, about 3 ms) whenever a
-process holds no other topology, in adopt as in load. The leader never writes
-from an adopted copy: hwloc's write updates its source, a segfault there.
+"""Topology: a read-only hwloc topology, its queries and binding.
 
 A :class:`Topology` has no method that modifies it: an adopted topology lives
 in read-only shared memory, where hwloc would segfault on a write. What it
@@ -24,7 +10,8 @@ after that every call raises :class:`FreedError`. Sets of CPUs or NUMA nodes
 are :class:`~shmtopo.bitmap.Bitmap` s (frozensets with hwloc's syntaxes);
 arguments that take a set accept a Bitmap, any iterable of indices, an hwloc
 list string ("0-3,8") or an object (its cpuset, or nodeset for memory calls).
-Binding a whole comm by topology is :meth:`shmtopo.Comm.bind`.
+Binding a whole comm by topology is :meth:`shmtopo.Comm.bind`; the node's
+shared topology comes from :func:`~shmtopo.topology.share_topology`.
 """
 from __future__ import annotations
 
@@ -36,49 +23,18 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ._native import ffi, lib
-from .bitmap import Bitmap, as_indices, c_indices, grow, indices_from
-from .errors import FreedError, ShmtopoValueError, check, last_error
+from .._native import ffi, lib
+from ..bitmap import Bitmap, as_indices, c_indices, grow, indices_from
+from ..errors import FreedError, ShmtopoValueError, check, last_error
+from .objects import OSDEV_TYPES, TYPES, TopoObject, c_string, infos_from, type_number
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from typing_extensions import Self
 
-    from .comm import Comm
 
-SOURCES = ("shmem", "xml", "local")  # in the order of enum shmtopo_topo_source, after auto
-#: Addresses tried before falling back to XML.
-ATTEMPTS = 3
-
-
-# -- types --------------------------------------------------------------------
-def type_number(name: str) -> int:
-    """hwloc's number for a type name; ShmtopoValueError for an unknown one."""
-    if not isinstance(name, str):
-        raise ShmtopoValueError(f"topology object type must be a name, not {name!r}")
-    out = ffi.new("int *")
-    check(lib.shmtopo_topo_type_from_name(name.encode(), out))
-    return int(out[0])
-
-
-def type_name(number: int) -> str:
-    """The short name of a type number ("core", "numanode", "pci", ...)."""
-    return ffi.string(lib.shmtopo_topo_type_name(number)).decode()
-
-
-def _known(name: str) -> bool:
-    return bool(lib.shmtopo_topo_type_from_name(name.encode(), ffi.new("int *")) == 0)
-
-
-#: The usual type names this hwloc knows ("die" needs hwloc >= 2.1).
-TYPES = tuple(n for n in ("machine", "package", "die", "numanode", "group", "l3", "l2", "l1", "core", "pu")
-              if _known(n))
-#: Types of I/O objects, present only in topologies loaded with ``io=``.
-IO_TYPES = ("bridge", "pci", "osdev")
-#: Kinds of OS devices (``TopoObject.osdev_type``).
-OSDEV_TYPES = ("block", "gpu", "network", "openfabrics", "dma", "coproc")
-CACHE_TYPES = ("unified", "data", "instruction")
+# -- tables and arguments ---------------------------------------------------------
 #: Memory binding policies (``Topology.set_membind``).
 MEMBIND_POLICIES = ("default", "firsttouch", "bind", "interleave", "nexttouch")
 #: How Comm.bind and Topology.placement share ranks out over objects.
@@ -87,12 +43,7 @@ DISTANCE_KINDS = {1: "from_os", 2: "from_user", 4: "latency", 8: "bandwidth", 16
 MEMATTR_FLAGS = {1: "higher_first", 2: "lower_first", 4: "need_initiator"}
 
 
-def hwloc_version() -> str:
-    """libhwloc's API version in use (all ranks of a node must share it)."""
-    return ffi.string(lib.shmtopo_hwloc_version()).decode()
-
-
-def _io_level(io: Any) -> int:
+def io_level(io: Any) -> int:
     """io=False (none), True (the important I/O objects) or "all"."""
     if io is None or io is False or (type(io) is int and io == 0):
         return 0
@@ -116,67 +67,7 @@ def _named_bits(bits: int, names: dict[int, str]) -> frozenset[str]:
     return frozenset(name for bit, name in names.items() if bits & bit)
 
 
-def _strings(fill: Callable[[Any, Any, int, Any], int]) -> dict[str, str]:
-    """name -> value pairs from a native (names, values, max, countp) call;
-    the first value of a repeated name wins, as in hwloc's lookups."""
-    cap = 16
-    while True:
-        names, values = ffi.new("const char *[]", cap), ffi.new("const char *[]", cap)
-        count = ffi.new("size_t *")
-        rc = fill(names, values, cap, count)
-        if rc < 0 and ffi.errno == _errno.ENOBUFS and count[0] > cap:
-            cap = count[0]
-            continue
-        check(rc)
-        pairs: dict[str, str] = {}
-        for i in range(count[0]):
-            name = ffi.string(names[i]).decode(errors="replace")
-            if name not in pairs:
-                pairs[name] = ffi.string(values[i]).decode(errors="replace") if values[i] else ""
-        return pairs
-
-
-def _c_string(p: Any) -> str | None:
-    return None if p == ffi.NULL else ffi.string(p).decode(errors="replace")
-
-
-# -- attribute records -------------------------------------------------------------
-class CacheAttr(NamedTuple):
-    """A cache's attributes (``TopoObject.cache``)."""
-    size: int            #: bytes
-    depth: int           #: 1 for L1, ...
-    linesize: int        #: bytes, 0 unknown
-    associativity: int   #: ways; -1 fully associative, 0 unknown
-    kind: str            #: "unified", "data" or "instruction"
-
-
-class PciAttr(NamedTuple):
-    """A PCI device's attributes (``TopoObject.pci``; for a bridge, its
-    upstream side)."""
-    busid: str           #: "0000:3b:00.0", as lstopo prints it
-    domain: int
-    bus: int
-    dev: int
-    func: int
-    class_id: int
-    vendor_id: int
-    device_id: int
-    subvendor_id: int
-    subdevice_id: int
-    revision: int
-    linkspeed: float     #: GB/s, 0.0 unknown
-
-
-class BridgeAttr(NamedTuple):
-    """A bridge's attributes (``TopoObject.bridge``)."""
-    upstream: str        #: "host" (a host bridge) or "pci"
-    downstream: str      #: "pci"
-    domain: int
-    secondary_bus: int
-    subordinate_bus: int
-    depth: int
-
-
+# -- query records ---------------------------------------------------------------
 class MemAttrValue(NamedTuple):
     """One value of a memory attribute: for ``target`` (a NUMA node) as seen
     from ``initiator`` (a Bitmap of CPUs, an object, or None when the
@@ -230,278 +121,12 @@ class Distances:
                 f"between {len(self.objects)} {'/'.join(types)}>")
 
 
-# -- objects -------------------------------------------------------------------
-class TopoObject:
-    """One hwloc object, read-only; valid while its topology is open."""
-
-    __slots__ = ("_topo", "_h", "_info")
-
-    def __init__(self, topo: "Topology", handle: Any):
-        info = ffi.new("shmtopo_obj_info_t *")
-        check(lib.shmtopo_obj_info(handle, info))
-        self._topo = topo
-        self._h = handle
-        self._info = info
-
-    def _handle(self) -> Any:
-        self._topo._handle  # raises FreedError once the topology is closed
-        return self._h
-
-    def _field(self, name: str) -> Any:
-        self._handle()
-        return getattr(self._info, name)
-
-    def _wrap(self, handle: Any) -> "TopoObject | None":
-        return None if handle == ffi.NULL else TopoObject(self._topo, handle)
-
-    def _peer(self, other: Any, what: str) -> Any:
-        if not isinstance(other, TopoObject) or other._topo is not self._topo:
-            raise ShmtopoValueError(f"{what} needs an object of the same topology, not {other!r}")
-        return other._handle()
-
-    def _attr(self) -> Any:
-        attr = ffi.new("shmtopo_obj_attr_t *")
-        check(lib.shmtopo_obj_attr(self._handle(), attr))
-        return attr
-
-    # -- identity ----------------------------------------------------------
-    @property
-    def type(self) -> str:
-        return type_name(self._field("type"))
-
-    @property
-    def depth(self) -> int:
-        """Level in the tree (0: Machine); negative for NUMA nodes, I/O and
-        Misc objects (hwloc's special depths)."""
-        return int(self._field("depth"))
-
-    @property
-    def os_index(self) -> int | None:
-        idx = self._field("os_index")
-        return None if idx < 0 else idx
-
-    @property
-    def logical_index(self) -> int:
-        return int(self._field("logical_index"))
-
-    @property
-    def gp_index(self) -> int:
-        """hwloc's global persistent index (unique in the topology)."""
-        return int(self._field("gp_index"))
-
-    @property
-    def sibling_rank(self) -> int:
-        """Index among its parent's children of the same kind."""
-        return int(self._field("sibling_rank"))
-
-    @property
-    def symmetric_subtree(self) -> bool:
-        return bool(self._field("symmetric_subtree"))
-
-    @property
-    def name(self) -> str | None:
-        """The object's name (OS devices: "eth0", "sda"; often None)."""
-        return _c_string(self._attr().name)
-
-    @property
-    def subtype(self) -> str | None:
-        """A finer type ("HBM", "MemoryModule", "CXLMem"...; often None)."""
-        return _c_string(self._attr().subtype)
-
-    # -- attributes --------------------------------------------------------
-    @property
-    def infos(self) -> dict[str, str]:
-        """The object's info attributes: CPUModel, CPUVendor, ... on
-        packages; OSName, Backend, hwlocVersion ... on the root."""
-        h = self._handle()
-        return _strings(lambda names, values, cap, count: lib.shmtopo_obj_infos(h, names, values, cap, count))
-
-    def info(self, name: str) -> str | None:
-        """One info attribute (the first of that name), or None."""
-        return self.infos.get(name)
-
-    @property
-    def local_memory(self) -> int:
-        """Bytes of a NUMA node's own memory (0 for other objects)."""
-        return int(self._field("local_memory"))
-
-    @property
-    def total_memory(self) -> int:
-        """Bytes of all NUMA nodes below this object."""
-        return int(self._field("total_memory"))
-
-    @property
-    def page_types(self) -> list[tuple[int, int]]:
-        """A NUMA node's memory by page size: (bytes per page, pages)."""
-        h = self._handle()
-        cap = 8
-        while True:
-            sizes, counts, n = ffi.new("uint64_t[]", cap), ffi.new("uint64_t[]", cap), ffi.new("size_t *")
-            rc = lib.shmtopo_obj_page_types(h, sizes, counts, cap, n)
-            if rc < 0 and ffi.errno == _errno.ENOBUFS and n[0] > cap:
-                cap = n[0]
-                continue
-            check(rc)
-            return [(int(sizes[i]), int(counts[i])) for i in range(n[0])]
-
-    @property
-    def cache(self) -> CacheAttr | None:
-        """Size, depth, line size, associativity and kind of a cache; None
-        for other objects."""
-        a = self._attr()
-        if a.kind != lib.SHMTOPO_ATTR_CACHE:
-            return None
-        kind = CACHE_TYPES[a.cache_type] if 0 <= a.cache_type < len(CACHE_TYPES) else "unknown"
-        return CacheAttr(int(a.cache_size), a.cache_depth, a.cache_linesize, a.cache_associativity, kind)
-
-    @staticmethod
-    def _pci_of(a: Any) -> PciAttr:
-        busid = f"{a.pci_domain:04x}:{a.pci_bus:02x}:{a.pci_dev:02x}.{a.pci_func:01x}"
-        return PciAttr(busid, a.pci_domain, a.pci_bus, a.pci_dev, a.pci_func, a.pci_class_id, a.pci_vendor_id,
-                       a.pci_device_id, a.pci_subvendor_id, a.pci_subdevice_id, a.pci_revision,
-                       float(a.pci_linkspeed))
-
-    @property
-    def pci(self) -> PciAttr | None:
-        """Bus id and ids of a PCI device (or of a PCI-to-PCI bridge's
-        upstream side); None otherwise."""
-        a = self._attr()
-        if a.kind == lib.SHMTOPO_ATTR_PCI or (a.kind == lib.SHMTOPO_ATTR_BRIDGE and a.bridge_upstream):
-            return self._pci_of(a)
-        return None
-
-    @property
-    def bridge(self) -> BridgeAttr | None:
-        """A bridge's up- and downstream sides and the buses below it."""
-        a = self._attr()
-        if a.kind != lib.SHMTOPO_ATTR_BRIDGE:
-            return None
-        return BridgeAttr("pci" if a.bridge_upstream else "host", "pci" if a.bridge_downstream else "unknown",
-                          a.bridge_domain, a.bridge_secondary_bus, a.bridge_subordinate_bus, a.bridge_depth)
-
-    @property
-    def osdev_type(self) -> str | None:
-        """An OS device's kind: "block", "gpu", "network", "openfabrics",
-        "dma" or "coproc"; None for other objects."""
-        a = self._attr()
-        if a.kind != lib.SHMTOPO_ATTR_OSDEV:
-            return None
-        return ffi.string(lib.shmtopo_osdev_type_name(a.osdev_type)).decode()
-
-    @property
-    def group_depth(self) -> int | None:
-        """A Group's depth among groups (None for other objects)."""
-        a = self._attr()
-        return a.group_depth if a.kind == lib.SHMTOPO_ATTR_GROUP else None
-
-    # -- sets --------------------------------------------------------------
-    def _set(self, which: int) -> Bitmap:
-        h = self._handle()
-        return indices_from(lambda out, cap, count: lib.shmtopo_obj_set(h, which, out, cap, count))
-
-    def _set_str(self, which: int) -> str:
-        h = self._handle()
-        need = check(lib.shmtopo_obj_set_str(h, which, ffi.NULL, 0))
-        buf = ffi.new("char[]", need + 1)
-        check(lib.shmtopo_obj_set_str(h, which, buf, need + 1))
-        return ffi.string(buf).decode()
-
-    @property
-    def cpuset(self) -> Bitmap:
-        """OS indices of the PUs (hardware threads) inside the object (empty
-        for I/O and Misc objects)."""
-        return self._set(0)
-
-    @property
-    def cpuset_str(self) -> str:
-        """hwloc's string form of the cpuset, e.g. ``0x0000000f``."""
-        return self._set_str(0)
-
-    @property
-    def nodeset(self) -> Bitmap:
-        """OS indices of the NUMA nodes near the object."""
-        return self._set(1)
-
-    # -- tree --------------------------------------------------------------
-    @property
-    def parent(self) -> "TopoObject | None":
-        out = ffi.new("void **")
-        check(lib.shmtopo_obj_parent(self._handle(), out))
-        return self._wrap(out[0])
-
-    @property
-    def children(self) -> list["TopoObject"]:
-        """Normal children in logical order, then memory children (NUMA
-        nodes), I/O children and Misc children, as hwloc lists them."""
-        h = self._handle()
-        out = ffi.new("void **")
-        kids = []
-        info = self._info
-        for i in range(info.arity + info.memory_arity + info.io_arity + info.misc_arity):
-            check(lib.shmtopo_obj_child(h, i, out))
-            kids.append(TopoObject(self._topo, out[0]))
-        return kids
-
-    @property
-    def ancestors(self) -> list["TopoObject"]:
-        """Parent, grandparent, ... up to the root."""
-        chain, obj = [], self.parent
-        while obj is not None:
-            chain.append(obj)
-            obj = obj.parent
-        return chain
-
-    def ancestor(self, type: str) -> "TopoObject | None":
-        """The closest ancestor of a type ("package", "l3", ...), or None."""
-        number = type_number(type)
-        out = ffi.new("void **")
-        check(lib.shmtopo_obj_ancestor(self._topo._handle, self._handle(), number, out))
-        return self._wrap(out[0])
-
-    def common_ancestor(self, other: "TopoObject") -> "TopoObject":
-        """The deepest object that is an ancestor of both, or one of them
-        (NUMA nodes and I/O objects count from the object they hang from)."""
-        theirs = self._peer(other, "common_ancestor")
-        out = ffi.new("void **")
-        check(lib.shmtopo_obj_common_ancestor(self._topo._handle, self._handle(), theirs, out))
-        return TopoObject(self._topo, out[0])
-
-    def is_inside(self, other: "TopoObject") -> bool:
-        """Whether this object lies in other's subtree, by cpusets as hwloc
-        decides (an object is inside itself; I/O objects, having no cpuset,
-        are inside nothing)."""
-        theirs = self._peer(other, "is_inside")
-        return bool(check(lib.shmtopo_obj_is_inside(self._topo._handle, self._handle(), theirs)))
-
-    @property
-    def non_io_ancestor(self) -> "TopoObject":
-        """The object itself when it has CPUs, else (I/O objects) the first
-        ancestor that has: where a device is attached, its locality."""
-        out = ffi.new("void **")
-        check(lib.shmtopo_obj_non_io_ancestor(self._topo._handle, self._handle(), out))
-        return TopoObject(self._topo, out[0])
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TopoObject) and self._h == other._h
-
-    def __hash__(self) -> int:
-        return hash(int(ffi.cast("uintptr_t", self._h)))
-
-    def __repr__(self) -> str:
-        if self._topo.closed:
-            return "<shmtopo.TopoObject of a closed topology>"
-        name = f" {self.name!r}" if self.name else ""
-        os_index = "" if self.os_index is None else f" P#{self.os_index}"
-        where = f" cpuset {self.cpuset_str}" if self.type not in IO_TYPES + ("misc",) else ""
-        return f"<{self.type}{name} L#{self.logical_index}{os_index}{where}>"
-
 
 # -- topology ------------------------------------------------------------------
 _open_topologies: "weakref.WeakSet[Topology]" = weakref.WeakSet()
-_shared: "Topology | None" = None  # the one shared topology of this process
 
 
-def _placement_policy(name: Any) -> int:
+def placement_policy_number(name: Any) -> int:
     if not isinstance(name, str):
         raise ShmtopoValueError(f"placement policy must be 'compact' or 'spread', not {name!r}")
     out = ffi.new("int *")
@@ -527,10 +152,12 @@ class Topology:
     ``close()`` drops one) and destroyed at zero.
     """
 
-    __slots__ = ("_h", "_source", "_refs", "_address", "_length", "_attempts", "_adopt_seconds", "__weakref__")
+    __slots__ = ("_h", "_source", "_refs", "_address", "_length", "_attempts", "_adopt_seconds", "_on_destroy",
+                 "__weakref__")
 
     def __init__(self, handle: Any, source: str, *, address: int | None = None,
-                 length: int | None = None, attempts: int = 0, adopt_seconds: float | None = None):
+                 length: int | None = None, attempts: int = 0, adopt_seconds: float | None = None,
+                 on_destroy: Callable[[Topology], None] | None = None):
         self._h = handle
         self._source = source
         self._refs = 1
@@ -538,6 +165,7 @@ class Topology:
         self._length = length
         self._attempts = attempts
         self._adopt_seconds = adopt_seconds
+        self._on_destroy = on_destroy  # whoever handed it out forgets it (share_topology)
         _open_topologies.add(self)
 
     @classmethod
@@ -546,7 +174,7 @@ class Topology:
         io: True adds the I/O objects hwloc deems important (bridges, PCI
         devices such as NICs and GPUs, and their OS devices); "all" every one."""
         out = ffi.new("void **")
-        check(lib.shmtopo_topo_load_local_io(_io_level(io), out))
+        check(lib.shmtopo_topo_load_local_io(io_level(io), out))
         return cls(out[0], "local")
 
     @classmethod
@@ -555,7 +183,7 @@ class Topology:
         describes this machine, so binding queries work on it. io: keep the
         XML's I/O objects (True: the important ones, "all": all)."""
         data = xml.encode() if isinstance(xml, str) else bytes(xml)
-        return cls(_load_xml(data, here=this_system, io=_io_level(io)), "xml")
+        return cls(_load_xml(data, here=this_system, io=io_level(io)), "xml")
 
     @classmethod
     def from_synthetic(cls, description: str) -> "Topology":
@@ -785,7 +413,7 @@ class Topology:
         :meth:`shmtopo.Comm.bind` binds a comm's ranks this way."""
         h = self._handle
         number = type_number(to)
-        pol = _placement_policy(policy)
+        pol = placement_policy_number(policy)
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**31:
             raise ShmtopoValueError(f"the number of ranks must be a non-negative integer, not {n!r}")
         out = ffi.new("unsigned[]", max(n, 1))
@@ -822,7 +450,7 @@ class Topology:
                 break
             n = info.nbobjs
             matrix = np.frombuffer(ffi.buffer(values, 8 * n * n), dtype=np.uint64).reshape(n, n).copy()
-            found.append(Distances(_c_string(info.name), _named_bits(info.kind, DISTANCE_KINDS),
+            found.append(Distances(c_string(info.name), _named_bits(info.kind, DISTANCE_KINDS),
                                    [TopoObject(self, objs[k]) for k in range(n)], matrix))
         return found
 
@@ -937,7 +565,7 @@ class Topology:
         eff = ffi.new("int *")
         for i in range(check(lib.shmtopo_topo_ncpukinds(h))):
             cpus = indices_from(lambda out, cap, count: lib.shmtopo_topo_cpukind(h, i, eff, out, cap, count))
-            infos = _strings(lambda names, values, cap, count:
+            infos = infos_from(lambda names, values, cap, count:
                              lib.shmtopo_topo_cpukind_infos(h, i, names, values, cap, count))
             kinds.append(CpuKind(i, None if eff[0] < 0 else eff[0], cpus, infos))
         return kinds
@@ -1007,13 +635,16 @@ class Topology:
         if self._refs <= 0:
             self._destroy()
 
+    def _add_reference(self) -> None:
+        """One more holder: close() must run once more before it is destroyed."""
+        self._refs += 1
+
     def _destroy(self) -> None:
-        global _shared
         handle, self._h = self._h, ffi.NULL
         self._refs = 0
         _open_topologies.discard(self)
-        if _shared is self:
-            _shared = None
+        if self._on_destroy is not None:
+            self._on_destroy(self)
         lib.shmtopo_topo_destroy(handle)
 
     def __enter__(self) -> Self:
@@ -1047,83 +678,6 @@ def _load_xml(xml: bytes, here: bool = False, io: int = 0) -> Any:
     out = ffi.new("void **")
     check(lib.shmtopo_topo_load_xml_io(xml, len(xml), 1 if here else 0, io, out))
     return out[0]
-
-
-# -- share_topology ------------------------------------------------------------
-def held_topology() -> Topology | None:
-    """The shared topology this process holds open (share_topology), if any:
-    for callers that use one when it is there and never pay to share one."""
-    return _shared if _shared is not None and not _shared.closed else None
-
-
-def _source_number(name: Any) -> int:
-    if not isinstance(name, str):
-        raise ShmtopoValueError(f"topology source must be a name, not {name!r}")
-    out = ffi.new("int *")
-    check(lib.shmtopo_topo_source_from_name(name.encode(), out))
-    return int(out[0])
-
-
-def _share_opts(source: Any, attempts: Any, held: Topology | None, conflict_rank: Any, io: Any) -> Any:
-    opts = ffi.new("shmtopo_topo_share_opts_t *")
-    opts.source = -1 if source is None else _source_number(source)
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 64:
-        raise ShmtopoValueError(f"attempts must be an integer in [1, 64], not {attempts!r}")
-    opts.attempts = attempts
-    opts.have = held is not None
-    opts.conflict_rank = -1 if conflict_rank is None else int(conflict_rank)
-    opts.io = _io_level(io)
-    # the one shared topology of the process serves every later call, so it
-    # must hold at least the I/O objects asked for
-    if held is not None and _io_level(held.io) < opts.io:
-        raise ShmtopoValueError(f"this process holds the shared topology with io={held.io!r}: close it "
-                                f"before sharing one with io={io!r}")
-    return opts
-
-
-def share_topology(comm: "Comm", *, source: str | None = None, attempts: int = ATTEMPTS,
-                   io: bool | str = False, _conflict_rank: int | None = None) -> Topology:
-    """Collective over ``comm``: this node's topology, read-only.
-
-    The leader (rank 0) loads it and writes it to a shared file under
-    ``/dev/shm`` (or ``$SHMTOPO_TOPO_DIR``), named after its pid and the
-    hwloc version; every rank maps it at one common address and the leader
-    removes the name at once. On failure on any rank, all ranks retry at
-    another address (``attempts`` in all), then share XML, then load
-    locally. The protocol runs in the native core, each step an agreement of
-    the comm: a bad argument or a failure on any rank is every rank's.
-
-    source: "auto" (default, or ``$SHMTOPO_TOPO_SOURCE``) runs that chain;
-        "shmem", "xml" or "local" takes only that path and raises if it fails.
-    io: the leader loads I/O objects too (True: those hwloc deems important,
-        PCI devices, GPUs, NICs and their bridges; "all": every one) and all
-        ranks get them; every rank must pass the same.
-    _conflict_rank: for tests (also ``$SHMTOPO_TOPO_CONFLICT_RANK``): that rank
-        maps a page at the first chosen address, so the first attempt fails.
-
-    A process holds at most one shared topology: while one is open, further
-    calls return it with one more reference (a call asking for more I/O
-    objects than it holds raises on every rank); ``close()`` each.
-    """
-    global _shared
-    held = held_topology()
-    from .agreement import normalised
-
-    opts = normalised(comm, lib.SHMTOPO_KIND_TOPO_SHARE, _share_opts, source, attempts, held,
-                      _conflict_rank, io)
-    out = ffi.new("void **")
-    info = ffi.new("shmtopo_topo_share_info_t *")
-    check(lib.shmtopo_topo_share(comm.handle, opts, out, info))
-    if held is not None:
-        held._refs += 1
-        return held
-    how = SOURCES[info.source - 1]
-    shmem = how == "shmem"
-    topo = Topology(out[0], how, address=int(info.address) if shmem else None,
-                    length=int(info.length) if shmem else None, attempts=info.attempts,
-                    adopt_seconds=info.adopt_seconds if shmem else None)
-    _shared = topo
-    return topo
 
 
 # -- splitting a comm by topology -------------------------------------------------
