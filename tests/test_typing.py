@@ -1,5 +1,5 @@
-"""The package and the README's examples pass ``mypy --strict``, and the
-annotations are precise enough to catch a misspelt method."""
+"""The package and the Python examples of the README and of docs/*.md pass
+``mypy --strict``, and the annotations are precise enough to catch a misspelt method."""
 import os
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from test_readme import python_blocks
+from test_readme import blocks
 
 pytestmark = pytest.mark.serial
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,9 +29,9 @@ def test_package_is_strictly_typed():
 
 def test_readme_examples_are_strictly_typed(tmp_path):
     files = []
-    for i, block in enumerate(python_blocks()):
-        files.append(tmp_path / f"readme_{i}.py")
-        files[-1].write_text(block)
+    for block in blocks("python"):
+        files.append(tmp_path / f"{block.stem}.py")
+        files[-1].write_text(block.text)
     proc = strict(*files)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
