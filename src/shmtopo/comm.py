@@ -112,10 +112,10 @@ class Comm(Collective):
                 node.Free()
             raise
         assert comm is not None  # job_verdict raised this rank's failure otherwise
-        comm._span(comm_plan)
+        comm._join_job(comm_plan)
         return comm
 
-    def _span(self, plan: NodePlan) -> None:
+    def _join_job(self, plan: NodePlan) -> None:
         """Make the comm one node of the job the plan describes."""
         self.plan = plan
         if plan.nnodes == 1:
@@ -290,7 +290,7 @@ class Comm(Collective):
             backend is "memfd": /dev/shm files cannot hold hugetlb pages.
         """
         def normalise() -> tuple[np.dtype[Any], tuple[int, ...], int, Any]:
-            dt, dims, size = _layout(nbytes, dtype, shape)
+            dt, dims, size = _allocation_layout(nbytes, dtype, shape)
             attr = ffi.new("shmtopo_win_attr_t *")
             attr.backend = backend_number(backend)
             attr.fence_alg = fence_number(fence)
@@ -546,7 +546,7 @@ def _chosen_nodes(placement: int) -> tuple[list[int], bool]:
     return nodes, topo.this_system
 
 
-def _layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
+def _allocation_layout(nbytes: Any, dtype: Any, shape: Any) -> tuple[np.dtype[Any], tuple[int, ...], int]:
     """dtype, shape and byte count from allocate's nbytes/dtype/shape."""
     try:
         dt = np.dtype(np.uint8 if dtype is None else dtype)

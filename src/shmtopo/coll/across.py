@@ -118,14 +118,14 @@ def _copy_if_aliased(a: np.ndarray, result: np.ndarray | None) -> np.ndarray:
     return a.copy() if result is not None and np.may_share_memory(a, result) else a
 
 
-def _layout(array: np.ndarray, counts: Any, displs: Any) -> Any:
+def _vector_spec(array: np.ndarray, counts: Any, displs: Any) -> Any:
     return [array, (counts.tolist(), displs.tolist())]
 
 
 def world_gatherv(comm: CommLike, a: np.ndarray, result: np.ndarray | None, counts: Any, displs: Any,
                   root: int) -> None:
     plan = comm.plan
-    recv = _layout(result, counts, displs) if result is not None else None
+    recv = _vector_spec(result, counts, displs) if result is not None else None
     mine = _copy_if_aliased(a, result)
     _wait(plan, plan.world.Igatherv(mine, recv, root=root), "gatherv", mine, result)
 
@@ -133,20 +133,20 @@ def world_gatherv(comm: CommLike, a: np.ndarray, result: np.ndarray | None, coun
 def world_scatterv(comm: CommLike, a: np.ndarray | None, result: np.ndarray, counts: Any, displs: Any,
                    root: int) -> None:
     plan = comm.plan
-    send = _layout(_copy_if_aliased(a, result), counts, displs) if a is not None else None
+    send = _vector_spec(_copy_if_aliased(a, result), counts, displs) if a is not None else None
     _wait(plan, plan.world.Iscatterv(send, result, root=root), "scatterv", send, result)
 
 
 def world_allgatherv(comm: CommLike, a: np.ndarray, result: np.ndarray, counts: Any, displs: Any) -> None:
     plan = comm.plan
     mine = _copy_if_aliased(a, result)
-    _wait(plan, plan.world.Iallgatherv(mine, _layout(result, counts, displs)), "allgatherv", mine, result)
+    _wait(plan, plan.world.Iallgatherv(mine, _vector_spec(result, counts, displs)), "allgatherv", mine, result)
 
 
 def world_alltoallv(comm: CommLike, a: np.ndarray, result: np.ndarray, sendcounts: Any, sdispls: Any,
                     recvcounts: Any, rdispls: Any) -> None:
     plan = comm.plan
-    _wait(plan, plan.world.Ialltoallv(_layout(a, sendcounts, sdispls), _layout(result, recvcounts, rdispls)),
+    _wait(plan, plan.world.Ialltoallv(_vector_spec(a, sendcounts, sdispls), _vector_spec(result, recvcounts, rdispls)),
           "alltoallv", a, result)
 
 

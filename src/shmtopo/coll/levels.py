@@ -53,7 +53,7 @@ from .._types import DTYPES
 from ..bitmap import Bitmap
 from ..errors import ShmtopoError, check
 from ..topology import share_topology
-from .node import node_allgather, node_bcast, node_reduce
+from .node import WINDOW_MIN, node_allgather, node_bcast, node_reduce
 
 Array = npt.NDArray[Any]
 
@@ -62,7 +62,7 @@ Array = npt.NDArray[Any]
 AUTO_MIN_RANKS = 8
 #: Levels for arrays from this many bytes per rank: smaller calls are one
 #: flat step, the agreement itself (and they take the fast C entry).
-MIN_BYTES = 64 * 1024
+MIN_BYTES = WINDOW_MIN
 #: auto's level types, innermost first.
 AUTO_TYPES = ("l3", "numanode", "package")
 #: Bytes per chunk of the pipelined reduce chain.
