@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ._native import ffi, lib
+from .errors import ShmtopoValueError, check
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -70,6 +71,17 @@ class Collective:
         if self._h != ffi.NULL:
             warnings.warn(f"shmtopo.{type(self).__name__} was never freed (free() is collective; "
                           "call it on every rank)", ResourceWarning, stacklevel=2)
+
+
+def number_of_name(parse: Callable[[bytes, Any], int], name: Any, what: str, expected: str = "a name") -> int:
+    """The native enum number of a name, through the core's parser for it
+    (``lib.shmtopo_*_from_name``): ShmtopoValueError for an unknown name or
+    for anything that is not a str."""
+    if not isinstance(name, str):
+        raise ShmtopoValueError(f"{what} must be {expected}, not {name!r}")
+    out = ffi.new("int *")
+    check(parse(name.encode(), out))
+    return int(out[0])
 
 
 class Attributes:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 import numpy.typing as npt
 
-from ._base import Collective, CommLike
+from ._base import Collective, CommLike, number_of_name
 from ._fastpath import NativeWindow
 from ._native import ffi, lib
 from .bitmap import Bitmap
@@ -40,26 +40,18 @@ def _placement_report(policy: str, place: Any, nodes: Bitmap) -> str:
     return f"{policy}{one}{where}: {how}"
 
 
-def _number(parse: Callable[[bytes, Any], int], name: str, what: str) -> int:
-    if not isinstance(name, str):
-        raise ShmtopoValueError(f"{what} must be a name, not {name!r}")
-    out = ffi.new("int *")
-    check(parse(name.encode(), out))
-    return int(out[0])
-
-
 def backend_number(name: str | None) -> int:
     """The native number of a backend name (None: the comm's default)."""
     if name is None:
         return int(lib.SHMTOPO_BACKEND_DEFAULT)
-    return _number(lib.shmtopo_backend_from_name, name, "backend")
+    return number_of_name(lib.shmtopo_backend_from_name, name, "backend")
 
 
 def fence_number(name: str | None) -> int:
     """The native number of a fence algorithm name (None: the comm's default)."""
     if name is None:
         return int(lib.SHMTOPO_FENCE_DEFAULT)
-    return _number(lib.shmtopo_fence_alg_from_name, name, "fence")
+    return number_of_name(lib.shmtopo_fence_alg_from_name, name, "fence")
 
 
 def _unmapper(length: int) -> Callable[[Any], None]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno as _errno
 from typing import Any, Callable, NamedTuple, Protocol
 
+from .._base import number_of_name
 from .._native import ffi, lib
 from ..bitmap import Bitmap, indices_from
 from ..errors import ShmtopoValueError, check
@@ -20,11 +21,7 @@ from ..errors import ShmtopoValueError, check
 # -- types --------------------------------------------------------------------
 def type_number(name: str) -> int:
     """hwloc's number for a type name; ShmtopoValueError for an unknown one."""
-    if not isinstance(name, str):
-        raise ShmtopoValueError(f"topology object type must be a name, not {name!r}")
-    out = ffi.new("int *")
-    check(lib.shmtopo_topo_type_from_name(name.encode(), out))
-    return int(out[0])
+    return number_of_name(lib.shmtopo_topo_type_from_name, name, "topology object type")
 
 
 def type_name(number: int) -> str:

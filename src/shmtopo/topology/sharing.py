@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._base import CommLike
+from .._base import CommLike, number_of_name
 from .._native import ffi, lib
 from ..agreement import normalised
 from ..errors import ShmtopoValueError, check
@@ -47,11 +47,7 @@ def held_topology() -> Topology | None:
 
 
 def _source_number(name: Any) -> int:
-    if not isinstance(name, str):
-        raise ShmtopoValueError(f"topology source must be a name, not {name!r}")
-    out = ffi.new("int *")
-    check(lib.shmtopo_topo_source_from_name(name.encode(), out))
-    return int(out[0])
+    return number_of_name(lib.shmtopo_topo_source_from_name, name, "topology source")
 
 
 def _share_opts(source: Any, attempts: Any, held: Topology | None, conflict_rank: Any, io: Any) -> Any:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from .._base import number_of_name
 from .._native import ffi, lib
 from ..bitmap import Bitmap, as_indices, c_indices, grow, indices_from
 from ..errors import FreedError, ShmtopoValueError, check, last_error
@@ -127,19 +128,11 @@ _open_topologies: "weakref.WeakSet[Topology]" = weakref.WeakSet()
 
 
 def placement_policy_number(name: Any) -> int:
-    if not isinstance(name, str):
-        raise ShmtopoValueError(f"placement policy must be 'compact' or 'spread', not {name!r}")
-    out = ffi.new("int *")
-    check(lib.shmtopo_place_policy_from_name(name.encode(), out))
-    return int(out[0])
+    return number_of_name(lib.shmtopo_place_policy_from_name, name, "placement policy", "'compact' or 'spread'")
 
 
 def _membind_policy(name: Any) -> int:
-    if not isinstance(name, str):
-        raise ShmtopoValueError(f"memory binding policy must be a name, not {name!r}")
-    out = ffi.new("int *")
-    check(lib.shmtopo_membind_policy_from_name(name.encode(), out))
-    return int(out[0])
+    return number_of_name(lib.shmtopo_membind_policy_from_name, name, "memory binding policy")
 
 
 class Topology:
