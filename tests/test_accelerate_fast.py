@@ -14,7 +14,7 @@ from mpi4py import MPI
 import shmtopo
 from shmtopo import collectives
 
-accel_module = sys.modules["shmtopo.accelerate"]  # (shmtopo.accelerate is the function)
+accel_module = sys.modules["shmtopo.accel.comm"]
 WORLD = MPI.COMM_WORLD
 OPS = ["SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR"]
 PLANNERS = ["_bcast_plan", "_reduce_plan", "_allreduce_plan", "_allgather_plan"]

@@ -1,4 +1,4 @@
-"""shmtopo.accelerate: an mpi4py communicator whose upper-case buffer
+"""shmtopo.accel.comm: an mpi4py communicator whose upper-case buffer
 collectives run through shmtopo's shared memory, switched on with one line.
 
 ``acomm = shmtopo.accelerate(comm)`` wraps an mpi4py intracommunicator.
@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _fastpath, agreement, collectives
-from ._native import lib
-from .comm import Comm
-from .errors import FreedError, ShmtopoArgumentError, ShmtopoValueError, last_error
+from .. import _fastpath, agreement, collectives
+from .._native import lib
+from ..comm import Comm
+from ..errors import FreedError, ShmtopoArgumentError, ShmtopoValueError, last_error
 
 Array = npt.NDArray[Any]
 
