@@ -496,7 +496,7 @@ def test_types_and_ops_not_accelerated_are_delegated(acomm):
 
 def accelerates(acomm, T, opname):
     """Does this build reduce MPI type T with op opname in shared memory?"""
-    t = acomm._t
+    t = acomm._tables
     known = t.types.get(t.handle(T))
     return known is not None and opname.lower() in known.ops
 

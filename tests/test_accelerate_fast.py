@@ -25,7 +25,7 @@ def _has_mpi_type(dtype):
     drop-in moves it only where it maps that datatype to the array's type:
     not float16 (MPICH has a datatype for it, Open MPI none; the drop-in
     leaves it to MPI, whose rounding differs), bfloat16 or the pair structs."""
-    tables = accel_module._get_tables()
+    tables = accel_module.get_tables()
     try:
         datatype = MPI.Datatype.fromcode(dtype.char if dtype.fields is None else "")
     except (KeyError, ValueError):

@@ -65,7 +65,7 @@ LOWER_CASE = {
 PERSISTENT = tuple(f"{name}_init" for name in ACCELERATED + tuple(LOWER_CASE))
 
 #: Upper-case collectives that go to the wrapped communicator in this version.
-DELEGATED = (
+MPI_ONLY = (
     "Alltoallw",
     "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iallgather", "Iallgatherv",
     "Ialltoall", "Ialltoallv", "Ialltoallw", "Ireduce", "Iallreduce", "Ireduce_scatter_block",
@@ -77,7 +77,7 @@ CONSTRUCTORS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create"
 
 # A delegating rank's signature: marked so (the core describes it as
 # "delegated to MPI"), so that it differs from every accelerated one.
-_DELEGATED = lib.SHMTOPO_SIG_DELEGATED
+_SIG_TO_MPI = lib.SHMTOPO_SIG_DELEGATED
 
 _BARRIER, _BCAST, _REDUCE, _ALLREDUCE = (lib.SHMTOPO_KIND_BARRIER, lib.SHMTOPO_KIND_BCAST,
                                          lib.SHMTOPO_KIND_REDUCE, lib.SHMTOPO_KIND_ALLREDUCE)
@@ -102,17 +102,17 @@ class _SumDefault:
         return "MPI.SUM"
 
 
-_SUM = _SumDefault()
+SUM_DEFAULT = _SumDefault()
 
 
-class _Type(NamedTuple):
+class KnownType(NamedTuple):
     """A predefined MPI datatype shmtopo moves: its element type in the
     core, and the ops MPI defines on it that the core has."""
     dtype: np.dtype[Any]
     ops: frozenset[str]
 
 
-class _Tables:
+class Tables:
     """What the wrapper needs from mpi4py, looked up once (mpi4py is
     imported only when a comm is accelerated)."""
 
@@ -128,7 +128,7 @@ class _Tables:
                                              else operator.methodcaller("py2f"))
         # the table mpi4py itself types a buffer by, from its format
         self.typedict: dict[str, Any] = dict(getattr(MPI, "_typedict", {}))
-        self.types: dict[int, _Type] = {}
+        self.types: dict[int, KnownType] = {}
         signed = ["SIGNED_CHAR", "SHORT", "INT", "LONG", "LONG_LONG", "INT8_T", "INT16_T", "INT32_T", "INT64_T"]
         unsigned = ["UNSIGNED_CHAR", "UNSIGNED_SHORT", "UNSIGNED", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG",
                     "UINT8_T", "UINT16_T", "UINT32_T", "UINT64_T"]
@@ -141,7 +141,7 @@ class _Tables:
                 return
             dtype = np.dtype(dtype)
             if dtype in collectives.DTYPES and datatype.Get_extent() == (0, dtype.itemsize):
-                self.types[self.handle(datatype)] = _Type(dtype, ops & core_ops)
+                self.types[self.handle(datatype)] = KnownType(dtype, ops & core_ops)
 
         for names, kind, ops in ((signed, "i", _INTEGER_OPS), (unsigned, "u", _INTEGER_OPS),
                                  (["FLOAT", "DOUBLE"], "f", _FLOAT_OPS),
@@ -166,13 +166,13 @@ class _Tables:
         self.null_type = self.handle(MPI.DATATYPE_NULL)
 
 
-_tables: _Tables | None = None
+_tables: Tables | None = None
 
 
-def _get_tables() -> _Tables:
+def get_tables() -> Tables:
     global _tables
     if _tables is None:
-        _tables = _Tables()
+        _tables = Tables()
         _bind_fast_entries(_tables)
         for cls in (_tables.MPI.Intracomm, _tables.MPI.Cartcomm, _tables.MPI.Graphcomm,
                     _tables.MPI.Distgraphcomm):
@@ -194,18 +194,18 @@ _accel_barrier = _fastpath.accel_barrier
 _MOVES = 1 << 31  # in a mask: the type is one shmtopo moves
 
 
-def _bind_fast_entries(t: _Tables) -> None:
+def _bind_fast_entries(t: Tables) -> None:
     """Hand the fast entries the op objects (by identity) and, per element
     type of the core, the ops the planner reduces an array of that type with
     when no datatype is given (mpi4py's datatype for its format)."""
-    ops = [(_SUM, collectives.OPS["sum"])]
+    ops = [(SUM_DEFAULT, collectives.OPS["sum"])]
     ops += [(getattr(t.MPI, name.upper()), code) for name, code in collectives.OPS.items()]
     masks = [0] * lib.SHMTOPO_NDTYPES  # by code; a type the core has but numpy lacks (bfloat16) stays 0
     for dtype, code in collectives.DTYPES.items():
         probe = np.empty(1, dtype)
         try:
-            known = t.types.get(t.handle(_format_type(t, probe, "probe")))
-        except (_Delegate, ValueError, BufferError):
+            known = t.types.get(t.handle(format_type(t, probe, "probe")))
+        except (LeftToMPI, ValueError, BufferError):
             continue
         if known is not None and known.dtype == dtype:
             masks[code] = _MOVES | sum(1 << collectives.OPS[name] for name in known.ops)
@@ -233,27 +233,27 @@ def _fast_failure(err: int) -> BaseException:
     """The exception of a collective that failed in a fast entry, worded as
     the planner's path words it."""
     exc = last_error(err)
-    if isinstance(exc, ShmtopoValueError):  # bad or disagreeing arguments, as _either raises them
+    if isinstance(exc, ShmtopoValueError):  # bad or disagreeing arguments, as _shm_or_mpi raises them
         return ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank)
     return exc
 
 
-class _Delegate(Exception):
+class LeftToMPI(Exception):
     """The call is valid, but not one shmtopo runs: MPI does it (the message
     says why, for strict mode)."""
 
 
 # ---- reading buffer arguments as mpi4py does ----------------------------------------
 
-class _Message(NamedTuple):
+class Message(NamedTuple):
     """One buffer argument as mpi4py reads it."""
     raw: npt.NDArray[np.uint8]  # the buffer's bytes, from the displacement on
     entries: int                # of `datatype` (per block, for blocked arguments)
     datatype: Any
-    type: _Type | None          # None: a datatype shmtopo does not move
+    type: KnownType | None      # None: a datatype shmtopo does not move
 
 
-def _split(t: _Tables, spec: Any, what: str) -> tuple[Any, Any, Any, Any]:
+def _split(t: Tables, spec: Any, what: str) -> tuple[Any, Any, Any, Any]:
     """(buffer, count, displacement, datatype) of a buffer argument: a
     buffer, [buf, type], [buf, count], [buf, (count, displ)],
     [buf, count, type], [buf, (count, displ), type] or
@@ -280,15 +280,15 @@ def _split(t: _Tables, spec: Any, what: str) -> tuple[Any, Any, Any, Any]:
     return buf, count, displ, datatype
 
 
-def _in_place(t: _Tables, spec: Any) -> bool:
+def in_place(t: Tables, spec: Any) -> bool:
     """mpi4py takes None for MPI.IN_PLACE where IN_PLACE may stand."""
     return spec is None or spec is t.IN_PLACE
 
 
-def _bytes(t: _Tables, buf: Any, what: str, writable: bool) -> npt.NDArray[np.uint8]:
+def _byte_view(t: Tables, buf: Any, what: str, writable: bool) -> npt.NDArray[np.uint8]:
     """The bytes of a buffer-protocol object: one flat array over its memory."""
     if buf is None or buf is t.BOTTOM or buf is t.IN_PLACE:
-        raise _Delegate(f"{what} is {buf!r}")
+        raise LeftToMPI(f"{what} is {buf!r}")
     try:
         raw = np.frombuffer(buf, np.uint8)  # C-contiguous buffers: the common case
     except (TypeError, ValueError, BufferError):
@@ -296,7 +296,7 @@ def _bytes(t: _Tables, buf: Any, what: str, writable: bool) -> npt.NDArray[np.ui
             view = memoryview(buf)
         except TypeError:
             if hasattr(buf, "__dlpack__") or hasattr(buf, "__cuda_array_interface__"):
-                raise _Delegate(f"{what} is a device buffer") from None
+                raise LeftToMPI(f"{what} is a device buffer") from None
             raise TypeError(f"{what}: expecting a buffer or a list or tuple, not {type(buf).__name__}") from None
         if not view.contiguous:
             raise BufferError(f"{what}: the buffer is not contiguous") from None
@@ -308,7 +308,7 @@ def _bytes(t: _Tables, buf: Any, what: str, writable: bool) -> npt.NDArray[np.ui
     return raw
 
 
-def _format_type(t: _Tables, buf: Any, what: str) -> Any:
+def format_type(t: Tables, buf: Any, what: str) -> Any:
     """The datatype mpi4py gives a buffer passed without one, from its format."""
     fmt = memoryview(buf).format
     if fmt[:1] == "@":
@@ -318,7 +318,7 @@ def _format_type(t: _Tables, buf: Any, what: str) -> Any:
             raise BufferError(f"{what}: format {fmt!r} has a non-native byte order")
         fmt = fmt[1:]
     if not t.typedict:
-        raise _Delegate(f"{what}: this mpi4py has no table of formats")
+        raise LeftToMPI(f"{what}: this mpi4py has no table of formats")
     try:
         return t.typedict[fmt]
     except KeyError:
@@ -335,18 +335,18 @@ def _index(value: Any, what: str) -> int:
     return n
 
 
-def _message(t: _Tables, spec: Any, what: str, *, writable: bool, blocks: int = 0) -> _Message:
+def message(t: Tables, spec: Any, what: str, *, writable: bool, blocks: int = 0) -> Message:
     """A buffer argument read the way mpi4py reads it: the datatype from
     the buffer's format when none is given; the count given, or inferred
     from the buffer's length (per block when `blocks` > 1). Raises what
-    makes it invalid (mpi4py or MPI would refuse it), _Delegate for what is
+    makes it invalid (mpi4py or MPI would refuse it), LeftToMPI for what is
     valid but not shmtopo's (device buffers, MPI.BOTTOM)."""
     if spec is None or spec is t.IN_PLACE:
         raise TypeError(f"{what}: expecting a buffer or a list or tuple, not {spec!r}")
     buf, count, displ, datatype = _split(t, spec, what)
-    raw = _bytes(t, buf, what, writable)
+    raw = _byte_view(t, buf, what, writable)
     if datatype is None:
-        datatype = _format_type(t, buf, what)
+        datatype = format_type(t, buf, what)
     elif isinstance(datatype, str):
         try:
             datatype = t.typedict[datatype]
@@ -387,18 +387,18 @@ def _message(t: _Tables, spec: Any, what: str, *, writable: bool, blocks: int = 
             if n % blocks:
                 raise ValueError(f"{what}: cannot infer the count: {n} entries do not split into {blocks} blocks")
             n //= blocks
-    return _Message(raw, n, datatype, known)
+    return Message(raw, n, datatype, known)
 
 
-class _Vector(NamedTuple):
+class Vector(NamedTuple):
     """A v-variant's buffer argument as mpi4py reads it: counts and
     displacements (in entries) per rank."""
-    msg: _Message
+    msg: Message
     counts: list[int]
     displs: list[int]
 
 
-def _int_list(t: _Tables, value: Any, n: int, what: str) -> list[int]:
+def int_list(value: Any, n: int, what: str) -> list[int]:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError(f"{what}: expecting a sequence of {n} integers, not {type(value).__name__}")
     if len(value) != n:
@@ -406,7 +406,7 @@ def _int_list(t: _Tables, value: Any, n: int, what: str) -> list[int]:
     return [_index(v, what) for v in value]
 
 
-def _vector(t: _Tables, spec: Any, what: str, *, writable: bool, blocks: int) -> _Vector:
+def vector(t: Tables, spec: Any, what: str, *, writable: bool, blocks: int) -> Vector:
     """A v-variant buffer: buf, [buf, counts], [buf, (counts, displs)],
     [buf, counts, type], [buf, (counts, displs), type] or
     [buf, counts, displs, type]; counts an integer (every rank) or one per
@@ -434,64 +434,64 @@ def _vector(t: _Tables, spec: Any, what: str, *, writable: bool, blocks: int) ->
         buf, counts, displs, datatype = spec
     else:
         raise ValueError(f"{what}: expecting a buffer, or a list or tuple of 2 to 4 items")
-    msg = _message(t, [buf, datatype] if datatype is not None else buf, what, writable=writable)
+    msg = message(t, [buf, datatype] if datatype is not None else buf, what, writable=writable)
     total = msg.entries
     if counts is None:
         c = [total // blocks + (total % blocks > i) for i in range(blocks)]
     elif isinstance(counts, (int, np.integer)):
         c = [_index(counts, f"{what}: the count")] * blocks
     else:
-        c = _int_list(t, counts, blocks, f"{what}: the counts")
+        c = int_list(counts, blocks, f"{what}: the counts")
     if displs is None:
         d = [sum(c[:i]) for i in range(blocks)]
     elif isinstance(displs, (int, np.integer)):
         d = [_index(displs, f"{what}: the displacement") * i for i in range(blocks)]
     else:
-        d = _int_list(t, displs, blocks, f"{what}: the displacements")
+        d = int_list(displs, blocks, f"{what}: the displacements")
     if msg.type is not None:
         for i in range(blocks):
             if c[i] and d[i] + c[i] > total:  # MPI would read or write past the buffer
                 raise ValueError(f"{what}: block {i} ({c[i]} entries at {d[i]}) is beyond the buffer's "
                                  f"{total} entries")
-    return _Vector(msg, c, d)
+    return Vector(msg, c, d)
 
 
-def _type_name(datatype: Any) -> str:
+def type_name(datatype: Any) -> str:
     return datatype.Get_name() or "a derived datatype"
 
 
-def _moved(msg: _Message, what: str) -> _Type:
-    """The element type of a message shmtopo can move, else _Delegate."""
+def moved_type(msg: Message, what: str) -> KnownType:
+    """The element type of a message shmtopo can move, else LeftToMPI."""
     if msg.type is None:
-        raise _Delegate(f"{what} has {_type_name(msg.datatype)}")
+        raise LeftToMPI(f"{what} has {type_name(msg.datatype)}")
     return msg.type
 
 
-def _elements(msg: _Message, entries: int) -> Array:
+def elements(msg: Message, entries: int) -> Array:
     """The message's first `entries` entries as an array of its element type."""
     assert msg.type is not None
     return msg.raw[:entries * msg.type.dtype.itemsize].view(msg.type.dtype)
 
 
-def _check_op(t: _Tables, op: Any) -> None:
+def check_op(t: Tables, op: Any) -> None:
     if not isinstance(op, t.Op):
         raise TypeError(f"op must be an MPI.Op, not {type(op).__name__}")
 
 
-def _op(t: _Tables, op: Any, known: _Type) -> str:
-    """The core's name for a predefined op MPI defines on the type, else _Delegate."""
+def op_name(t: Tables, op: Any, known: KnownType) -> str:
+    """The core's name for a predefined op MPI defines on the type, else LeftToMPI."""
     key = t.handle(op)
     name = t.ops.get(key)
     if name is None:
-        raise _Delegate(f"op {t.op_names.get(key, 'a predefined op')}, which shmtopo does not reduce with"
+        raise LeftToMPI(f"op {t.op_names.get(key, 'a predefined op')}, which shmtopo does not reduce with"
                         if op.is_predefined else "a user-defined op")
     if name not in known.ops:
-        raise _Delegate(f"op {name} on {known.dtype} (shmtopo reduces that type with "
+        raise LeftToMPI(f"op {name} on {known.dtype} (shmtopo reduces that type with "
                         f"{', '.join(sorted(known.ops)) or 'no op'})")
     return name
 
 
-def _root(root: Any, size: int) -> int:
+def _root_rank(root: Any, size: int) -> int:
     try:
         r = operator.index(root)
     except TypeError:
@@ -501,7 +501,7 @@ def _root(root: Any, size: int) -> int:
     return r
 
 
-def _same_type(t: _Tables, send: _Message, recv: _Message) -> None:
+def _same_type(t: Tables, send: Message, recv: Message) -> None:
     """mpi4py's check on reductions: one datatype, one count."""
     if t.handle(send.datatype) != t.handle(recv.datatype):
         raise ValueError("mismatch in send and receive MPI datatypes")
@@ -514,7 +514,7 @@ def _aligned(a: Array) -> Array:
     return a if a.flags.aligned else a.copy()
 
 
-class _Call(NamedTuple):
+class Call(NamedTuple):
     """What an accelerated call hands to shmtopo's collective."""
     send: Array
     out: Array | None
@@ -524,7 +524,7 @@ class _Call(NamedTuple):
     counts: tuple[Any, ...] = ()  # v-variants: counts and displacements, in elements
 
 
-def _result(view: Array) -> tuple[Array, Array | None]:
+def _out_and_back(view: Array) -> tuple[Array, Array | None]:
     """(where the core writes, the caller's buffer to copy that into, if it
     is not the same): an aligned copy of a misaligned result buffer (a copy,
     so that an in-place input is there too)."""
@@ -533,7 +533,7 @@ def _result(view: Array) -> tuple[Array, Array | None]:
 
 # ---- the communicator ----------------------------------------------------------------
 
-_OWN = ("_comm", "_shm", "_t", "_strict", "_stats", "_options")
+_OWN = ("_comm", "_shm", "_tables", "_strict", "_stats", "_options")
 # by id: accelerated comms are unhashable, like the communicators they wrap
 _live: "weakref.WeakValueDictionary[int, AcceleratedComm]" = weakref.WeakValueDictionary()
 _hooked = False
@@ -552,12 +552,12 @@ class AcceleratedComm:
 
     __slots__ = _OWN + ("__weakref__",)
 
-    def __init__(self, comm: Any, shm: Comm, tables: _Tables, strict: bool,
+    def __init__(self, comm: Any, shm: Comm, tables: Tables, strict: bool,
                  options: dict[str, Any] | None = None) -> None:
         self._options = options or {}  # accelerate()'s, for the comms Dup() and the like make
         self._comm = comm
         self._shm: Comm | None = shm
-        self._t = tables
+        self._tables = tables
         self._strict = strict
         self._stats: dict[str, list[int]] = {}
 
@@ -641,7 +641,7 @@ class AcceleratedComm:
             n = self._stats[name] = [0, 0]
         n[delegated] += 1
 
-    def _plan(self, kind: int, name: str, normalise: Callable[..., _Call], *args: Any) -> _Call | str:
+    def _plan(self, kind: int, name: str, normalise: Callable[..., Call], *args: Any) -> Call | str:
         """This rank's arguments, read and checked on this rank: what shmtopo
         runs, or why the call goes to MPI. Invalid arguments fail the call's
         agreement, so that every rank raises."""
@@ -649,16 +649,16 @@ class AcceleratedComm:
         if shm is None:
             return "the shmtopo comm has been freed"
 
-        def plan() -> _Call | str:
+        def plan() -> Call | str:
             try:
                 return normalise(shm, *args)
-            except _Delegate as why:
+            except LeftToMPI as why:
                 return str(why)
             except Exception as exc:  # noqa: BLE001 - every rank hears of it
                 raise ShmtopoValueError(f"{name}: {exc}") from None
         return agreement.normalised(shm, kind, plan)
 
-    def _delegate(self, kind: int, name: str, reason: str, root: Any = None) -> None:
+    def _agree_on_mpi(self, kind: int, name: str, reason: str, root: Any = None) -> None:
         """Before a call goes to MPI: agree with every rank that it does (in
         strict mode, fail the call on every rank instead)."""
         shm = self._shm
@@ -669,27 +669,27 @@ class AcceleratedComm:
             return
         if self._strict:
             agreement.refuse(shm, kind, ShmtopoValueError(message))
-        # a rooted call has been through _root, so this is a rank of the comm
+        # a rooted call has been through _root_rank, so this is a rank of the comm
         r = -1 if root is None else operator.index(root)
-        agreement.agree(shm, kind, root=r, flags=_DELEGATED)
+        agreement.agree(shm, kind, root=r, flags=_SIG_TO_MPI)
 
-    def _run(self, call: Callable[..., Any], plan: _Call, *args: Any, **kwargs: Any) -> None:
+    def _run_plan(self, call: Callable[..., Any], plan: Call, *args: Any, **kwargs: Any) -> None:
         call(self._shm, *args, **kwargs)
         if plan.back is not None and plan.out is not None:
             plan.back[...] = plan.out.reshape(plan.back.shape)
 
-    def _either(self, kind: int | None, name: str, planner: Callable[..., _Call], mpi_args: tuple[Any, ...],
-                run: Callable[[_Call], None], root: Any = None) -> None:
+    def _shm_or_mpi(self, kind: int | None, name: str, planner: Callable[..., Call], mpi_args: tuple[Any, ...],
+                    run: Callable[[Call], None], root: Any = None) -> None:
         """One accelerated collective: plan it on this rank, then run it in
         shared memory, or agree that it goes to MPI and hand MPI the caller's
         own arguments."""
         if kind is None:  # the core lacks the call: every rank hands it to MPI
-            self._delegated(name, *mpi_args)
+            self._mpi_only_call(name, *mpi_args)
             return
         try:
-            plan = self._plan(kind, name, planner, self._t, *mpi_args)
+            plan = self._plan(kind, name, planner, self._tables, *mpi_args)
             if isinstance(plan, str):
-                self._delegate(kind, name, plan, root)
+                self._agree_on_mpi(kind, name, plan, root)
             else:
                 run(plan)
         except ShmtopoValueError as exc:  # bad or disagreeing arguments, the same on every rank
@@ -700,7 +700,7 @@ class AcceleratedComm:
             return
         self._count(name, 0)
 
-    def _delegated(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    def _mpi_only_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """A collective this version always hands to MPI: every rank does, so
         no path needs agreeing (strictness is the same on every rank)."""
         if self._strict:
@@ -722,7 +722,7 @@ class AcceleratedComm:
                 self._count("Barrier", 0)
             return
         if shm is None:
-            self._delegate(_BARRIER, "Barrier", "the shmtopo comm has been freed")
+            self._agree_on_mpi(_BARRIER, "Barrier", "the shmtopo comm has been freed")
             self._comm.Barrier()
             self._count("Barrier", 1)
             return
@@ -738,10 +738,10 @@ class AcceleratedComm:
             except KeyError:
                 self._count("Bcast", 0)
             return
-        self._either(_BCAST, "Bcast", _bcast_plan, (buf, root),
-                     lambda p: self._run(collectives.bcast, p, p.send, p.root, out=p.out), root)
+        self._shm_or_mpi(_BCAST, "Bcast", _bcast_plan, (buf, root),
+                         lambda p: self._run_plan(collectives.bcast, p, p.send, p.root, out=p.out), root)
 
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: int = 0) -> None:
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, root: int = 0) -> None:
         """Collective: as mpi4py's ``Reduce``."""
         shm = self._shm
         if shm is not None and _accel_reduce(shm._fast, collectives._fast_windows(shm), sendbuf, recvbuf, op, root):
@@ -750,11 +750,11 @@ class AcceleratedComm:
             except KeyError:
                 self._count("Reduce", 0)
             return
-        op = self._t.SUM if op is _SUM else op
-        self._either(_REDUCE, "Reduce", _reduce_plan, (sendbuf, recvbuf, op, root),
-                     lambda p: self._run(collectives.reduce, p, p.send, p.op, p.root, out=p.out), root)
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_REDUCE, "Reduce", _reduce_plan, (sendbuf, recvbuf, op, root),
+                         lambda p: self._run_plan(collectives.reduce, p, p.send, p.op, p.root, out=p.out), root)
 
-    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Allreduce``."""
         shm = self._shm
         if shm is not None and _accel_allreduce(shm._fast, collectives._fast_windows(shm), sendbuf, recvbuf, op):
@@ -763,9 +763,9 @@ class AcceleratedComm:
             except KeyError:
                 self._count("Allreduce", 0)
             return
-        op = self._t.SUM if op is _SUM else op
-        self._either(_ALLREDUCE, "Allreduce", _allreduce_plan, (sendbuf, recvbuf, op),
-                     lambda p: self._run(collectives.allreduce, p, p.send, p.op, out=p.out))
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_ALLREDUCE, "Allreduce", _allreduce_plan, (sendbuf, recvbuf, op),
+                         lambda p: self._run_plan(collectives.allreduce, p, p.send, p.op, out=p.out))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgather``."""
@@ -776,79 +776,79 @@ class AcceleratedComm:
             except KeyError:
                 self._count("Allgather", 0)
             return
-        self._either(_ALLGATHER, "Allgather", _allgather_plan, (sendbuf, recvbuf),
-                     lambda p: self._run(collectives.allgather, p, p.send, out=p.out))
+        self._shm_or_mpi(_ALLGATHER, "Allgather", _allgather_plan, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(collectives.allgather, p, p.send, out=p.out))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoall``."""
-        self._either(_ALLTOALL, "Alltoall", _alltoall_plan, (sendbuf, recvbuf),
-                     lambda p: self._run(collectives.alltoall, p, p.send, out=p.out))
+        self._shm_or_mpi(_ALLTOALL, "Alltoall", _alltoall_plan, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(collectives.alltoall, p, p.send, out=p.out))
 
-    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Reduce_scatter_block``."""
-        op = self._t.SUM if op is _SUM else op
-        self._either(_REDUCE_SCATTER, "Reduce_scatter_block", _reduce_scatter_plan, (sendbuf, recvbuf, op),
-                     lambda p: self._run(collectives.reduce_scatter, p, p.send, p.op, out=p.out))
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_REDUCE_SCATTER, "Reduce_scatter_block", _reduce_scatter_plan, (sendbuf, recvbuf, op),
+                         lambda p: self._run_plan(collectives.reduce_scatter, p, p.send, p.op, out=p.out))
 
     # -- through the lower-case calls, where the core has them -------------
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gather`` (recvbuf is read on the root only)."""
-        self._either(_lower("Gather"), "Gather", _gather_plan, (sendbuf, recvbuf, root),
-                     lambda p: self._run(_call("Gather"), p, p.send, p.root, out=p.out), root)
+        self._shm_or_mpi(_lower("Gather"), "Gather", _gather_plan, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(_call("Gather"), p, p.send, p.root, out=p.out), root)
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatter`` (sendbuf is read on the root only)."""
-        self._either(_lower("Scatter"), "Scatter", _scatter_plan, (sendbuf, recvbuf, root),
-                     lambda p: self._run(_call("Scatter"), p, self._root_only(p), p.root, out=p.out), root)
+        self._shm_or_mpi(_lower("Scatter"), "Scatter", _scatter_plan, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(_call("Scatter"), p, self._root_only(p), p.root, out=p.out), root)
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gatherv``."""
-        self._either(_lower("Gatherv"), "Gatherv", _gatherv_plan, (sendbuf, recvbuf, root),
-                     lambda p: self._run(_call("Gatherv"), p, p.send, *(p.counts or (None, None)), p.root,
-                                         out=p.out), root)
+        self._shm_or_mpi(_lower("Gatherv"), "Gatherv", _gatherv_plan, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(_call("Gatherv"), p, p.send, *(p.counts or (None, None)), p.root,
+                                                  out=p.out), root)
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatterv``."""
-        self._either(_lower("Scatterv"), "Scatterv", _scatterv_plan, (sendbuf, recvbuf, root),
-                     lambda p: self._run(_call("Scatterv"), p, self._root_only(p), *(p.counts or (None, None)),
-                                         p.root, out=p.out), root)
+        self._shm_or_mpi(_lower("Scatterv"), "Scatterv", _scatterv_plan, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(_call("Scatterv"), p, self._root_only(p), *(p.counts or (None, None)),
+                                                  p.root, out=p.out), root)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgatherv``."""
-        self._either(_lower("Allgatherv"), "Allgatherv", _allgatherv_plan, (sendbuf, recvbuf),
-                     lambda p: self._run(_call("Allgatherv"), p, p.send, *p.counts, out=p.out))
+        self._shm_or_mpi(_lower("Allgatherv"), "Allgatherv", _allgatherv_plan, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(_call("Allgatherv"), p, p.send, *p.counts, out=p.out))
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoallv``."""
-        self._either(_lower("Alltoallv"), "Alltoallv", _alltoallv_plan, (sendbuf, recvbuf),
-                     lambda p: self._run(_call("Alltoallv"), p, p.send, *p.counts, out=p.out))
+        self._shm_or_mpi(_lower("Alltoallv"), "Alltoallv", _alltoallv_plan, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(_call("Alltoallv"), p, p.send, *p.counts, out=p.out))
 
-    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = _SUM) -> None:
+    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Reduce_scatter`` (recvcounts None: every
         rank's receive count, gathered first, as mpi4py does)."""
-        op = self._t.SUM if op is _SUM else op
-        self._either(_lower("Reduce_scatter"), "Reduce_scatter", _reduce_scatter_v_plan,
-                     (sendbuf, recvbuf, recvcounts, op),
-                     lambda p: self._run(_call("Reduce_scatter"), p, p.send, p.op, counts=self._counts(p),
-                                         out=p.out))
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_lower("Reduce_scatter"), "Reduce_scatter", _reduce_scatter_v_plan,
+                         (sendbuf, recvbuf, recvcounts, op),
+                         lambda p: self._run_plan(_call("Reduce_scatter"), p, p.send, p.op, counts=self._counts(p),
+                                                  out=p.out))
 
-    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Scan``."""
-        op = self._t.SUM if op is _SUM else op
-        self._either(_lower("Scan"), "Scan", _scan_plan, (sendbuf, recvbuf, op),
-                     lambda p: self._run(_call("Scan"), p, p.send, p.op, out=p.out))
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_lower("Scan"), "Scan", _scan_plan, (sendbuf, recvbuf, op),
+                         lambda p: self._run_plan(_call("Scan"), p, p.send, p.op, out=p.out))
 
-    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Exscan`` (rank 0's recvbuf is left as it is)."""
-        op = self._t.SUM if op is _SUM else op
-        self._either(_lower("Exscan"), "Exscan", _scan_plan, (sendbuf, recvbuf, op),
-                     lambda p: self._run(_call("Exscan"), p, p.send, p.op, out=p.out))
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_lower("Exscan"), "Exscan", _scan_plan, (sendbuf, recvbuf, op),
+                         lambda p: self._run_plan(_call("Exscan"), p, p.send, p.op, out=p.out))
 
-    def _root_only(self, p: _Call) -> Array | None:
+    def _root_only(self, p: Call) -> Array | None:
         """A rooted call's input, which only the root has."""
         return p.send if self._shm is not None and self._shm.world_rank == p.root else None
 
-    def _counts(self, p: _Call) -> list[int]:
+    def _counts(self, p: Call) -> list[int]:
         """Reduce_scatter's counts; not given: every rank's own, gathered."""
         counts = p.counts[0]
         if counts is None:
@@ -868,12 +868,13 @@ class AcceleratedComm:
         """A persistent ``Bcast``: each Start() is a Bcast of the buffer's contents then."""
         return self._persistent("Bcast", (buf, root))
 
-    def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: int = 0,
+    def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, root: int = 0,
                     info: Any = None) -> AcceleratedPrequest:
         """A persistent ``Reduce``."""
         return self._persistent("Reduce", (sendbuf, recvbuf, op, root))
 
-    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, info: Any = None) -> AcceleratedPrequest:
+    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT,
+                       info: Any = None) -> AcceleratedPrequest:
         """A persistent ``Allreduce``."""
         return self._persistent("Allreduce", (sendbuf, recvbuf, op))
 
@@ -885,7 +886,7 @@ class AcceleratedComm:
         """A persistent ``Alltoall``."""
         return self._persistent("Alltoall", (sendbuf, recvbuf))
 
-    def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM,
+    def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT,
                                   info: Any = None) -> AcceleratedPrequest:
         """A persistent ``Reduce_scatter_block``."""
         return self._persistent("Reduce_scatter_block", (sendbuf, recvbuf, op))
@@ -914,16 +915,16 @@ class AcceleratedComm:
         """A persistent ``Alltoallv``."""
         return self._persistent("Alltoallv", (sendbuf, recvbuf))
 
-    def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = _SUM,
+    def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT,
                             info: Any = None) -> AcceleratedPrequest:
         """A persistent ``Reduce_scatter``."""
         return self._persistent("Reduce_scatter", (sendbuf, recvbuf, recvcounts, op))
 
-    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, info: Any = None) -> AcceleratedPrequest:
+    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, info: Any = None) -> AcceleratedPrequest:
         """A persistent ``Scan``."""
         return self._persistent("Scan", (sendbuf, recvbuf, op))
 
-    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = _SUM, info: Any = None) -> AcceleratedPrequest:
+    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, info: Any = None) -> AcceleratedPrequest:
         """A persistent ``Exscan``."""
         return self._persistent("Exscan", (sendbuf, recvbuf, op))
 
@@ -931,7 +932,7 @@ class AcceleratedComm:
     def _wrapped(self, comm: Any) -> Any:
         """Collective over comm: it accelerated with this comm's options
         (COMM_NULL, where a rank is in no new comm, as it is)."""
-        if comm == self._t.MPI.COMM_NULL or not isinstance(comm, self._t.MPI.Intracomm):
+        if comm == self._tables.MPI.COMM_NULL or not isinstance(comm, self._tables.MPI.Intracomm):
             return comm
         try:
             return accelerate(comm, **self._options)
@@ -1048,252 +1049,252 @@ class AcceleratedPrequest:
 
 # ---- each call's arguments, read on this rank ------------------------------------------
 
-def _bcast_plan(shm: Comm, t: _Tables, buf: Any, root: Any) -> _Call:
-    r = _root(root, shm.world_size)
+def _bcast_plan(shm: Comm, t: Tables, buf: Any, root: Any) -> Call:
+    r = _root_rank(root, shm.world_size)
     if buf is t.IN_PLACE:
         raise ValueError("buf: MPI.IN_PLACE is no buffer for Bcast")
     sending = shm.world_rank == r
-    msg = _message(t, buf, "buf", writable=not sending)
-    _moved(msg, "buf")
-    view = _elements(msg, msg.entries)
+    msg = message(t, buf, "buf", writable=not sending)
+    moved_type(msg, "buf")
+    view = elements(msg, msg.entries)
     if sending and not view.flags.writeable:
-        return _Call(_aligned(view), None, root=r)  # shmtopo copies a read-only root buffer
-    out, back = _result(view)
-    return _Call(out, out, root=r, back=back)  # in place
+        return Call(_aligned(view), None, root=r)  # shmtopo copies a read-only root buffer
+    out, back = _out_and_back(view)
+    return Call(out, out, root=r, back=back)  # in place
 
 
-def _reduction(t: _Tables, sendbuf: Any, recvbuf: Any, op: Any, receiving: bool) -> _Call:
+def _reduction(t: Tables, sendbuf: Any, recvbuf: Any, op: Any, receiving: bool) -> Call:
     """Allreduce, and Reduce on the root (receiving) or another rank."""
-    _check_op(t, op)
+    check_op(t, op)
     if not receiving:  # mpi4py reads no receive buffer there
-        if _in_place(t, sendbuf):
+        if in_place(t, sendbuf):
             raise ValueError("sendbuf: MPI.IN_PLACE is valid at the root of Reduce only (None stands for it)")
-        send = _message(t, sendbuf, "sendbuf", writable=False)
-        opname = _op(t, op, _moved(send, "sendbuf"))
-        return _Call(_aligned(_elements(send, send.entries)), None, opname)
-    recv = _message(t, recvbuf, "recvbuf", writable=True)
-    if _in_place(t, sendbuf):
-        opname = _op(t, op, _moved(recv, "recvbuf"))
-        out, back = _result(_elements(recv, recv.entries))
-        return _Call(out, out, opname, back=back)
-    send = _message(t, sendbuf, "sendbuf", writable=False)
+        send = message(t, sendbuf, "sendbuf", writable=False)
+        opname = op_name(t, op, moved_type(send, "sendbuf"))
+        return Call(_aligned(elements(send, send.entries)), None, opname)
+    recv = message(t, recvbuf, "recvbuf", writable=True)
+    if in_place(t, sendbuf):
+        opname = op_name(t, op, moved_type(recv, "recvbuf"))
+        out, back = _out_and_back(elements(recv, recv.entries))
+        return Call(out, out, opname, back=back)
+    send = message(t, sendbuf, "sendbuf", writable=False)
     _same_type(t, send, recv)
-    opname = _op(t, op, _moved(recv, "recvbuf"))
-    out, back = _result(_elements(recv, recv.entries))
-    a = _elements(send, send.entries)
+    opname = op_name(t, op, moved_type(recv, "recvbuf"))
+    out, back = _out_and_back(elements(recv, recv.entries))
+    a = elements(send, send.entries)
     if back is not None:
         a = a.copy()  # the core writes a copy of the result buffer, so also read a copy of the input
-    return _Call(_aligned(a), out, opname, back=back)
+    return Call(_aligned(a), out, opname, back=back)
 
 
-def _reduce_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> _Call:
-    r = _root(root, shm.world_size)
+def _reduce_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Call:
+    r = _root_rank(root, shm.world_size)
     plan = _reduction(t, sendbuf, recvbuf, op, shm.world_rank == r)
     return plan._replace(root=r)
 
 
-def _allreduce_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, op: Any) -> _Call:
+def _allreduce_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     return _reduction(t, sendbuf, recvbuf, op, True)
 
 
-def _gathered(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, what: str,
+def _gathered(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, what: str,
               send_blocks: int) -> tuple[Array, Array, Array | None, int]:
     """Allgather and Alltoall: (input, result, caller's misaligned result, entries per block)."""
     size = shm.world_size
-    recv = _message(t, recvbuf, "recvbuf", writable=True, blocks=size)
-    known = _moved(recv, "recvbuf")
-    out, back = _result(_elements(recv, size * recv.entries))
-    if _in_place(t, sendbuf):
+    recv = message(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    known = moved_type(recv, "recvbuf")
+    out, back = _out_and_back(elements(recv, size * recv.entries))
+    if in_place(t, sendbuf):
         return out, out, back, recv.entries
-    send = _message(t, sendbuf, "sendbuf", writable=False, blocks=send_blocks)
-    if _moved(send, "sendbuf").dtype != known.dtype or send.entries != recv.entries:
-        raise _Delegate(f"{what}: sendbuf ({send.entries} x {_type_name(send.datatype)}) and recvbuf "
-                        f"({recv.entries} x {_type_name(recv.datatype)} per rank) differ")
-    a = _elements(send, max(send_blocks, 1) * send.entries)
+    send = message(t, sendbuf, "sendbuf", writable=False, blocks=send_blocks)
+    if moved_type(send, "sendbuf").dtype != known.dtype or send.entries != recv.entries:
+        raise LeftToMPI(f"{what}: sendbuf ({send.entries} x {type_name(send.datatype)}) and recvbuf "
+                        f"({recv.entries} x {type_name(recv.datatype)} per rank) differ")
+    a = elements(send, max(send_blocks, 1) * send.entries)
     return (_aligned(a) if back is None else a.copy()), out, back, recv.entries
 
 
-def _allgather_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any) -> _Call:
+def _allgather_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
     a, out, back, count = _gathered(shm, t, sendbuf, recvbuf, "Allgather", 0)
     if a is out:  # in place: this rank's block of the result
         rank = shm.world_rank
         a = out[rank * count:(rank + 1) * count]
-    return _Call(a, out.reshape(shm.world_size, count), back=back)
+    return Call(a, out.reshape(shm.world_size, count), back=back)
 
 
-def _alltoall_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any) -> _Call:
+def _alltoall_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
     a, out, back, _ = _gathered(shm, t, sendbuf, recvbuf, "Alltoall", shm.world_size)
     if shm.nnodes > 1 and np.may_share_memory(a, out):
         a = a.copy()  # in place, across nodes: MPI moves the blocks, and MPI takes no aliased buffers
-    return _Call(a, out, back=back)
+    return Call(a, out, back=back)
 
 
-def _reduce_scatter_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, op: Any) -> _Call:
-    _check_op(t, op)
+def _reduce_scatter_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
+    check_op(t, op)
     size = shm.world_size
-    if _in_place(t, sendbuf):
+    if in_place(t, sendbuf):
         # the input is the whole receive buffer, the result its first block
-        recv = _message(t, recvbuf, "recvbuf", writable=True, blocks=size)
-        opname = _op(t, op, _moved(recv, "recvbuf"))
-        whole, back = _result(_elements(recv, size * recv.entries))
-        return _Call(whole, whole[:recv.entries], opname,
+        recv = message(t, recvbuf, "recvbuf", writable=True, blocks=size)
+        opname = op_name(t, op, moved_type(recv, "recvbuf"))
+        whole, back = _out_and_back(elements(recv, size * recv.entries))
+        return Call(whole, whole[:recv.entries], opname,
                      back=None if back is None else back[:recv.entries])
-    recv = _message(t, recvbuf, "recvbuf", writable=True)
-    send = _message(t, sendbuf, "sendbuf", writable=False, blocks=size)
+    recv = message(t, recvbuf, "recvbuf", writable=True)
+    send = message(t, sendbuf, "sendbuf", writable=False, blocks=size)
     _same_type(t, send, recv)
-    opname = _op(t, op, _moved(recv, "recvbuf"))
-    out, back = _result(_elements(recv, recv.entries))
-    a = _elements(send, size * send.entries)
-    return _Call(_aligned(a) if back is None else a.copy(), out, opname, back=back)
+    opname = op_name(t, op, moved_type(recv, "recvbuf"))
+    out, back = _out_and_back(elements(recv, recv.entries))
+    a = elements(send, size * send.entries)
+    return Call(_aligned(a) if back is None else a.copy(), out, opname, back=back)
 
 
-def _block(t: _Tables, sendbuf: Any, known: _Type, entries: int, what: str) -> Array:
+def _block(t: Tables, sendbuf: Any, known: KnownType, entries: int, what: str) -> Array:
     """The send block of a rooted or v-variant call, checked against the
     type and the count the result side expects of this rank."""
-    send = _message(t, sendbuf, "sendbuf", writable=False)
-    if _moved(send, "sendbuf").dtype != known.dtype:
-        raise _Delegate(f"{what}: sendbuf ({_type_name(send.datatype)}) and recvbuf have different types")
+    send = message(t, sendbuf, "sendbuf", writable=False)
+    if moved_type(send, "sendbuf").dtype != known.dtype:
+        raise LeftToMPI(f"{what}: sendbuf ({type_name(send.datatype)}) and recvbuf have different types")
     if send.entries != entries:
         raise ValueError(f"{what}: sendbuf has {send.entries} entries where recvbuf expects {entries} "
                          f"from this rank")
-    return _aligned(_elements(send, send.entries))
+    return _aligned(elements(send, send.entries))
 
 
-def _gather_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) -> _Call:
+def _gather_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, root: Any) -> Call:
     size, rank = shm.world_size, shm.world_rank
-    r = _root(root, size)
+    r = _root_rank(root, size)
     if rank != r:  # mpi4py reads no receive buffer there
-        send = _message(t, sendbuf, "sendbuf", writable=False)
-        _moved(send, "sendbuf")
-        return _Call(_aligned(_elements(send, send.entries)), None, root=r)
-    recv = _message(t, recvbuf, "recvbuf", writable=True, blocks=size)
-    known = _moved(recv, "recvbuf")
+        send = message(t, sendbuf, "sendbuf", writable=False)
+        moved_type(send, "sendbuf")
+        return Call(_aligned(elements(send, send.entries)), None, root=r)
+    recv = message(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    known = moved_type(recv, "recvbuf")
     c = recv.entries
-    out, back = _result(_elements(recv, size * c))
-    if _in_place(t, sendbuf):  # the root's block is in place already: hand over a copy of it
+    out, back = _out_and_back(elements(recv, size * c))
+    if in_place(t, sendbuf):  # the root's block is in place already: hand over a copy of it
         a = out[r * c:(r + 1) * c].copy()
     else:
         a = _block(t, sendbuf, known, c, "Gather")
-    return _Call(a, out.reshape(size, c), root=r, back=back)
+    return Call(a, out.reshape(size, c), root=r, back=back)
 
 
-def _scatter_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) -> _Call:
+def _scatter_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, root: Any) -> Call:
     size, rank = shm.world_size, shm.world_rank
-    r = _root(root, size)
+    r = _root_rank(root, size)
     if rank != r:  # mpi4py reads no send buffer there
-        recv = _message(t, recvbuf, "recvbuf", writable=True)
-        _moved(recv, "recvbuf")
-        out, back = _result(_elements(recv, recv.entries))
-        return _Call(out[:0], out, root=r, back=back)
-    send = _message(t, sendbuf, "sendbuf", writable=False, blocks=size)
-    known = _moved(send, "sendbuf")
+        recv = message(t, recvbuf, "recvbuf", writable=True)
+        moved_type(recv, "recvbuf")
+        out, back = _out_and_back(elements(recv, recv.entries))
+        return Call(out[:0], out, root=r, back=back)
+    send = message(t, sendbuf, "sendbuf", writable=False, blocks=size)
+    known = moved_type(send, "sendbuf")
     c = send.entries
-    a = _elements(send, size * c)
-    if _in_place(t, recvbuf):  # the root's block stays where it is
-        return _Call(_aligned(a).reshape(size, c), np.empty(c, known.dtype), root=r)
-    recv = _message(t, recvbuf, "recvbuf", writable=True)
-    if _moved(recv, "recvbuf").dtype != known.dtype or recv.entries != c:
-        raise _Delegate(f"Scatter: sendbuf ({c} x {_type_name(send.datatype)} per rank) and recvbuf "
-                        f"({recv.entries} x {_type_name(recv.datatype)}) differ")
-    out, back = _result(_elements(recv, c))
-    return _Call((_aligned(a) if back is None else a.copy()).reshape(size, c), out, root=r, back=back)
+    a = elements(send, size * c)
+    if in_place(t, recvbuf):  # the root's block stays where it is
+        return Call(_aligned(a).reshape(size, c), np.empty(c, known.dtype), root=r)
+    recv = message(t, recvbuf, "recvbuf", writable=True)
+    if moved_type(recv, "recvbuf").dtype != known.dtype or recv.entries != c:
+        raise LeftToMPI(f"Scatter: sendbuf ({c} x {type_name(send.datatype)} per rank) and recvbuf "
+                        f"({recv.entries} x {type_name(recv.datatype)}) differ")
+    out, back = _out_and_back(elements(recv, c))
+    return Call((_aligned(a) if back is None else a.copy()).reshape(size, c), out, root=r, back=back)
 
 
-def _vgathered(t: _Tables, sendbuf: Any, recvbuf: Any, size: int, rank: int,
-                what: str) -> tuple[_Vector, Array, Array | None, Array]:
+def _vgathered(t: Tables, sendbuf: Any, recvbuf: Any, size: int, rank: int,
+                what: str) -> tuple[Vector, Array, Array | None, Array]:
     """A v-gather's receiving side (Gatherv's root, every rank of
-    Allgatherv): recvbuf's vector, where the result goes (_result), and this
+    Allgatherv): recvbuf's vector, where the result goes (_out_and_back), and this
     rank's block: its part of the result under IN_PLACE, else sendbuf
     checked against it."""
-    v = _vector(t, recvbuf, "recvbuf", writable=True, blocks=size)
-    known = _moved(v.msg, "recvbuf")
-    out, back = _result(_elements(v.msg, v.msg.entries))
-    if _in_place(t, sendbuf):
+    v = vector(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    known = moved_type(v.msg, "recvbuf")
+    out, back = _out_and_back(elements(v.msg, v.msg.entries))
+    if in_place(t, sendbuf):
         a = out[v.displs[rank]:v.displs[rank] + v.counts[rank]].copy()
     else:
         a = _block(t, sendbuf, known, v.counts[rank], what)
     return v, out, back, a
 
 
-def _gatherv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) -> _Call:
+def _gatherv_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, root: Any) -> Call:
     size, rank = shm.world_size, shm.world_rank
-    r = _root(root, size)
+    r = _root_rank(root, size)
     if rank != r:
-        send = _message(t, sendbuf, "sendbuf", writable=False)
-        _moved(send, "sendbuf")
-        return _Call(_aligned(_elements(send, send.entries)), None, root=r)
+        send = message(t, sendbuf, "sendbuf", writable=False)
+        moved_type(send, "sendbuf")
+        return Call(_aligned(elements(send, send.entries)), None, root=r)
     v, out, back, a = _vgathered(t, sendbuf, recvbuf, size, r, "Gatherv")
-    return _Call(a, out, root=r, back=back, counts=(v.counts, v.displs))
+    return Call(a, out, root=r, back=back, counts=(v.counts, v.displs))
 
 
-def _scatterv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, root: Any) -> _Call:
+def _scatterv_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, root: Any) -> Call:
     size, rank = shm.world_size, shm.world_rank
-    r = _root(root, size)
+    r = _root_rank(root, size)
     if rank != r:
-        recv = _message(t, recvbuf, "recvbuf", writable=True)
-        _moved(recv, "recvbuf")
-        out, back = _result(_elements(recv, recv.entries))
-        return _Call(out[:0], out, root=r, back=back)
-    v = _vector(t, sendbuf, "sendbuf", writable=False, blocks=size)
-    known = _moved(v.msg, "sendbuf")
-    a = _aligned(_elements(v.msg, v.msg.entries))
-    if _in_place(t, recvbuf):
+        recv = message(t, recvbuf, "recvbuf", writable=True)
+        moved_type(recv, "recvbuf")
+        out, back = _out_and_back(elements(recv, recv.entries))
+        return Call(out[:0], out, root=r, back=back)
+    v = vector(t, sendbuf, "sendbuf", writable=False, blocks=size)
+    known = moved_type(v.msg, "sendbuf")
+    a = _aligned(elements(v.msg, v.msg.entries))
+    if in_place(t, recvbuf):
         out, back = np.empty(v.counts[r], known.dtype), None
     else:
-        recv = _message(t, recvbuf, "recvbuf", writable=True)
-        if _moved(recv, "recvbuf").dtype != known.dtype:
-            raise _Delegate("Scatterv: sendbuf and recvbuf have different types")
+        recv = message(t, recvbuf, "recvbuf", writable=True)
+        if moved_type(recv, "recvbuf").dtype != known.dtype:
+            raise LeftToMPI("Scatterv: sendbuf and recvbuf have different types")
         if recv.entries != v.counts[r]:
             raise ValueError(f"Scatterv: recvbuf has {recv.entries} entries where sendbuf sends "
                              f"{v.counts[r]} to this rank")
-        out, back = _result(_elements(recv, recv.entries))
+        out, back = _out_and_back(elements(recv, recv.entries))
         if back is not None or np.may_share_memory(a, out):
             a = a.copy()
-    return _Call(a, out, root=r, back=back, counts=(v.counts, v.displs))
+    return Call(a, out, root=r, back=back, counts=(v.counts, v.displs))
 
 
-def _allgatherv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any) -> _Call:
+def _allgatherv_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
     size, rank = shm.world_size, shm.world_rank
     v, out, back, a = _vgathered(t, sendbuf, recvbuf, size, rank, "Allgatherv")
-    if not _in_place(t, sendbuf) and np.may_share_memory(a, out):
+    if not in_place(t, sendbuf) and np.may_share_memory(a, out):
         a = a.copy()
-    return _Call(a, out, back=back, counts=(v.counts, v.displs))
+    return Call(a, out, back=back, counts=(v.counts, v.displs))
 
 
-def _alltoallv_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any) -> _Call:
+def _alltoallv_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
     size = shm.world_size
-    rv = _vector(t, recvbuf, "recvbuf", writable=True, blocks=size)
-    known = _moved(rv.msg, "recvbuf")
-    out, back = _result(_elements(rv.msg, rv.msg.entries))
-    if _in_place(t, sendbuf):  # the blocks to send are where the received ones go
-        return _Call(out.copy(), out, back=back, counts=(rv.counts, rv.displs, rv.counts, rv.displs))
-    sv = _vector(t, sendbuf, "sendbuf", writable=False, blocks=size)
-    if _moved(sv.msg, "sendbuf").dtype != known.dtype:
-        raise _Delegate("Alltoallv: sendbuf and recvbuf have different types")
-    a = _elements(sv.msg, sv.msg.entries)
+    rv = vector(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    known = moved_type(rv.msg, "recvbuf")
+    out, back = _out_and_back(elements(rv.msg, rv.msg.entries))
+    if in_place(t, sendbuf):  # the blocks to send are where the received ones go
+        return Call(out.copy(), out, back=back, counts=(rv.counts, rv.displs, rv.counts, rv.displs))
+    sv = vector(t, sendbuf, "sendbuf", writable=False, blocks=size)
+    if moved_type(sv.msg, "sendbuf").dtype != known.dtype:
+        raise LeftToMPI("Alltoallv: sendbuf and recvbuf have different types")
+    a = elements(sv.msg, sv.msg.entries)
     a = a.copy() if back is not None or np.may_share_memory(a, out) else _aligned(a)
-    return _Call(a, out, back=back, counts=(sv.counts, sv.displs, rv.counts, rv.displs))
+    return Call(a, out, back=back, counts=(sv.counts, sv.displs, rv.counts, rv.displs))
 
 
-def _reduce_scatter_v_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, recvcounts: Any,
-                           op: Any) -> _Call:
+def _reduce_scatter_v_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, recvcounts: Any,
+                           op: Any) -> Call:
     """Reduce_scatter: counts None (not in place) are every rank's receive
     count, which the run learns from the others, as mpi4py does."""
-    _check_op(t, op)
+    check_op(t, op)
     size, rank = shm.world_size, shm.world_rank
-    recv = _message(t, recvbuf, "recvbuf", writable=True)
-    opname = _op(t, op, _moved(recv, "recvbuf"))
-    counts = None if recvcounts is None else _int_list(t, recvcounts, size, "recvcounts")
-    if _in_place(t, sendbuf):
+    recv = message(t, recvbuf, "recvbuf", writable=True)
+    opname = op_name(t, op, moved_type(recv, "recvbuf"))
+    counts = None if recvcounts is None else int_list(recvcounts, size, "recvcounts")
+    if in_place(t, sendbuf):
         if counts is None:
             raise ValueError("recvcounts: MPI.IN_PLACE needs the counts")
         if recv.entries != sum(counts):
             raise ValueError(f"mismatch in receive count {recv.entries} and sum(counts) {sum(counts)}")
-        whole, back = _result(_elements(recv, recv.entries))
+        whole, back = _out_and_back(elements(recv, recv.entries))
         # the input is the whole buffer, the result its first block
-        return _Call(whole.copy(), whole[:counts[rank]], opname,
+        return Call(whole.copy(), whole[:counts[rank]], opname,
                      back=None if back is None else back[:counts[rank]], counts=(counts,))
-    send = _message(t, sendbuf, "sendbuf", writable=False)
+    send = message(t, sendbuf, "sendbuf", writable=False)
     if t.handle(send.datatype) != t.handle(recv.datatype):
         raise ValueError("mismatch in send and receive MPI datatypes")
     if counts is not None:
@@ -1301,29 +1302,29 @@ def _reduce_scatter_v_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, re
             raise ValueError(f"mismatch in send count {send.entries} and sum(counts) {sum(counts)}")
         if recv.entries != counts[rank]:
             raise ValueError(f"mismatch in receive count {recv.entries} and counts[{rank}] {counts[rank]}")
-    out, back = _result(_elements(recv, recv.entries))
-    a = _elements(send, send.entries)
+    out, back = _out_and_back(elements(recv, recv.entries))
+    a = elements(send, send.entries)
     a = a.copy() if back is not None or np.may_share_memory(a, out) else _aligned(a)
-    return _Call(a, out, opname, back=back, counts=(counts,))
+    return Call(a, out, opname, back=back, counts=(counts,))
 
 
-def _scan_plan(shm: Comm, t: _Tables, sendbuf: Any, recvbuf: Any, op: Any) -> _Call:
+def _scan_plan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     plan = _reduction(t, sendbuf, recvbuf, op, True)
     if plan.out is not None and np.may_share_memory(plan.send, plan.out):
         plan = plan._replace(send=plan.send.copy())  # in place: the scan reads a copy of the input
     return plan
 
 
-def _delegated_method(name: str) -> Callable[..., Any]:
+def _mpi_only_method(name: str) -> Callable[..., Any]:
     def method(self: AcceleratedComm, *args: Any, **kwargs: Any) -> Any:
-        return self._delegated(name, *args, **kwargs)
+        return self._mpi_only_call(name, *args, **kwargs)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"Collective: the wrapped communicator's ``{name}`` (not accelerated in this version)."
     return method
 
 
-for _name in DELEGATED:
-    setattr(AcceleratedComm, _name, _delegated_method(_name))
+for _name in MPI_ONLY:
+    setattr(AcceleratedComm, _name, _mpi_only_method(_name))
 del _name
 
 
@@ -1354,7 +1355,7 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
     (which also frees ``comm``) or ``shm_free()``; at exit each rank drops
     what is left of it on its own.
     """
-    tables = _get_tables()
+    tables = get_tables()
     if isinstance(comm, AcceleratedComm):
         comm = comm.mpi_comm
     if comm is None:
