@@ -27,7 +27,6 @@ refuse make this rank invalid in that agreement: every rank raises.
 from __future__ import annotations
 
 import atexit
-import inspect
 import operator
 import os
 import sys
@@ -50,15 +49,9 @@ STRICT_VARIABLE = "SHMTOPO_ACCEL_STRICT"
 ACCELERATED = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall", "Reduce_scatter_block")
 
 #: Upper-case collectives that run in shared memory when their arguments
-#: allow and the core has the lower-case call of the second column (it
-#: comes with the core's kind of the third); else they go to MPI.
-LOWER_CASE = {
-    "Gather": ("gather", "SHMTOPO_KIND_GATHER"), "Gatherv": ("gatherv", "SHMTOPO_KIND_GATHERV"),
-    "Scatter": ("scatter", "SHMTOPO_KIND_SCATTER"), "Scatterv": ("scatterv", "SHMTOPO_KIND_SCATTERV"),
-    "Allgatherv": ("allgatherv", "SHMTOPO_KIND_ALLGATHERV"), "Alltoallv": ("alltoallv", "SHMTOPO_KIND_ALLTOALLV"),
-    "Reduce_scatter": ("reduce_scatter", "SHMTOPO_KIND_REDUCE_SCATTER"),
-    "Scan": ("scan", "SHMTOPO_KIND_SCAN"), "Exscan": ("exscan", "SHMTOPO_KIND_EXSCAN"),
-}
+#: allow, through the core's lower-case call of the same name; else they go to MPI.
+LOWER_CASE = ("Gather", "Gatherv", "Scatter", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter", "Scan",
+              "Exscan")
 
 #: Persistent collectives: a request whose Start() makes the blocking call
 #: (accelerated or delegated as that call is, each start on its own).
@@ -83,6 +76,10 @@ _BARRIER, _BCAST, _REDUCE, _ALLREDUCE = (lib.SHMTOPO_KIND_BARRIER, lib.SHMTOPO_K
                                          lib.SHMTOPO_KIND_REDUCE, lib.SHMTOPO_KIND_ALLREDUCE)
 _ALLGATHER, _ALLTOALL, _REDUCE_SCATTER = (lib.SHMTOPO_KIND_ALLGATHER, lib.SHMTOPO_KIND_ALLTOALL,
                                           lib.SHMTOPO_KIND_REDUCE_SCATTER)
+_GATHER, _GATHERV, _SCATTER, _SCATTERV = (lib.SHMTOPO_KIND_GATHER, lib.SHMTOPO_KIND_GATHERV,
+                                          lib.SHMTOPO_KIND_SCATTER, lib.SHMTOPO_KIND_SCATTERV)
+_ALLGATHERV, _ALLTOALLV, _SCAN, _EXSCAN = (lib.SHMTOPO_KIND_ALLGATHERV, lib.SHMTOPO_KIND_ALLTOALLV,
+                                           lib.SHMTOPO_KIND_SCAN, lib.SHMTOPO_KIND_EXSCAN)
 
 # The ops MPI defines on each kind of type (MPI-4.0, 6.9.2), by the core's
 # names; a type keeps those the core has (collectives.OPS).
@@ -137,7 +134,7 @@ class Tables:
         def add(name: str, dtype: Any, ops: frozenset[str]) -> None:
             """MPI.<name> as the core's dtype, where both exist and agree in extent."""
             datatype = getattr(MPI, name, MPI.DATATYPE_NULL)
-            if datatype == MPI.DATATYPE_NULL or dtype is None:
+            if datatype == MPI.DATATYPE_NULL:
                 return
             dtype = np.dtype(dtype)
             if dtype in collectives.DTYPES and datatype.Get_extent() == (0, dtype.itemsize):
@@ -154,11 +151,9 @@ class Tables:
                 if datatype != MPI.DATATYPE_NULL:
                     add(name, f"{kind}{datatype.Get_size()}", ops)
         # MAXLOC/MINLOC's (value, index) pairs, laid out as C lays out the structs
-        pairs = getattr(collectives, "PAIRS", {})
         for name, value in (("FLOAT_INT", np.float32), ("DOUBLE_INT", np.float64), ("LONG_INT", np.dtype("l")),
                             ("INT_INT", np.intc), ("SHORT_INT", np.short)):  # INT_INT: MPI_2INT
-            pair = pairs.get(np.dtype(value))
-            add(name, pair[0] if pair else None, _PAIR_OPS)
+            add(name, collectives.PAIRS[np.dtype(value)][0], _PAIR_OPS)
         self.ops = {self.handle(getattr(MPI, name.upper())): name for name in _ALL_OPS & core_ops}
         self.op_names = {self.handle(op): f"MPI.{name}" for name in
                          ("LAND", "LOR", "LXOR", "MAXLOC", "MINLOC", "REPLACE", "NO_OP", "OP_NULL")
@@ -678,14 +673,11 @@ class AcceleratedComm:
         if plan.back is not None and plan.out is not None:
             plan.back[...] = plan.out.reshape(plan.back.shape)
 
-    def _shm_or_mpi(self, kind: int | None, name: str, planner: Callable[..., Call], mpi_args: tuple[Any, ...],
+    def _shm_or_mpi(self, kind: int, name: str, planner: Callable[..., Call], mpi_args: tuple[Any, ...],
                     run: Callable[[Call], None], root: Any = None) -> None:
         """One accelerated collective: plan it on this rank, then run it in
         shared memory, or agree that it goes to MPI and hand MPI the caller's
         own arguments."""
-        if kind is None:  # the core lacks the call: every rank hands it to MPI
-            self._mpi_only_call(name, *mpi_args)
-            return
         try:
             plan = self._plan(kind, name, planner, self._tables, *mpi_args)
             if isinstance(plan, str):
@@ -790,59 +782,59 @@ class AcceleratedComm:
         self._shm_or_mpi(_REDUCE_SCATTER, "Reduce_scatter_block", _reduce_scatter_plan, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(collectives.reduce_scatter, p, p.send, p.op, out=p.out))
 
-    # -- through the lower-case calls, where the core has them -------------
+    # -- through the lower-case calls -------------------------------------
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gather`` (recvbuf is read on the root only)."""
-        self._shm_or_mpi(_lower("Gather"), "Gather", _gather_plan, (sendbuf, recvbuf, root),
-                         lambda p: self._run_plan(_call("Gather"), p, p.send, p.root, out=p.out), root)
+        self._shm_or_mpi(_GATHER, "Gather", _gather_plan, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(collectives.gather, p, p.send, p.root, out=p.out), root)
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatter`` (sendbuf is read on the root only)."""
-        self._shm_or_mpi(_lower("Scatter"), "Scatter", _scatter_plan, (sendbuf, recvbuf, root),
-                         lambda p: self._run_plan(_call("Scatter"), p, self._root_only(p), p.root, out=p.out), root)
+        self._shm_or_mpi(_SCATTER, "Scatter", _scatter_plan, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(collectives.scatter, p, self._root_only(p), p.root, out=p.out), root)
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gatherv``."""
-        self._shm_or_mpi(_lower("Gatherv"), "Gatherv", _gatherv_plan, (sendbuf, recvbuf, root),
-                         lambda p: self._run_plan(_call("Gatherv"), p, p.send, *(p.counts or (None, None)), p.root,
+        self._shm_or_mpi(_GATHERV, "Gatherv", _gatherv_plan, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(collectives.gatherv, p, p.send, *(p.counts or (None, None)), p.root,
                                                   out=p.out), root)
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatterv``."""
-        self._shm_or_mpi(_lower("Scatterv"), "Scatterv", _scatterv_plan, (sendbuf, recvbuf, root),
-                         lambda p: self._run_plan(_call("Scatterv"), p, self._root_only(p), *(p.counts or (None, None)),
-                                                  p.root, out=p.out), root)
+        self._shm_or_mpi(_SCATTERV, "Scatterv", _scatterv_plan, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(collectives.scatterv, p, self._root_only(p),
+                                                  *(p.counts or (None, None)), p.root, out=p.out), root)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgatherv``."""
-        self._shm_or_mpi(_lower("Allgatherv"), "Allgatherv", _allgatherv_plan, (sendbuf, recvbuf),
-                         lambda p: self._run_plan(_call("Allgatherv"), p, p.send, *p.counts, out=p.out))
+        self._shm_or_mpi(_ALLGATHERV, "Allgatherv", _allgatherv_plan, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(collectives.allgatherv, p, p.send, *p.counts, out=p.out))
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoallv``."""
-        self._shm_or_mpi(_lower("Alltoallv"), "Alltoallv", _alltoallv_plan, (sendbuf, recvbuf),
-                         lambda p: self._run_plan(_call("Alltoallv"), p, p.send, *p.counts, out=p.out))
+        self._shm_or_mpi(_ALLTOALLV, "Alltoallv", _alltoallv_plan, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(collectives.alltoallv, p, p.send, *p.counts, out=p.out))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Reduce_scatter`` (recvcounts None: every
         rank's receive count, gathered first, as mpi4py does)."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
-        self._shm_or_mpi(_lower("Reduce_scatter"), "Reduce_scatter", _reduce_scatter_v_plan,
+        self._shm_or_mpi(_REDUCE_SCATTER, "Reduce_scatter", _reduce_scatter_v_plan,
                          (sendbuf, recvbuf, recvcounts, op),
-                         lambda p: self._run_plan(_call("Reduce_scatter"), p, p.send, p.op, counts=self._counts(p),
+                         lambda p: self._run_plan(collectives.reduce_scatter, p, p.send, p.op, counts=self._counts(p),
                                                   out=p.out))
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Scan``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
-        self._shm_or_mpi(_lower("Scan"), "Scan", _scan_plan, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(_call("Scan"), p, p.send, p.op, out=p.out))
+        self._shm_or_mpi(_SCAN, "Scan", _scan_plan, (sendbuf, recvbuf, op),
+                         lambda p: self._run_plan(collectives.scan, p, p.send, p.op, out=p.out))
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Exscan`` (rank 0's recvbuf is left as it is)."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
-        self._shm_or_mpi(_lower("Exscan"), "Exscan", _scan_plan, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(_call("Exscan"), p, p.send, p.op, out=p.out))
+        self._shm_or_mpi(_EXSCAN, "Exscan", _scan_plan, (sendbuf, recvbuf, op),
+                         lambda p: self._run_plan(collectives.exscan, p, p.send, p.op, out=p.out))
 
     def _root_only(self, p: Call) -> Array | None:
         """A rooted call's input, which only the root has."""
@@ -968,24 +960,6 @@ class AcceleratedComm:
     def Create_group(self, group: Any, tag: int = 0) -> Any:
         """Collective over the group: the wrapped communicator's ``Create_group``, accelerated."""
         return self._wrapped(self._comm.Create_group(group, tag))
-
-
-def _lower(name: str) -> int | None:
-    """The core's kind of an upper-case call that runs through a lower-case
-    one, or None where this build lacks that call."""
-    fn_name, kind_name = LOWER_CASE[name]
-    fn = getattr(collectives, fn_name, None)
-    kind = getattr(lib, kind_name, None)
-    if fn is None or kind is None:
-        return None
-    if name == "Reduce_scatter" and "counts" not in inspect.signature(fn).parameters:
-        return None  # the block variant only
-    return int(kind)
-
-
-def _call(name: str) -> Callable[..., Any]:
-    fn: Callable[..., Any] = getattr(collectives, LOWER_CASE[name][0])
-    return fn
 
 
 class AcceleratedPrequest:
