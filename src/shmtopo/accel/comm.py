@@ -528,6 +528,27 @@ def _out_and_back(view: Array) -> tuple[Array, Array | None]:
 
 # ---- the communicator ----------------------------------------------------------------
 
+class _Unseen:
+    """A collective's entry in an accelerated comm's stats until its first
+    count, which (``stats[name][i] += 1``, as every count is) puts the
+    name's [accelerated, went to MPI] list in its place, at the end: so the
+    stats keep the order of the first calls, and each later count is a
+    plain dict's and a plain list's, in C."""
+
+    __slots__ = ("_stats", "_name")
+
+    def __init__(self, stats: dict[str, "list[int] | _Unseen"], name: str) -> None:
+        self._stats, self._name = stats, name
+
+    def __getitem__(self, i: int) -> int:
+        return 0
+
+    def __setitem__(self, i: int, value: int) -> None:
+        del self._stats[self._name]
+        counts = self._stats[self._name] = [0, 0]
+        counts[i] = value
+
+
 _OWN = ("_comm", "_shm", "_tables", "_strict", "_stats", "_options")
 # by id: accelerated comms are unhashable, like the communicators they wrap
 _live: "weakref.WeakValueDictionary[int, AcceleratedComm]" = weakref.WeakValueDictionary()
@@ -554,7 +575,8 @@ class AcceleratedComm:
         self._shm: Comm | None = shm
         self._tables = tables
         self._strict = strict
-        self._stats: dict[str, list[int]] = {}
+        self._stats: dict[str, list[int] | _Unseen] = {}
+        self._stats.update((name, _Unseen(self._stats, name)) for name in ACCELERATED + LOWER_CASE + MPI_ONLY)
 
     if TYPE_CHECKING:  # for type checkers only: at run time _forward's properties do this, at no lookup cost
         def __getattr__(self, name: str) -> Any:
@@ -581,7 +603,7 @@ class AcceleratedComm:
     def shm_stats(self) -> dict[str, tuple[int, int]]:
         """Local: {operation: (accelerated calls, delegated calls)} for each
         collective called at least once, in the order of the first calls."""
-        return {name: (n[0], n[1]) for name, n in self._stats.items()}
+        return {name: (n[0], n[1]) for name, n in self._stats.items() if isinstance(n, list)}
 
     def __dir__(self) -> list[str]:
         return sorted(set(dir(type(self))) | set(dir(self._comm)))
@@ -630,12 +652,6 @@ class AcceleratedComm:
             shm.abandon()
 
     # -- taking one path on every rank ------------------------------------
-    def _count(self, name: str, delegated: int) -> None:
-        n = self._stats.get(name)
-        if n is None:
-            n = self._stats[name] = [0, 0]
-        n[delegated] += 1
-
     def _plan(self, kind: int, name: str, normalise: Callable[..., Call], *args: Any) -> Call | str:
         """This rank's arguments, read and checked on this rank: what shmtopo
         runs, or why the call goes to MPI. Invalid arguments fail the call's
@@ -688,9 +704,9 @@ class AcceleratedComm:
             raise ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank) from None
         if isinstance(plan, str):
             getattr(self._comm, name)(*mpi_args)  # MPI's exceptions as they are
-            self._count(name, 1)
+            self._stats[name][1] += 1
             return
-        self._count(name, 0)
+        self._stats[name][0] += 1
 
     def _mpi_only_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """A collective this version always hands to MPI: every rank does, so
@@ -699,7 +715,7 @@ class AcceleratedComm:
             raise ShmtopoValueError(f"{name} is not accelerated (it always goes to MPI), and "
                                     f"{STRICT_VARIABLE}=1")
         result = getattr(self._comm, name)(*args, **kwargs)
-        self._count(name, 1)
+        self._stats[name][1] += 1
         return result
 
     # -- the accelerated collectives --------------------------------------
@@ -708,27 +724,21 @@ class AcceleratedComm:
         shm = self._shm
         # the plain case runs in C (see _bind_fast_entries), the rest below
         if shm is not None and _accel_barrier(shm._fast):
-            try:
-                self._stats["Barrier"][0] += 1
-            except KeyError:
-                self._count("Barrier", 0)
+            self._stats["Barrier"][0] += 1
             return
         if shm is None:
             self._agree_on_mpi(_BARRIER, "Barrier", "the shmtopo comm has been freed")
             self._comm.Barrier()
-            self._count("Barrier", 1)
+            self._stats["Barrier"][1] += 1
             return
         shm.barrier()
-        self._count("Barrier", 0)
+        self._stats["Barrier"][0] += 1
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Bcast``."""
         shm = self._shm
         if shm is not None and _accel_bcast(shm._fast, collectives._fast_windows(shm), buf, root):
-            try:
-                self._stats["Bcast"][0] += 1
-            except KeyError:
-                self._count("Bcast", 0)
+            self._stats["Bcast"][0] += 1
             return
         self._shm_or_mpi(_BCAST, "Bcast", _bcast_plan, (buf, root),
                          lambda p: self._run_plan(collectives.bcast, p, p.send, p.root, out=p.out), root)
@@ -737,10 +747,7 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Reduce``."""
         shm = self._shm
         if shm is not None and _accel_reduce(shm._fast, collectives._fast_windows(shm), sendbuf, recvbuf, op, root):
-            try:
-                self._stats["Reduce"][0] += 1
-            except KeyError:
-                self._count("Reduce", 0)
+            self._stats["Reduce"][0] += 1
             return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(_REDUCE, "Reduce", _reduce_plan, (sendbuf, recvbuf, op, root),
@@ -750,10 +757,7 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Allreduce``."""
         shm = self._shm
         if shm is not None and _accel_allreduce(shm._fast, collectives._fast_windows(shm), sendbuf, recvbuf, op):
-            try:
-                self._stats["Allreduce"][0] += 1
-            except KeyError:
-                self._count("Allreduce", 0)
+            self._stats["Allreduce"][0] += 1
             return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(_ALLREDUCE, "Allreduce", _allreduce_plan, (sendbuf, recvbuf, op),
@@ -763,10 +767,7 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Allgather``."""
         shm = self._shm
         if shm is not None and _accel_allgather(shm._fast, shm._windows, sendbuf, recvbuf):
-            try:
-                self._stats["Allgather"][0] += 1
-            except KeyError:
-                self._count("Allgather", 0)
+            self._stats["Allgather"][0] += 1
             return
         self._shm_or_mpi(_ALLGATHER, "Allgather", _allgather_plan, (sendbuf, recvbuf),
                          lambda p: self._run_plan(collectives.allgather, p, p.send, out=p.out))
