@@ -26,17 +26,16 @@ refuse make this rank invalid in that agreement: every rank raises.
 """
 from __future__ import annotations
 
-import atexit
 import operator
 import os
 import sys
-import weakref
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from .. import _fastpath, agreement, collectives
+from .._lifetime import holds_comm
 from .._native import lib
 from ..comm import Comm
 from ..errors import FreedError, ShmtopoArgumentError, ShmtopoValueError, last_error
@@ -550,9 +549,6 @@ class _Unseen:
 
 
 _OWN = ("_comm", "_shm", "_tables", "_strict", "_stats", "_options")
-# by id: accelerated comms are unhashable, like the communicators they wrap
-_live: "weakref.WeakValueDictionary[int, AcceleratedComm]" = weakref.WeakValueDictionary()
-_hooked = False
 
 
 class AcceleratedComm:
@@ -636,7 +632,6 @@ class AcceleratedComm:
         finally:
             if shm.freed:  # a mismatch leaves the comm (as Comm.free)
                 self._shm = None
-                _live.pop(id(self), None)
 
     def Free(self) -> None:
         """Collective: free the shmtopo comm, then the wrapped communicator
@@ -1312,11 +1307,6 @@ def _strict_setting() -> bool:
     raise ShmtopoValueError(f"{STRICT_VARIABLE}={value!r}: expected 0 or 1 (or unset)")
 
 
-def _release_at_exit() -> None:
-    for acomm in list(_live.values()):
-        acomm._release()
-
-
 def accelerate(comm: Any = None, *, node_size: int | None = None,
                timeout: float | None = None) -> AcceleratedComm:
     """Collective over ``comm`` (an mpi4py intracommunicator, default
@@ -1358,9 +1348,5 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
         shm.abandon()
         raise
     acomm = AcceleratedComm(comm, shm, tables, strict, {"node_size": node_size, "timeout": timeout})
-    global _hooked
-    _live[id(acomm)] = acomm
-    if not _hooked:  # registered after the comm's own exit hook, so it runs before that
-        atexit.register(_release_at_exit)
-        _hooked = True
+    holds_comm(acomm)
     return acomm
