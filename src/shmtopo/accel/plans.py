@@ -166,13 +166,26 @@ def _block(t: Tables, sendbuf: Any, known: KnownType, entries: int, what: str) -
     return _aligned(elements(send, send.entries))
 
 
+def _sender(t: Tables, sendbuf: Any, root: int) -> Call:
+    """Gather and Gatherv off the root, where mpi4py reads no receive buffer."""
+    send = message(t, sendbuf, "sendbuf", writable=False)
+    moved_type(send, "sendbuf")
+    return Call(_aligned(elements(send, send.entries)), None, root=root)
+
+
+def _receiver(t: Tables, recvbuf: Any, root: int) -> Call:
+    """Scatter and Scatterv off the root, where mpi4py reads no send buffer."""
+    recv = message(t, recvbuf, "recvbuf", writable=True)
+    moved_type(recv, "recvbuf")
+    out, back = _out_and_back(elements(recv, recv.entries))
+    return Call(out[:0], out, root=root, back=back)
+
+
 def gather(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, root: Any) -> Call:
     size, rank = shm.world_size, shm.world_rank
     r = _root_rank(root, size)
-    if rank != r:  # mpi4py reads no receive buffer there
-        send = message(t, sendbuf, "sendbuf", writable=False)
-        moved_type(send, "sendbuf")
-        return Call(_aligned(elements(send, send.entries)), None, root=r)
+    if rank != r:
+        return _sender(t, sendbuf, r)
     recv = message(t, recvbuf, "recvbuf", writable=True, blocks=size)
     known = moved_type(recv, "recvbuf")
     c = recv.entries
@@ -187,11 +200,8 @@ def gather(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, root: Any) -> Call:
 def scatter(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, root: Any) -> Call:
     size, rank = shm.world_size, shm.world_rank
     r = _root_rank(root, size)
-    if rank != r:  # mpi4py reads no send buffer there
-        recv = message(t, recvbuf, "recvbuf", writable=True)
-        moved_type(recv, "recvbuf")
-        out, back = _out_and_back(elements(recv, recv.entries))
-        return Call(out[:0], out, root=r, back=back)
+    if rank != r:
+        return _receiver(t, recvbuf, r)
     send = message(t, sendbuf, "sendbuf", writable=False, blocks=size)
     known = moved_type(send, "sendbuf")
     c = send.entries
@@ -226,9 +236,7 @@ def gatherv(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, root: Any) -> Call
     size, rank = shm.world_size, shm.world_rank
     r = _root_rank(root, size)
     if rank != r:
-        send = message(t, sendbuf, "sendbuf", writable=False)
-        moved_type(send, "sendbuf")
-        return Call(_aligned(elements(send, send.entries)), None, root=r)
+        return _sender(t, sendbuf, r)
     v, out, back, a = _vgathered(t, sendbuf, recvbuf, size, r, "Gatherv")
     return Call(a, out, root=r, back=back, counts=(v.counts, v.displs))
 
@@ -237,10 +245,7 @@ def scatterv(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, root: Any) -> Cal
     size, rank = shm.world_size, shm.world_rank
     r = _root_rank(root, size)
     if rank != r:
-        recv = message(t, recvbuf, "recvbuf", writable=True)
-        moved_type(recv, "recvbuf")
-        out, back = _out_and_back(elements(recv, recv.entries))
-        return Call(out[:0], out, root=r, back=back)
+        return _receiver(t, recvbuf, r)
     v = vector(t, sendbuf, "sendbuf", writable=False, blocks=size)
     known = moved_type(v.msg, "sendbuf")
     a = _aligned(elements(v.msg, v.msg.entries))
