@@ -5,7 +5,6 @@ exactly as before. Results are checked against the wrapped mpi4py
 communicator on the same inputs, bitwise (small integers), on one node and
 on simulated nodes of 2 ranks (where collectives span nodes, the fast entry
 never runs)."""
-import sys
 
 import numpy as np
 import pytest
@@ -13,11 +12,11 @@ from mpi4py import MPI
 
 import shmtopo
 from shmtopo import _types
+from shmtopo.accel import plans, tables
 
-accel_module = sys.modules["shmtopo.accelerate"]  # (shmtopo.accelerate is the function)
 WORLD = MPI.COMM_WORLD
 OPS = ["SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR"]
-PLANNERS = ["_bcast_plan", "_reduce_plan", "_allreduce_plan", "_allgather_plan"]
+PLANNERS = ["bcast", "reduce", "allreduce", "allgather"]
 
 
 def _has_mpi_type(dtype):
@@ -25,12 +24,12 @@ def _has_mpi_type(dtype):
     drop-in moves it only where it maps that datatype to the array's type:
     not float16 (MPICH has a datatype for it, Open MPI none; the drop-in
     leaves it to MPI, whose rounding differs), bfloat16 or the pair structs."""
-    tables = accel_module._get_tables()
+    t = tables.get_tables()
     try:
         datatype = MPI.Datatype.fromcode(dtype.char if dtype.fields is None else "")
     except (KeyError, ValueError):
         return False
-    known = tables.types.get(tables.handle(datatype))
+    known = t.types.get(t.handle(datatype))
     return known is not None and known.dtype == dtype
 
 
@@ -50,12 +49,12 @@ def planned(monkeypatch):
     """{planner name: calls}: every call that went through the planner."""
     calls = {name: 0 for name in PLANNERS}
     for name in PLANNERS:
-        original = getattr(accel_module, name)
+        original = getattr(plans, name)
 
         def counting(*args, _name=name, _original=original):
             calls[_name] += 1
             return _original(*args)
-        monkeypatch.setattr(accel_module, name, counting)
+        monkeypatch.setattr(plans, name, counting)
     return calls
 
 
@@ -217,7 +216,7 @@ def test_misaligned_plain_arrays_are_the_planners(acomm, planned):
         acomm.Allreduce(misaligned(7, np.float64, rank), misaligned(7, np.float64, rank, 1))
     with pytest.raises(shmtopo.ShmtopoValueError, match="cannot map format"):
         acomm.Bcast(misaligned(7, np.float64, rank), root=0)
-    assert planned["_allreduce_plan"] == planned["_bcast_plan"] == 1, planned
+    assert planned["allreduce"] == planned["bcast"] == 1, planned
 
 
 def result_buffer(name, rank):
@@ -246,7 +245,7 @@ def test_reduce_reads_no_result_buffer_off_the_root(acomm, planned):
     WORLD.Reduce(x, want if rank == root else None, MPI.SUM, root)
     same_bits(got, want)
     if fast(acomm):
-        assert planned["_reduce_plan"] == 0, planned
+        assert planned["reduce"] == 0, planned
 
 
 def test_a_fast_rank_and_a_delegating_one_raise_the_same(acomm):

@@ -1,6 +1,6 @@
 """shmtopo: node-local shared-memory windows, fences and collectives, and a
 shared hwloc topology, for MPI programs in Python."""
-from .accelerate import AcceleratedComm, AcceleratedPrequest, accelerate
+from .accel import AcceleratedComm, AcceleratedPrequest, accelerate
 from .bitmap import Bitmap
 from ._types import pair_dtype
 from .comm import Comm, Placement

@@ -10,7 +10,8 @@ only warns.
 A process that exits with comms still open (an uncaught exception on one
 rank, say) leaves them first, so that peers waiting on it raise
 PeerAbortedError at once instead of waiting for the process to be gone,
-which MPI_Finalize may delay forever while the peers wait.
+which MPI_Finalize may delay forever while the peers wait. Before that,
+the objects built on a comm (an accelerated comm) drop theirs.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 _open_comms: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# by id: an accelerated comm is unhashable, like the mpi4py communicator it wraps
+_holders: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 _hooked = False
 
 
@@ -34,14 +37,28 @@ def opened(comm: Any) -> None:
     """Note a comm this process made. The exit hook is registered at the
     first one, after mpi4py's (which from_mpi imports first): atexit runs
     the last registered first, so it runs before MPI_Finalize."""
-    global _hooked
     _open_comms.add(comm)
+    _hook()
+
+
+def holds_comm(holder: Any) -> None:
+    """Note an object built on a comm this process made: at exit, its
+    ``_release()`` (local) drops that comm, before the comms still open
+    are left."""
+    _holders[id(holder)] = holder
+    _hook()
+
+
+def _hook() -> None:
+    global _hooked
     if not _hooked:
-        atexit.register(_leave_open_comms)
+        atexit.register(_at_exit)
         _hooked = True
 
 
-def _leave_open_comms() -> None:
+def _at_exit() -> None:
+    for holder in list(_holders.values()):
+        holder._release()
     for comm in list(_open_comms):
         if comm._h != ffi.NULL:
             lib.shmtopo_comm_leave(comm._h)

@@ -1,0 +1,670 @@
+"""shmtopo.accel.comm: an mpi4py communicator whose upper-case buffer
+collectives run through shmtopo's shared memory, switched on with one line.
+
+``acomm = shmtopo.accelerate(comm)`` wraps an mpi4py intracommunicator.
+What it does not define is the wrapped communicator's own (attribute lookup
+falls through to it). Barrier, Bcast, Reduce, Allreduce, Allgather,
+Alltoall and Reduce_scatter_block run on a :class:`shmtopo.Comm` made with
+``Comm.from_mpi(comm)`` (hierarchical across nodes) when their arguments
+allow it, and otherwise go to the wrapped communicator with the very
+arguments they were given, so that their results are MPI's. Gather,
+Scatter, their v-variants, Allgatherv, Alltoallv, Reduce_scatter, Scan and
+Exscan do the same through the core's lower-case calls. The persistent ``..._init`` calls return requests whose
+``Start`` makes the blocking call. Dup, Split and the other constructors
+return accelerated comms.
+
+Every rank must take the same path: a rank on shmtopo's path waits in
+shmtopo, a rank on MPI's waits in MPI. So each call reads its arguments on
+its own rank, as mpi4py reads them, and a rank that hands the call to MPI
+first takes part in the call's agreement with a signature that says so (no
+element type, count 0, the root of rooted calls). Where every rank
+delegates, they agree and all call MPI; where ranks chose differently, the
+signatures differ and every rank raises the same ShmtopoValueError, naming
+a rank that chose otherwise, before any data moves. Arguments mpi4py would
+refuse make this rank invalid in that agreement: every rank raises.
+"""
+from __future__ import annotations
+
+import operator
+import os
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from .. import _fastpath, agreement
+from ..coll import api
+from .._base import holds_comm
+from .._native import lib
+from ..comm import Comm
+from ..errors import FreedError, ShmtopoArgumentError, ShmtopoValueError
+from . import plans
+from .buffers import Array
+from .plans import Call
+from .tables import SUM_DEFAULT, LeftToMPI, Tables, get_tables
+
+STRICT_VARIABLE = "SHMTOPO_ACCEL_STRICT"
+
+#: Upper-case collectives that run in shared memory when their arguments allow.
+ACCELERATED = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall", "Reduce_scatter_block")
+
+#: Upper-case collectives that run in shared memory when their arguments
+#: allow, through the core's lower-case call of the same name; else they go to MPI.
+LOWER_CASE = ("Gather", "Gatherv", "Scatter", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter", "Scan",
+              "Exscan")
+
+#: Persistent collectives: a request whose Start() makes the blocking call
+#: (accelerated or delegated as that call is, each start on its own).
+PERSISTENT = tuple(f"{name}_init" for name in ACCELERATED + LOWER_CASE)
+
+#: Upper-case collectives that go to the wrapped communicator in this version.
+MPI_ONLY = (
+    "Alltoallw",
+    "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iallgather", "Iallgatherv",
+    "Ialltoall", "Ialltoallv", "Ialltoallw", "Ireduce", "Iallreduce", "Ireduce_scatter_block",
+    "Ireduce_scatter", "Iscan", "Iexscan", "Alltoallw_init",
+)
+
+#: Constructors whose new communicator comes back accelerated (COMM_NULL as it is).
+CONSTRUCTORS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create", "Create_group")
+
+# A delegating rank's signature: marked so (the core describes it as
+# "delegated to MPI"), so that it differs from every accelerated one.
+_SIG_TO_MPI = lib.SHMTOPO_SIG_DELEGATED
+
+_BARRIER, _BCAST, _REDUCE, _ALLREDUCE = (lib.SHMTOPO_KIND_BARRIER, lib.SHMTOPO_KIND_BCAST,
+                                         lib.SHMTOPO_KIND_REDUCE, lib.SHMTOPO_KIND_ALLREDUCE)
+_ALLGATHER, _ALLTOALL, _REDUCE_SCATTER = (lib.SHMTOPO_KIND_ALLGATHER, lib.SHMTOPO_KIND_ALLTOALL,
+                                          lib.SHMTOPO_KIND_REDUCE_SCATTER)
+_GATHER, _GATHERV, _SCATTER, _SCATTERV = (lib.SHMTOPO_KIND_GATHER, lib.SHMTOPO_KIND_GATHERV,
+                                          lib.SHMTOPO_KIND_SCATTER, lib.SHMTOPO_KIND_SCATTERV)
+_ALLGATHERV, _ALLTOALLV, _SCAN, _EXSCAN = (lib.SHMTOPO_KIND_ALLGATHERV, lib.SHMTOPO_KIND_ALLTOALLV,
+                                           lib.SHMTOPO_KIND_SCAN, lib.SHMTOPO_KIND_EXSCAN)
+
+# The fast entries: the plain case in C.
+#
+# Most calls are plain: numpy arrays without a datatype, a predefined op, an
+# int root. shmtopo._fastpath's accel_* entries take those straight to the
+# core, and return None for anything else, which then goes through the
+# planner (plans.py); reading buffer specs in Python would cost more than the
+# collective itself. What the entries take for plain is what the planner
+# decides for those arguments, from its own tables (tables.py binds them).
+_accel_allreduce, _accel_reduce = _fastpath.accel_allreduce, _fastpath.accel_reduce
+_accel_bcast, _accel_allgather = _fastpath.accel_bcast, _fastpath.accel_allgather
+_accel_barrier = _fastpath.accel_barrier
+
+_forwarded: set[type] = set()
+
+
+def _forward(cls: type) -> None:
+    """Make each public attribute of the mpi4py communicator class `cls` that
+    AcceleratedComm does not define read the wrapped communicator's. (A
+    __getattr__ would do that too, but a class with one pays for it on every
+    attribute lookup, its own collectives' included: 0.1-0.2 us a call.)"""
+    if cls in _forwarded:
+        return
+    for name in dir(cls):
+        if not name.startswith("__") and not hasattr(AcceleratedComm, name):
+            setattr(AcceleratedComm, name, property(operator.attrgetter(f"_comm.{name}"),
+                                                    doc=f"The wrapped communicator's ``{name}``."))
+    _forwarded.add(cls)
+
+
+# ---- the communicator ----------------------------------------------------------------
+
+class _Unseen:
+    """A collective's entry in an accelerated comm's stats until its first
+    count, which (``stats[name][i] += 1``, as every count is) puts the
+    name's [accelerated, went to MPI] list in its place, at the end: so the
+    stats keep the order of the first calls, and each later count is a
+    plain dict's and a plain list's, in C."""
+
+    __slots__ = ("_stats", "_name")
+
+    def __init__(self, stats: dict[str, "list[int] | _Unseen"], name: str) -> None:
+        self._stats, self._name = stats, name
+
+    def __getitem__(self, i: int) -> int:
+        return 0
+
+    def __setitem__(self, i: int, value: int) -> None:
+        del self._stats[self._name]
+        counts = self._stats[self._name] = [0, 0]
+        counts[i] = value
+
+
+_OWN = ("_comm", "_shm", "_tables", "_strict", "_stats", "_options")
+
+
+class AcceleratedComm:
+    """An mpi4py intracommunicator whose upper-case buffer collectives run
+    through shmtopo's shared memory where their arguments allow it.
+
+    Make one with :func:`accelerate`. Attributes and methods it does not
+    define are the wrapped communicator's (``Get_rank``, ``Send``, ``Split``,
+    the lower-case ``bcast`` of objects...). :attr:`shm_comm` is the
+    :class:`shmtopo.Comm` its collectives run on; :meth:`Free` frees that
+    and then the wrapped communicator, :meth:`shm_free` only that.
+    """
+
+    __slots__ = _OWN + ("__weakref__",)
+
+    def __init__(self, comm: Any, shm: Comm, tables: Tables, strict: bool,
+                 options: dict[str, Any] | None = None) -> None:
+        self._options = options or {}  # accelerate()'s, for the comms Dup() and the like make
+        self._comm = comm
+        self._shm: Comm | None = shm
+        self._tables = tables
+        self._strict = strict
+        self._stats: dict[str, list[int] | _Unseen] = {}
+        self._stats.update((name, _Unseen(self._stats, name)) for name in ACCELERATED + LOWER_CASE + MPI_ONLY)
+
+    if TYPE_CHECKING:  # for type checkers only: at run time _forward's properties do this, at no lookup cost
+        def __getattr__(self, name: str) -> Any:
+            """The wrapped communicator's attribute (Get_rank, Send, ...)."""
+
+    # -- what it is -------------------------------------------------------
+    @property
+    def mpi_comm(self) -> Any:
+        """The wrapped mpi4py communicator."""
+        return self._comm
+
+    @property
+    def shm_comm(self) -> Comm:
+        """The shmtopo comm the collectives run on (made by ``Comm.from_mpi``)."""
+        if self._shm is None:
+            raise FreedError("the accelerated comm's shmtopo comm has been freed", 9)
+        return self._shm
+
+    @property
+    def strict(self) -> bool:
+        """True when a call that would go to MPI raises instead (SHMTOPO_ACCEL_STRICT=1)."""
+        return self._strict
+
+    def shm_stats(self) -> dict[str, tuple[int, int]]:
+        """Local: {operation: (accelerated calls, delegated calls)} for each
+        collective called at least once, in the order of the first calls."""
+        return {name: (n[0], n[1]) for name, n in self._stats.items() if isinstance(n, list)}
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(type(self))) | set(dir(self._comm)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AcceleratedComm):
+            other = other._comm
+        return bool(self._comm == other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]  # like mpi4py's communicators
+
+    def __bool__(self) -> bool:
+        return bool(self._comm)
+
+    def __repr__(self) -> str:
+        return f"<shmtopo.AcceleratedComm of {self._comm!r}>"
+
+    # -- lifetime ---------------------------------------------------------
+    def shm_free(self) -> None:
+        """Collective: free the shmtopo comm; afterwards every collective goes
+        to the wrapped communicator. Freeing twice is a no-op."""
+        shm = self._shm
+        if shm is None:
+            return
+        try:
+            shm.free()
+        finally:
+            if shm.freed:  # a mismatch leaves the comm (as Comm.free)
+                self._shm = None
+
+    def Free(self) -> None:
+        """Collective: free the shmtopo comm, then the wrapped communicator
+        (its ``Free()``: MPI refuses to free COMM_WORLD; :meth:`shm_free`
+        releases only shmtopo's part)."""
+        self.shm_free()
+        self._comm.Free()
+
+    def _release(self) -> None:
+        """Local, at exit: drop the shmtopo comm without an agreement."""
+        shm, self._shm = self._shm, None
+        if shm is not None:
+            shm.abandon()
+
+    # -- taking one path on every rank ------------------------------------
+    def _plan(self, kind: int, name: str, normalise: Callable[..., Call], *args: Any) -> Call | str:
+        """This rank's arguments, read and checked on this rank: what shmtopo
+        runs, or why the call goes to MPI. Invalid arguments fail the call's
+        agreement, so that every rank raises."""
+        shm = self._shm
+        if shm is None:
+            return "the shmtopo comm has been freed"
+
+        def plan() -> Call | str:
+            try:
+                return normalise(shm, *args)
+            except LeftToMPI as why:
+                return str(why)
+            except Exception as exc:  # noqa: BLE001 - every rank hears of it
+                raise ShmtopoValueError(f"{name}: {exc}") from None
+        return agreement.normalised(shm, kind, plan)
+
+    def _agree_on_mpi(self, kind: int, name: str, reason: str, root: Any = None) -> None:
+        """Before a call goes to MPI: agree with every rank that it does (in
+        strict mode, fail the call on every rank instead)."""
+        shm = self._shm
+        message = f"{name} is delegated to MPI ({reason}), and {STRICT_VARIABLE}=1"
+        if shm is None:
+            if self._strict:
+                raise ShmtopoValueError(message)
+            return
+        if self._strict:
+            agreement.refuse(shm, kind, ShmtopoValueError(message))
+        # a rooted call has been through _root_rank, so this is a rank of the comm
+        r = -1 if root is None else operator.index(root)
+        agreement.agree(shm, kind, root=r, flags=_SIG_TO_MPI)
+
+    def _run_plan(self, call: Callable[..., Any], plan: Call, *args: Any, **kwargs: Any) -> None:
+        call(self._shm, *args, **kwargs)
+        if plan.back is not None and plan.out is not None:
+            plan.back[...] = plan.out.reshape(plan.back.shape)
+
+    def _shm_or_mpi(self, kind: int, name: str, planner: Callable[..., Call], mpi_args: tuple[Any, ...],
+                    run: Callable[[Call], None], root: Any = None) -> None:
+        """One accelerated collective: plan it on this rank, then run it in
+        shared memory, or agree that it goes to MPI and hand MPI the caller's
+        own arguments."""
+        try:
+            plan = self._plan(kind, name, planner, self._tables, *mpi_args)
+            if isinstance(plan, str):
+                self._agree_on_mpi(kind, name, plan, root)
+            else:
+                run(plan)
+        except ShmtopoValueError as exc:  # bad or disagreeing arguments, the same on every rank
+            raise ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank) from None
+        if isinstance(plan, str):
+            getattr(self._comm, name)(*mpi_args)  # MPI's exceptions as they are
+            self._stats[name][1] += 1
+            return
+        self._stats[name][0] += 1
+
+    def _mpi_only_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """A collective this version always hands to MPI: every rank does, so
+        no path needs agreeing (strictness is the same on every rank)."""
+        if self._strict:
+            raise ShmtopoValueError(f"{name} is not accelerated (it always goes to MPI), and "
+                                    f"{STRICT_VARIABLE}=1")
+        result = getattr(self._comm, name)(*args, **kwargs)
+        self._stats[name][1] += 1
+        return result
+
+    # -- the accelerated collectives --------------------------------------
+    def Barrier(self) -> None:
+        """Collective: as mpi4py's ``Barrier``, in shared memory."""
+        shm = self._shm
+        # the plain case runs in C (see _bind_fast_entries), the rest below
+        if shm is not None and _accel_barrier(shm.fast_handle):
+            self._stats["Barrier"][0] += 1
+            return
+        if shm is None:
+            self._agree_on_mpi(_BARRIER, "Barrier", "the shmtopo comm has been freed")
+            self._comm.Barrier()
+            self._stats["Barrier"][1] += 1
+            return
+        shm.barrier()
+        self._stats["Barrier"][0] += 1
+
+    def Bcast(self, buf: Any, root: int = 0) -> None:
+        """Collective: as mpi4py's ``Bcast``."""
+        shm = self._shm
+        if shm is not None and _accel_bcast(shm.fast_handle, shm.fast_windows, buf, root):
+            self._stats["Bcast"][0] += 1
+            return
+        self._shm_or_mpi(_BCAST, "Bcast", plans.bcast, (buf, root),
+                         lambda p: self._run_plan(api.bcast, p, p.send, p.root, out=p.out), root)
+
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, root: int = 0) -> None:
+        """Collective: as mpi4py's ``Reduce``."""
+        shm = self._shm
+        if shm is not None and _accel_reduce(shm.fast_handle, shm.fast_windows, sendbuf, recvbuf, op, root):
+            self._stats["Reduce"][0] += 1
+            return
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_REDUCE, "Reduce", plans.reduce, (sendbuf, recvbuf, op, root),
+                         lambda p: self._run_plan(api.reduce, p, p.send, p.op, p.root, out=p.out), root)
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
+        """Collective: as mpi4py's ``Allreduce``."""
+        shm = self._shm
+        if shm is not None and _accel_allreduce(shm.fast_handle, shm.fast_windows, sendbuf, recvbuf, op):
+            self._stats["Allreduce"][0] += 1
+            return
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_ALLREDUCE, "Allreduce", plans.allreduce, (sendbuf, recvbuf, op),
+                         lambda p: self._run_plan(api.allreduce, p, p.send, p.op, out=p.out))
+
+    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Collective: as mpi4py's ``Allgather``."""
+        shm = self._shm
+        if shm is not None and _accel_allgather(shm.fast_handle, shm.windows, sendbuf, recvbuf):
+            self._stats["Allgather"][0] += 1
+            return
+        self._shm_or_mpi(_ALLGATHER, "Allgather", plans.allgather, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(api.allgather, p, p.send, out=p.out))
+
+    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Collective: as mpi4py's ``Alltoall``."""
+        self._shm_or_mpi(_ALLTOALL, "Alltoall", plans.alltoall, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(api.alltoall, p, p.send, out=p.out))
+
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
+        """Collective: as mpi4py's ``Reduce_scatter_block``."""
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_REDUCE_SCATTER, "Reduce_scatter_block", plans.reduce_scatter_block, (sendbuf, recvbuf, op),
+                         lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, out=p.out))
+
+    # -- through the lower-case calls -------------------------------------
+    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Collective: as mpi4py's ``Gather`` (recvbuf is read on the root only)."""
+        self._shm_or_mpi(_GATHER, "Gather", plans.gather, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(api.gather, p, p.send, p.root, out=p.out), root)
+
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Collective: as mpi4py's ``Scatter`` (sendbuf is read on the root only)."""
+        self._shm_or_mpi(_SCATTER, "Scatter", plans.scatter, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(api.scatter, p, self._root_only(p), p.root, out=p.out), root)
+
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Collective: as mpi4py's ``Gatherv``."""
+        self._shm_or_mpi(_GATHERV, "Gatherv", plans.gatherv, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(api.gatherv, p, p.send, *(p.counts or (None, None)), p.root,
+                                                  out=p.out), root)
+
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Collective: as mpi4py's ``Scatterv``."""
+        self._shm_or_mpi(_SCATTERV, "Scatterv", plans.scatterv, (sendbuf, recvbuf, root),
+                         lambda p: self._run_plan(api.scatterv, p, self._root_only(p),
+                                                  *(p.counts or (None, None)), p.root, out=p.out), root)
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Collective: as mpi4py's ``Allgatherv``."""
+        self._shm_or_mpi(_ALLGATHERV, "Allgatherv", plans.allgatherv, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(api.allgatherv, p, p.send, *p.counts, out=p.out))
+
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Collective: as mpi4py's ``Alltoallv``."""
+        self._shm_or_mpi(_ALLTOALLV, "Alltoallv", plans.alltoallv, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(api.alltoallv, p, p.send, *p.counts, out=p.out))
+
+    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT) -> None:
+        """Collective: as mpi4py's ``Reduce_scatter`` (recvcounts None: every
+        rank's receive count, gathered first, as mpi4py does)."""
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_REDUCE_SCATTER, "Reduce_scatter", plans.reduce_scatter,
+                         (sendbuf, recvbuf, recvcounts, op),
+                         lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, counts=self._counts(p),
+                                                  out=p.out))
+
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
+        """Collective: as mpi4py's ``Scan``."""
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_SCAN, "Scan", plans.scan, (sendbuf, recvbuf, op),
+                         lambda p: self._run_plan(api.scan, p, p.send, p.op, out=p.out))
+
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
+        """Collective: as mpi4py's ``Exscan`` (rank 0's recvbuf is left as it is)."""
+        op = self._tables.SUM if op is SUM_DEFAULT else op
+        self._shm_or_mpi(_EXSCAN, "Exscan", plans.scan, (sendbuf, recvbuf, op),
+                         lambda p: self._run_plan(api.exscan, p, p.send, p.op, out=p.out))
+
+    def _root_only(self, p: Call) -> Array | None:
+        """A rooted call's input, which only the root has."""
+        return p.send if self._shm is not None and self._shm.world_rank == p.root else None
+
+    def _counts(self, p: Call) -> list[int]:
+        """Reduce_scatter's counts; not given: every rank's own, gathered."""
+        counts = p.counts[0]
+        if counts is None:
+            assert self._shm is not None and p.out is not None
+            counts = api.allgather(self._shm, np.array([p.out.size], np.int64)).ravel().tolist()
+        return list(counts)
+
+    # -- persistent collectives --------------------------------------------
+    def _persistent(self, name: str, args: tuple[Any, ...]) -> AcceleratedPrequest:
+        return AcceleratedPrequest(self, name, args)
+
+    def Barrier_init(self, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Barrier``: each Start() is a Barrier."""
+        return self._persistent("Barrier", ())
+
+    def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Bcast``: each Start() is a Bcast of the buffer's contents then."""
+        return self._persistent("Bcast", (buf, root))
+
+    def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, root: int = 0,
+                    info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Reduce``."""
+        return self._persistent("Reduce", (sendbuf, recvbuf, op, root))
+
+    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT,
+                       info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Allreduce``."""
+        return self._persistent("Allreduce", (sendbuf, recvbuf, op))
+
+    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Allgather``."""
+        return self._persistent("Allgather", (sendbuf, recvbuf))
+
+    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Alltoall``."""
+        return self._persistent("Alltoall", (sendbuf, recvbuf))
+
+    def Reduce_scatter_block_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT,
+                                  info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Reduce_scatter_block``."""
+        return self._persistent("Reduce_scatter_block", (sendbuf, recvbuf, op))
+
+    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Gather``."""
+        return self._persistent("Gather", (sendbuf, recvbuf, root))
+
+    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Scatter``."""
+        return self._persistent("Scatter", (sendbuf, recvbuf, root))
+
+    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Gatherv``."""
+        return self._persistent("Gatherv", (sendbuf, recvbuf, root))
+
+    def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Scatterv``."""
+        return self._persistent("Scatterv", (sendbuf, recvbuf, root))
+
+    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Allgatherv``."""
+        return self._persistent("Allgatherv", (sendbuf, recvbuf))
+
+    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Alltoallv``."""
+        return self._persistent("Alltoallv", (sendbuf, recvbuf))
+
+    def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT,
+                            info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Reduce_scatter``."""
+        return self._persistent("Reduce_scatter", (sendbuf, recvbuf, recvcounts, op))
+
+    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Scan``."""
+        return self._persistent("Scan", (sendbuf, recvbuf, op))
+
+    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Exscan``."""
+        return self._persistent("Exscan", (sendbuf, recvbuf, op))
+
+    # -- new communicators come back accelerated ----------------------------
+    def _wrapped(self, comm: Any) -> Any:
+        """Collective over comm: it accelerated with this comm's options
+        (COMM_NULL, where a rank is in no new comm, as it is)."""
+        if comm == self._tables.MPI.COMM_NULL or not isinstance(comm, self._tables.MPI.Intracomm):
+            return comm
+        try:
+            return accelerate(comm, **self._options)
+        except BaseException:
+            comm.Free()  # raised on every rank: nobody keeps it
+            raise
+
+    def Dup(self, info: Any = None) -> Any:
+        """Collective: the wrapped communicator's ``Dup``, accelerated (free it with ``Free()``)."""
+        return self._wrapped(self._comm.Dup() if info is None else self._comm.Dup(info))
+
+    def Dup_with_info(self, info: Any) -> Any:
+        """Collective: the wrapped communicator's ``Dup_with_info``, accelerated."""
+        return self._wrapped(self._comm.Dup_with_info(info))
+
+    def Clone(self) -> Any:
+        """Collective: the wrapped communicator's ``Clone``, accelerated."""
+        return self._wrapped(self._comm.Clone())
+
+    def Split(self, color: int = 0, key: int = 0) -> Any:
+        """Collective: the wrapped communicator's ``Split``, accelerated (COMM_NULL as it is)."""
+        return self._wrapped(self._comm.Split(color, key))
+
+    def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Any:
+        """Collective: the wrapped communicator's ``Split_type``, accelerated."""
+        args = (split_type, key) if info is None else (split_type, key, info)
+        return self._wrapped(self._comm.Split_type(*args))
+
+    def Create(self, group: Any) -> Any:
+        """Collective: the wrapped communicator's ``Create``, accelerated."""
+        return self._wrapped(self._comm.Create(group))
+
+    def Create_group(self, group: Any, tag: int = 0) -> Any:
+        """Collective over the group: the wrapped communicator's ``Create_group``, accelerated."""
+        return self._wrapped(self._comm.Create_group(group, tag))
+
+
+class AcceleratedPrequest:
+    """A persistent collective of an accelerated comm, as mpi4py's
+    ``Prequest``: ``Start()`` makes the blocking call on the arguments given
+    at init (reading the buffers then), in shared memory or through MPI as
+    that call would; it is complete on return, so ``Wait()`` and ``Test()``
+    have nothing left to do. ``Free()`` (local) makes it inactive for good.
+    ``Startall``/``Waitall``/``Testall`` take lists of these (mpi4py's own
+    take only its requests)."""
+
+    __slots__ = ("_acomm", "_name", "_args", "_freed")
+
+    def __init__(self, acomm: AcceleratedComm, name: str, args: tuple[Any, ...]) -> None:
+        self._acomm = acomm
+        self._name = name
+        self._args = args
+        self._freed = False
+
+    def Start(self) -> None:
+        """Collective: run the call once."""
+        if self._freed:
+            raise ShmtopoValueError(f"{self._name}_init: Start on a freed request")
+        getattr(self._acomm, self._name)(*self._args)
+
+    def Wait(self, status: Any = None) -> bool:
+        """Local: the last Start is complete already."""
+        return True
+
+    def Test(self, status: Any = None) -> bool:
+        """Local: True (the last Start is complete already)."""
+        return True
+
+    def Free(self) -> None:
+        """Local: release the request (twice is a no-op)."""
+        self._freed = True
+        self._args = ()
+
+    def __bool__(self) -> bool:  # like a request that is not MPI.REQUEST_NULL
+        return not self._freed
+
+    def __repr__(self) -> str:
+        return f"<shmtopo.AcceleratedPrequest {self._name}_init{' (freed)' if self._freed else ''}>"
+
+    @staticmethod
+    def Startall(requests: list[Any]) -> None:
+        """Start every request of the list, in order."""
+        for r in requests:
+            r.Start()
+
+    @staticmethod
+    def Waitall(requests: list[Any], statuses: Any = None) -> bool:
+        for r in requests:
+            r.Wait()
+        return True
+
+    @staticmethod
+    def Testall(requests: list[Any], statuses: Any = None) -> bool:
+        return all(r.Test() for r in requests)
+
+
+def _mpi_only_method(name: str) -> Callable[..., Any]:
+    def method(self: AcceleratedComm, *args: Any, **kwargs: Any) -> Any:
+        return self._mpi_only_call(name, *args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"Collective: the wrapped communicator's ``{name}`` (not accelerated in this version)."
+    return method
+
+
+for _name in MPI_ONLY:
+    setattr(AcceleratedComm, _name, _mpi_only_method(_name))
+del _name
+
+
+def _strict_setting() -> bool:
+    value = os.environ.get(STRICT_VARIABLE, "")
+    if value in ("", "0"):
+        return False
+    if value == "1":
+        return True
+    raise ShmtopoValueError(f"{STRICT_VARIABLE}={value!r}: expected 0 or 1 (or unset)")
+
+
+def accelerate(comm: Any = None, *, node_size: int | None = None,
+               timeout: float | None = None) -> AcceleratedComm:
+    """Collective over ``comm`` (an mpi4py intracommunicator, default
+    COMM_WORLD): wrap it so that its upper-case buffer collectives run
+    through shmtopo's shared memory where their arguments allow it, and go
+    to ``comm`` itself, with the same arguments, where they do not.
+
+    node_size, timeout: as in :meth:`Comm.from_mpi`. SHMTOPO_ACCEL_STRICT=1
+    (which must be the same on every rank) makes every call that would go
+    to MPI raise ShmtopoValueError instead. Free the result with ``Free()``
+    (which also frees ``comm``) or ``shm_free()``; at exit each rank drops
+    what is left of it on its own.
+    """
+    tables = get_tables()
+    for cls in (tables.MPI.Intracomm, tables.MPI.Cartcomm, tables.MPI.Graphcomm, tables.MPI.Distgraphcomm):
+        _forward(cls)
+    if isinstance(comm, AcceleratedComm):
+        comm = comm.mpi_comm
+    if comm is None:
+        comm = tables.MPI.COMM_WORLD
+    if not isinstance(comm, tables.MPI.Comm):
+        raise TypeError(f"accelerate needs an mpi4py communicator, not {type(comm).__name__}")
+    _forward(type(comm))
+    if comm.Is_inter():  # the same on every rank
+        raise ShmtopoValueError("accelerate needs an intracommunicator, not an intercommunicator")
+    shm = Comm.from_mpi(comm, node_size=node_size, timeout=timeout)
+    kind = lib.SHMTOPO_KIND_COMM_CREATE
+    try:
+        strict = agreement.normalised(shm, kind, _strict_setting)
+        try:
+            agreement.agree(shm, kind, extra=int(strict))
+        except ShmtopoValueError as exc:
+            raise ShmtopoValueError(f"{STRICT_VARIABLE} must be the same on every rank: {exc}",
+                                    exc.errno or 22, exc.rank) from None
+    except ShmtopoValueError:
+        # every rank has the same verdict, and frees together: abandoning
+        # instead could fail a peer still reading that verdict
+        shm.free()
+        raise
+    except BaseException:
+        shm.abandon()
+        raise
+    acomm = AcceleratedComm(comm, shm, tables, strict, {"node_size": node_size, "timeout": timeout})
+    holds_comm(acomm)
+    return acomm
