@@ -1,4 +1,4 @@
-/* Standalone test of topo_shmem.c: cc -Inative native/tests_c/test_topo_shmem.c
+/* Standalone test of topo_shmem.c: cc -Inative tests/c/test_topo_shmem.c
  * native/topo_shmem.c native/maps.c native/error.c $(pkg-config --cflags
  * --libs hwloc) && ./a.out (prints failures, exits 1). */
 #ifndef _GNU_SOURCE

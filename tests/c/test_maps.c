@@ -1,4 +1,4 @@
-/* Standalone test of maps.c: cc -Inative native/tests_c/test_maps.c
+/* Standalone test of maps.c: cc -Inative tests/c/test_maps.c
  * native/maps.c native/error.c && ./a.out (prints failures, exits 1). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
