@@ -100,14 +100,45 @@ def test_peer_fences_mix_with_fences(comm, algorithm):
                 assert peer_epochs(comm, win, win.peer_fence) == 0
 
 
+LOOPS = 4
+
+
+def loop_epochs(comm, win, loop, peer_loop):
+    """fence_epochs with the native loops as the syncs: each epoch every rank
+    arrives unevenly, writes its slot, runs `loop` (many fences in C), and
+    reads every slot; then pairs of ranks do the same through `peer_loop`
+    (the slower one writes late). A loop that let a rank out before everyone
+    was in shows as stale slots (returned: their number); one that ran fewer
+    fences on one rank than on another shifts every later fence, and a wait
+    then times out (the window's timeout) or a slot is stale."""
+    slots = win.query(0)[:comm.size]
+    stale = 0
+    partner = comm.rank ^ 1
+    for epoch in range(1, LOOPS + 1):
+        time.sleep(delay(epoch, comm.rank, comm.size))
+        slots[comm.rank] = epoch
+        loop(250)
+        stale += int(np.count_nonzero(slots != epoch))
+        loop(1)  # nobody writes epoch+1 before everyone has checked epoch
+        if partner < comm.size:
+            time.sleep(0.002 if comm.rank == max(comm.rank, partner) else 0)
+            win.query(partner)[comm.size + comm.rank] = epoch
+            peer_loop(partner, 125)
+            stale += int(win.local[comm.size + partner] != epoch)
+            peer_loop(partner, 1)
+    return stale
+
+
 def test_fence_loops_in_native_code(comm):
-    with comm.allocate(8) as win:
-        win.fence_loop(1000)
+    """The loops synchronise like the fences they repeat, and leave the
+    window's fences in step; without them the same body sees stale slots."""
+    with comm.allocate(shape=(2 * comm.size,), dtype=np.int64, timeout=30) as win:  # a loop out of step fails
+        assert loop_epochs(comm, win, win.fence_loop, win.peer_fence_loop) == 0
+        assert fence_epochs(comm, win, win.fence) == 0
         if comm.size > 1:
-            partner = comm.rank ^ 1
-            if partner < comm.size:
-                win.peer_fence_loop(partner, 500)
-        win.fence()
+            stale = loop_epochs(comm, win, lambda count: None, lambda rank, count: None)
+            win.fence()
+            assert comm.mpi.allreduce(stale) > 0
 
 
 def test_peer_fence_takes_any_integer_rank_and_refuses_the_rest(comm):
