@@ -54,10 +54,10 @@ def tool_binding(*args):
     return H.run("hwloc-bind", "--get", *args).strip()
 
 
-@pytest.fixture(params=["local", "shared"])
+@pytest.fixture(params=[pytest.param("local", marks=pytest.mark.serial), "shared"])
 def topo(request, comm):
-    """A topology of this machine: private, or the node's adopted copy
-    (binding through it must work and leave it untouched)."""
+    """A topology of this machine: private (one process's: serial), or the
+    node's adopted copy (binding through it must work and leave it untouched)."""
     t = shmtopo.Topology.load() if request.param == "local" else shmtopo.share_topology(comm)
     yield t
     t.close()
@@ -151,6 +151,7 @@ def test_binding_errors(topo, restore_binding):
     assert os.sched_getaffinity(0) == restore_binding
 
 
+@pytest.mark.serial
 def test_no_binding_through_a_foreign_topology(restore_binding):
     # hwloc would "bind" through another machine's topology with hooks that
     # do nothing: shmtopo refuses

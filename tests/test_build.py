@@ -48,12 +48,14 @@ def defined_symbols(path: Path, *options: str) -> set:
     return {line.split()[-1] for line in out.splitlines() if line.strip()}
 
 
+@pytest.mark.serial
 def test_one_core_is_mapped():
     the_c_library()
     assert mapped("libshmtopo") == {str(capi.LIBRARY.resolve())}
     assert all(str(ext.resolve()) in mapped(ext.name) for ext in EXTENSIONS.values())
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("name", EXTENSIONS)
 def test_extensions_link_the_core(name):
     ext = EXTENSIONS[name]
@@ -67,6 +69,7 @@ def test_extensions_link_the_core(name):
     assert "shmtopo_win_alloc" in defined_symbols(capi.LIBRARY, "-D")
 
 
+@pytest.mark.serial
 def test_one_error_state():
     c = the_c_library()
     # a failure through cffi, read through the C library

@@ -147,6 +147,7 @@ def sizes(dtype):
 
 # ---- naming the pair types ------------------------------------------------------
 
+@pytest.mark.serial
 def test_pair_dtype_has_the_c_layout():
     for value, size, offset in ((np.float32, 8, 4), (np.float64, 16, 8), (np.int64, 16, 8),
                                 (np.int32, 8, 4), (np.int16, 8, 4)):
@@ -417,6 +418,7 @@ def test_one_rank_differs_fails_everywhere(node_size):
                 np.testing.assert_array_equal(comm.allreduce(np.ones(3)), n)
 
 
+@pytest.mark.serial
 def test_rounding_matches_numpy_and_ml_dtypes():
     """shmtopo_reduce_round against numpy's float16 and ml_dtypes' bfloat16
     casts on every 1021st float32 bit pattern (NaNs, infinities, subnormals,

@@ -93,6 +93,7 @@ def test_freed_comm_raises(comm):
     assert "freed" in repr(other)
 
 
+@pytest.mark.serial
 def test_window_constructor_is_not_public():
     with pytest.raises(TypeError):
         shmtopo.Window()

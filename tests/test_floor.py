@@ -53,11 +53,13 @@ def made_up(ranks=2):
     return fl
 
 
+@pytest.mark.serial
 def test_stat_is_median_and_range():
     s = F.Stat.of([5.0, 1.0, 3.0, 2.0, 100.0])
     assert (s.median, s.lo, s.hi) == (3.0, 1.0, 100.0)
 
 
+@pytest.mark.serial
 def test_interpolate_exact_between_below_above():
     table = {n: _stat(x1(n)) for n in SIZES}
     for n in SIZES:
@@ -75,6 +77,7 @@ def test_interpolate_exact_between_below_above():
         F._interpolate({}, 8)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("p, rounds", [(2, 1), (3, 2), (4, 2), (5, 3), (8, 3)])
 def test_fence_floor_is_a_line_one_way_per_round(p, rounds):
     m = F.Model(made_up(), ranks=p)
@@ -83,6 +86,7 @@ def test_fence_floor_is_a_line_one_way_per_round(p, rounds):
     assert m.time("peer_fence") == pytest.approx(0.15 * US)
 
 
+@pytest.mark.serial
 def test_two_rank_model_at_measured_sizes():
     m = F.Model(made_up())
     n = 1 << 20
@@ -100,6 +104,7 @@ def test_two_rank_model_at_measured_sizes():
     assert m.time("allreduce", n, in_place=True) == m.time("allreduce", n)
 
 
+@pytest.mark.serial
 def test_reduction_term_wins_when_the_kernel_is_slow():
     fl = made_up()
     fl.reduce["float64"] = _stat(fl.reduce_bytes / 1e9)  # 1 GB/s: slower than any copy
@@ -113,6 +118,7 @@ def test_reduction_term_wins_when_the_kernel_is_slow():
     assert F.Model(fl, dtype="int8").R(n) == pytest.approx(r(n) / 2)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("p", [3, 4])
 def test_p_rank_model(p):
     m = F.Model(made_up(), ranks=p)
@@ -129,6 +135,7 @@ def test_p_rank_model(p):
     assert m.time("allgather", n) > F.Model(made_up(), ranks=2).time("allgather", n)
 
 
+@pytest.mark.serial
 def test_one_rank_model_is_local():
     fl = F.Floor(ranks=1, ncpus=1, oversubscribed=False)
     fl.local = {n: _stat(c(n)) for n in SIZES}
@@ -144,6 +151,7 @@ def test_one_rank_model_is_local():
         F.Model(fl, ranks=2).time("fence")
 
 
+@pytest.mark.serial
 def test_model_refuses_unknown_operations():
     with pytest.raises(ValueError, match="unknown operation"):
         F.Model(made_up()).time("alltoall", 8)

@@ -16,6 +16,9 @@ from conftest import CLEAN_ENV, mpiexec_command
 from shmtopo._native import ffi, lib
 from shmtopo.coll.levels import Structure, Tier, structure_of
 
+# All serial: the structure and the setting are one process's, and the
+# tests under mpiexec start their own.
+pytestmark = pytest.mark.serial
 SCRIPT = Path(__file__).parent / "scripts" / "levels_check.py"
 
 
@@ -83,7 +86,6 @@ def test_setting_values(monkeypatch, value, mode, types):
 NODE = "numanode (4 groups of 2) > package (2 groups of 2 numanode) > node (1 group of 2 package)"
 
 
-@pytest.mark.serial
 @pytest.mark.parametrize("n, synthetic, setting, expected, quick", [
     (8, "pack:2 numa:2 core:2 pu:1", "numa,package", NODE, True),
     (8, "pack:2 numa:2 core:2 pu:1", None, NODE, True),                       # auto from 8 ranks
@@ -98,7 +100,6 @@ def test_levels_match_the_flat_bits(n, synthetic, setting, expected, quick):
     run_check(n, synthetic, setting, expected, "flat" if flat else "levels", *(["quick"] if quick else []))
 
 
-@pytest.mark.serial
 @pytest.mark.parametrize("n, synthetic, setting, expected", [
     (4, "pack:2 core:2 pu:1", None, "package (2 groups of 2) > node (1 group of 2 package); auto: flat below 8"),
     (8, "pack:2 numa:2 core:2 pu:1", "flat", "flat (SHMTOPO_COLL_LEVELS=flat)"),
@@ -107,13 +108,11 @@ def test_flat_where_levels_are_not_asked_for(n, synthetic, setting, expected):
     run_check(n, synthetic, setting, expected, "flat", "quick")
 
 
-@pytest.mark.serial
 @pytest.mark.parametrize("culprit", [0, 2, 3])
 def test_a_rank_with_another_setting_fails_creation_everywhere(culprit):
     run_check(4, "pack:2 core:2 pu:1", "package", "disagree", str(culprit))
 
 
-@pytest.mark.serial
 @pytest.mark.parametrize("setting, expected", [
     ("numa,package", "levels          " + NODE + "; for arrays from 64 KiB"),
     (None, "levels          " + NODE + "; for arrays from 64 KiB"),

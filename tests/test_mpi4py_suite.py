@@ -28,6 +28,7 @@ RUNNER = HERE / "scripts" / "mpi4py_suite.py"
 MODULES = ["test_cco_buf", "test_cco_vec", "test_cco_pr_buf"]
 # what the modules import besides mpi4py and numpy
 HELPERS = ["mpiunittest", "arrayimpl", "mpitestutil", "dlpackimpl"]
+pytestmark = pytest.mark.serial  # each test starts its own mpiexec
 TIMEOUT = 900  # the 4-rank runs take minutes on a loaded 2-core machine
 
 

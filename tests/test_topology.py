@@ -61,6 +61,7 @@ def allgather(comm, value):
 
 
 # -- local queries ----------------------------------------------------------------
+@pytest.mark.serial
 def test_type_names(local):
     counts = local.counts()
     assert counts["machine"] == 1
@@ -75,6 +76,7 @@ def test_type_names(local):
         local.nbobjs(3)
 
 
+@pytest.mark.serial
 def test_object_tree(local):
     pus = local.objects("pu")
     assert [p.logical_index for p in pus] == list(range(len(pus)))
@@ -103,6 +105,7 @@ def test_object_tree(local):
     assert local.depth >= 2
 
 
+@pytest.mark.serial
 def test_binding(local):
     bound = local.get_cpubind()
     assert bound and bound <= local.root.cpuset
@@ -111,6 +114,7 @@ def test_binding(local):
     assert len(where) == 1 and where <= local.root.cpuset
 
 
+@pytest.mark.serial
 def test_readonly_and_closed():
     topo = shmtopo.Topology.load()
     core = topo.objects("core")[0]
@@ -131,6 +135,7 @@ def test_readonly_and_closed():
             call()
 
 
+@pytest.mark.serial
 def test_xml_round_trip(local):
     with shmtopo.Topology.from_xml(local.xml(), this_system=True) as copy:
         assert copy.source == "xml"

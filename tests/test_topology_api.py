@@ -49,6 +49,7 @@ def shared_from(monkeypatch, comm, xml_path, **kw):
 
 
 # -- objects and their attributes: hwloc-info ----------------------------------------------
+@pytest.mark.serial
 def test_objects_of_this_machine_match_hwloc_info():
     # every object, every attribute hwloc-info prints (but the process name)
     for io in (False, True, "all"):
@@ -57,6 +58,7 @@ def test_objects_of_this_machine_match_hwloc_info():
         assert H.compare_objects(ours, H.tool_objects(None, io), ignore=DISCOVERED) == [], io
 
 
+@pytest.mark.serial
 def test_objects_of_a_big_node_match_hwloc_info(big):
     topo, path, io = big
     ours = H.our_objects(topo)
@@ -84,6 +86,7 @@ def test_io_survives_every_share_path(comm, monkeypatch, big_node, source):
     assert all(r[0] == source and r[1] is True and sorted(r[2]) == names for r in rows), rows
 
 
+@pytest.mark.serial
 def test_pci_subsystem_ids_match_lstopo_xml(big_node):
     # hwloc-info leaves out subvendor, subdevice and revision: lstopo's XML has them
     with load_xml(big_node, "all") as topo:
@@ -92,6 +95,7 @@ def test_pci_subsystem_ids_match_lstopo_xml(big_node):
     assert ours == H.tool_pci_types(big_node) and len(ours) == 9
 
 
+@pytest.mark.serial
 def test_levels_match_hwloc_info(big_node):
     with load_xml(big_node, "all") as topo:
         for depth, count, name in H.levels(big_node, "all"):
@@ -101,6 +105,7 @@ def test_levels_match_hwloc_info(big_node):
         assert topo.depth == sum(1 for d, _, _ in H.levels(big_node) if d >= 0)
 
 
+@pytest.mark.serial
 def test_synthetic_matches_hwloc_info():
     with shmtopo.Topology.from_synthetic(H.BIG) as topo:
         assert topo.source == "synthetic" and topo.io is False
@@ -116,6 +121,7 @@ def test_synthetic_matches_hwloc_info():
 LOOKUPS = ["pu:0", "pu:257", "pu:511", "core:131", "numa:6", "l3:17", "package:1", "group:5"]
 
 
+@pytest.mark.serial
 def test_lookup_by_logical_and_os_index(big_node):
     with load_xml(big_node) as topo:
         for loc in LOOKUPS:
@@ -168,6 +174,7 @@ def tool_key(name):
     return ("Group" if kind.startswith("Group") else kind, int(index))
 
 
+@pytest.mark.serial
 def test_ancestors_match_hwloc_info(big_node):
     locations = LOOKUPS + ["os:3", "pci:4", "bridge:2"]
     with load_xml(big_node, True) as topo:
@@ -189,6 +196,7 @@ def test_ancestors_match_hwloc_info(big_node):
         assert topo.root.ancestors == [] and topo.root.ancestor("package") is None
 
 
+@pytest.mark.serial
 def test_common_ancestor_and_is_inside(big_node):
     # from hwloc-info's ancestor chains and masks, independently of shmtopo
     with load_xml(big_node, True) as topo:
@@ -218,6 +226,7 @@ def test_common_ancestor_and_is_inside(big_node):
                 objects[0].is_inside("root")
 
 
+@pytest.mark.serial
 def test_non_io_ancestor_matches_hwloc_calc_locality(big_node):
     # hwloc-calc os=NAME prints the cpuset a device is local to
     with load_xml(big_node, True) as topo:
@@ -237,6 +246,7 @@ def tool_set(path, loc):
     return mask_set(calc(*loc.split(), input=path))
 
 
+@pytest.mark.serial
 def test_covering_and_inside_match_hwloc_calc(big_node):
     objs = H.tool_objects(big_node, False)
     normal = [(k, d) for k, d in objs.items() if int(d["depth"]) >= 0]
@@ -268,6 +278,7 @@ def test_covering_and_inside_match_hwloc_calc(big_node):
         assert topo.covering(l3) == l3 and topo.inside(l3) == [l3]
 
 
+@pytest.mark.serial
 def test_set_conversions_match_hwloc_calc(big_node):
     with load_xml(big_node) as topo:
         for loc in SETS:
@@ -281,6 +292,7 @@ def test_set_conversions_match_hwloc_calc(big_node):
 
 
 # -- Bitmap: hwloc's syntaxes --------------------------------------------------------------
+@pytest.mark.serial
 def test_bitmap_syntaxes_match_hwloc_calc(big_node):
     # list syntax in, hwloc's written form out
     cases = {"0-3,8": "0-3,8", "0": "0", "5-5": "5", "31-33,64,200-511": "31-33,64,200-511",
@@ -307,6 +319,7 @@ def test_bitmap_syntaxes_match_hwloc_calc(big_node):
         Bitmap("0-3").format("hex")
 
 
+@pytest.mark.serial
 def test_numa_page_types_match_lstopo_xml(big_node):
     for path in (big_node, None):
         xml = H.run("lstopo-no-graphics", "--of", "xml", "-", input=path)
@@ -317,6 +330,7 @@ def test_numa_page_types_match_lstopo_xml(big_node):
             assert topo.object("package", 0).page_types == []
 
 
+@pytest.mark.serial
 def test_info_lookup(big_node):
     with load_xml(big_node) as topo:
         package = topo.object("package", 1)
@@ -325,6 +339,7 @@ def test_info_lookup(big_node):
         assert topo.object("numanode", 7).subtype == "HBM" and topo.object("numanode", 6).subtype is None
 
 
+@pytest.mark.serial
 def test_sets_are_bitmaps(big_node):
     with load_xml(big_node) as topo:
         core = topo.object("core", 1)
@@ -373,6 +388,7 @@ def check_attributes(topo, path):
     assert our_cpukinds(topo) == H.tool_cpukinds(path)
 
 
+@pytest.mark.serial
 def test_attributes_of_this_machine_match_lstopo(tmp_path):
     path = str(tmp_path / "here.xml")
     with open(path, "w") as f:
@@ -383,6 +399,7 @@ def test_attributes_of_this_machine_match_lstopo(tmp_path):
         check_attributes(topo, None)
 
 
+@pytest.mark.serial
 def test_attributes_of_a_big_node_match_lstopo(big):
     topo, path, _ = big
     check_attributes(topo, path)
@@ -444,6 +461,7 @@ def test_memattr_queries_match_hwloc_calc(comm, monkeypatch, big_node):
                 topo.local_numa_nodes([])
 
 
+@pytest.mark.serial
 def test_cpu_kind_of(big_node):
     with load_xml(big_node) as topo:
         assert topo.cpu_kind_of([0]) == 0 and topo.cpu_kind_of(topo.object("pu", 511)) == 1
@@ -456,6 +474,7 @@ def test_cpu_kind_of(big_node):
 
 
 # -- I/O devices ---------------------------------------------------------------------------------
+@pytest.mark.serial
 def test_io_filters_match_the_tools(big_node):
     for io in (False, True, "all"):
         with load_xml(big_node, io) as topo:
@@ -501,6 +520,7 @@ def expected_nearest(path, cpus, devices):
     return [d.name for d in sorted(devices, key=key)]
 
 
+@pytest.mark.serial
 def test_nearest_osdevs_match_the_tools(big_node):
     with load_xml(big_node, True) as topo:
         for kind in ("network", "openfabrics", "coproc", "gpu", None):
@@ -557,6 +577,7 @@ def test_share_io_must_agree(comm):
 SHAPES = ["pack:2 core:4 pu:2", "pack:2 numa:2 l3:2 core:4 pu:1", "pack:4 l3:2 core:3 pu:2", H.BIG]
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("shape", SHAPES, ids=["2x4x2", "2x2x2x4", "4x2x3x2", "big"])
 def test_spread_placement_matches_hwloc_distrib(shape):
     with shmtopo.Topology.from_synthetic(shape) as topo:
@@ -577,6 +598,7 @@ def test_spread_placement_matches_hwloc_distrib(shape):
                 topo.placement(to, count + 1, "spread")
 
 
+@pytest.mark.serial
 def test_placement_numa_and_errors(big_node):
     with load_xml(big_node) as topo:
         # two ranks on two packages: one NUMA domain in each
@@ -593,6 +615,7 @@ def test_placement_numa_and_errors(big_node):
 
 
 # -- read-only, lifetime ---------------------------------------------------------------------------------
+@pytest.mark.serial
 def test_new_accessors_after_close(big_node):
     topo = load_xml(big_node, True)
     core, dev = topo.object("core", 2), topo.osdevs()[0]
@@ -608,6 +631,7 @@ def test_new_accessors_after_close(big_node):
             call()
 
 
+@pytest.mark.serial
 def test_no_modifying_api():
     with shmtopo.Topology.load() as topo:
         forbidden = ("insert_misc", "restrict", "write", "add_distances", "set_memattr_value", "register_memattr",
