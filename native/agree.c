@@ -113,27 +113,6 @@ static const chan_line_t *line_of(const shmtopo_comm_t *comm, int rank, uint64_t
 
 /* ---- describing a call ---------------------------------------------------- */
 
-static const char *const kind_names[] = {
-    [SHMTOPO_KIND_BARRIER] = "barrier", [SHMTOPO_KIND_BCAST] = "bcast",
-    [SHMTOPO_KIND_REDUCE] = "reduce", [SHMTOPO_KIND_ALLREDUCE] = "allreduce",
-    [SHMTOPO_KIND_ALLGATHER] = "allgather", [SHMTOPO_KIND_REDUCE_SCATTER] = "reduce_scatter",
-    [SHMTOPO_KIND_ALLTOALL] = "alltoall", [SHMTOPO_KIND_WIN_ALLOC] = "allocate",
-    [SHMTOPO_KIND_WIN_FREE] = "window free", [SHMTOPO_KIND_COMM_FREE] = "comm free",
-    [SHMTOPO_KIND_TOPO_SHARE] = "share_topology", [SHMTOPO_KIND_SPLIT] = "split",
-    [SHMTOPO_KIND_COMM_CREATE] = "comm creation", [SHMTOPO_KIND_BIND] = "bind",
-    [SHMTOPO_KIND_VERDICT] = "agreement", [SHMTOPO_KIND_GATHER] = "gather",
-    [SHMTOPO_KIND_SCATTER] = "scatter", [SHMTOPO_KIND_GATHERV] = "gatherv",
-    [SHMTOPO_KIND_SCATTERV] = "scatterv", [SHMTOPO_KIND_ALLGATHERV] = "allgatherv",
-    [SHMTOPO_KIND_ALLTOALLV] = "alltoallv", [SHMTOPO_KIND_SCAN] = "scan",
-    [SHMTOPO_KIND_EXSCAN] = "exscan",
-};
-
-const char *shmtopo_kind_name(int kind)
-{
-    int n = (int)(sizeof(kind_names) / sizeof(kind_names[0]));
-    return kind > 0 && kind < n && kind_names[kind] ? kind_names[kind] : "an unknown operation";
-}
-
 /* "allreduce(count 4, float64, sum, flat)": the fields the kind uses. */
 static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
 {
@@ -635,9 +614,7 @@ int shmtopo_agree_vote(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, 
 /* Check what Python or C passed before agreeing on it. */
 static int check_sig(const shmtopo_comm_t *comm, const shmtopo_sig_t *sig)
 {
-    const int nkinds = (int)(sizeof(kind_names) / sizeof(kind_names[0]));
-    if (sig->kind < SHMTOPO_KIND_BARRIER || sig->kind >= nkinds || !kind_names[sig->kind] ||
-        sig->kind == SHMTOPO_KIND_VERDICT)
+    if (!shmtopo_kind_known(sig->kind) || sig->kind == SHMTOPO_KIND_VERDICT)
         return shmtopo_fail(EINVAL, -1, "unknown operation kind %d", sig->kind);
     if (sig->dtype != -1 && !shmtopo_dtype_size(sig->dtype))
         return shmtopo_fail(EINVAL, -1, "unknown element type %d", sig->dtype);

@@ -23,6 +23,26 @@ static inline size_t shmtopo_round_up(size_t n, size_t to)
     return (n + to - 1) / to * to;
 }
 
+/* ---- names.c --------------------------------------------------------------- */
+
+/* What each kind of name accepts, in messages about arguments and variables. */
+#define SHMTOPO_BACKENDS_ACCEPTED "expected posix, memfd, sysv or xpmem"
+#define SHMTOPO_FENCES_ACCEPTED "expected auto, linear, rd, dissemination, 1 or 2"
+#define SHMTOPO_SOURCES_ACCEPTED "expected auto, shmem, xml or local"
+#define SHMTOPO_COLL_ALGS_ACCEPTED "expected auto, flat or rsag"
+
+const char *shmtopo_coll_alg_name(int alg);
+int shmtopo_coll_alg_from_name(const char *name, int *algp);
+/* A level type by name (numa as numanode too), or -1. */
+int shmtopo_level_type_lookup(const char *name);
+/* A fence algorithm as KUPL reads KUPL_SHM_FENCE_ALGORITHM: 1 is linear, any
+ * other value recursive doubling; shmtopo's own names are accepted too. */
+int shmtopo_fence_alg_from_kupl(const char *value);
+/* "allreduce", "allocate", ...: the operation a kind names, for messages. */
+const char *shmtopo_kind_name(int kind);
+/* Whether a kind names an operation. */
+int shmtopo_kind_known(int kind);
+
 /* ---- segment.c ---------------------------------------------------------- */
 
 /* What a peer needs to map a segment; travels through the allgather. */
@@ -206,8 +226,6 @@ static inline shmtopo_sig_t shmtopo_sig(int kind)
  * the next step uses. */
 char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);
 int shmtopo_chan_next_buffer(shmtopo_comm_t *comm);
-/* "allreduce", "allocate", ...: the operation a kind names, for messages. */
-const char *shmtopo_kind_name(int kind);
 /* Make / release the channel (comm_create, comm_destroy, comm_abandon). */
 int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange);
 int shmtopo_chan_free(shmtopo_comm_t *comm);
@@ -274,14 +292,6 @@ typedef struct shmtopo_chunk_at {
 /* The shmtopo_coll_src_fn of a chunk (arg: a shmtopo_chunk_at_t). */
 const char *shmtopo_coll_from_buffer(const shmtopo_comm_t *comm, int rank, const void *arg);
 
-/* ---- config.c ------------------------------------------------------------ */
-
-const char *shmtopo_coll_alg_name(int alg);
-int shmtopo_coll_alg_from_name(const char *name, int *algp);
-/* The KUPL / KPCCL layer's variables (<api>_SHM_TYPE, <api>_SHM_FENCE_ALGORITHM)
- * as the kit reads them: unknown or unavailable backends fall back to posix
- * (warning says so; empty when none), DEFAULT when unset. */
-int shmtopo_config_compat(const char *api, int *backendp, int *fence_algp, char *warning, size_t len);
 
 /* ---- single_copy.c ----------------------------------------------------- */
 
