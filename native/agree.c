@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "state.h"
 
 #define MESSAGE 384
 #define LAG 8           /* steps a rank may run ahead of the slowest */

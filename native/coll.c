@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "state.h"
 
 #define FLAT_MAX (64 * 1024) /* auto: above this, reduce-scatter + allgather */
 /* Single copy from this many bytes on (bcast in place of a private array

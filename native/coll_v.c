@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "state.h"
 
 #define TABLE_ALIGN 64 /* the stream after a table starts on a cache line */
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "state.h"
 
 static size_t page_size(void)
 {
