@@ -38,6 +38,7 @@
 
 #include "internal.h"
 #include "state.h"
+#include "wait.h"
 
 #define MESSAGE 384
 #define LAG 8           /* steps a rank may run ahead of the slowest */
@@ -357,8 +358,11 @@ static int wait_all(shmtopo_comm_t *comm, uint64_t s, const char *what)
     for (int i = 1; i < comm->size; i++) {
         const int p = (comm->rank + i) % comm->size;
         chan_header_t *h = header(comm, p);
-        if (shmtopo_wait(chan->win, &h->line[slot(s)].step, &h->waiters, s, p, what) < 0)
+        int origin;
+        if (shmtopo_wait(chan->win, &h->line[slot(s)].step, &h->waiters, s, p, what, &origin) < 0) {
+            shmtopo_win_wait_failed(chan->win, origin);
             return failed_wait(comm);
+        }
     }
     return 0;
 }
@@ -486,8 +490,11 @@ int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const voi
         return 0;
     if (from < comm->size) {
         chan_header_t *h = header(comm, from);
-        if (shmtopo_wait(chan->win, &h->line[slot(s)].step, &h->waiters, s, from, what) < 0)
+        int origin;
+        if (shmtopo_wait(chan->win, &h->line[slot(s)].step, &h->waiters, s, from, what, &origin) < 0) {
+            shmtopo_win_wait_failed(chan->win, origin);
             return failed_wait(comm);
+        }
         const chan_line_t *l = &h->line[slot(s)];
         if (!l->err && l->hash == line_of(comm, comm->rank, s)->hash)
             return 0;
@@ -708,7 +715,10 @@ int shmtopo_pairs_verdict(const shmtopo_sig_t *sig, const size_t *send, const si
                         worst_pairs, worst);
 }
 
-void shmtopo_chan_wake(shmtopo_win_t *win)
+/* ---- the channel's lifetime ---------------------------------------------------------- */
+
+/* The channel's part of leaving: wake every rank asleep on this rank's step lines. */
+static void wake_lines(shmtopo_win_t *win)
 {
     chan_header_t *me = (chan_header_t *)win->base[win->rank];
     if (!me)
@@ -716,8 +726,6 @@ void shmtopo_chan_wake(shmtopo_win_t *win)
     for (int i = 0; i < RING; i++)
         shmtopo_wake(&me->line[i].step);
 }
-
-/* ---- the channel's lifetime ---------------------------------------------------------- */
 
 int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange)
 {
@@ -738,7 +746,8 @@ int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange)
         errno = err;
         return -1;
     }
-    chan->win->is_channel = 1;
+    chan->win->label = "the comm";
+    chan->win->on_leave = wake_lines;
     return 0;
 }
 

@@ -80,7 +80,9 @@ typedef struct shmtopo_ctrl {
 struct shmtopo_win {
     shmtopo_comm_t *comm;
     uint64_t id;             /* per comm, in allocation order */
-    int is_channel;          /* the comm's own channel (messages say "comm") */
+    const char *label;       /* how messages name it: "the window", or as its owner calls it */
+    /* the owner's part of this rank's leaving (waking its own sleepers), or NULL */
+    void (*on_leave)(struct shmtopo_win *win);
     int rank, size;
     int backend, fence_alg;
     int contiguous;
@@ -209,8 +211,6 @@ int shmtopo_chan_next_buffer(shmtopo_comm_t *comm);
 /* Make / release the channel (comm_create, comm_destroy, comm_abandon). */
 int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange);
 int shmtopo_chan_free(shmtopo_comm_t *comm);
-/* Wake every rank asleep on this rank's step lines (it left the channel). */
-void shmtopo_chan_wake(shmtopo_win_t *win);
 void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin);
 
 /* ---- coll.c: what every collective (coll.c, coll_v.c) uses ----------------- */
@@ -350,60 +350,17 @@ void shmtopo_seg_destroy(shmtopo_seg_t *seg, int unmap);
 int shmtopo_win_alloc_via(shmtopo_comm_t *comm, size_t size, const shmtopo_win_attr_t *attr,
                           shmtopo_exchange_fn exchange, void **basep, shmtopo_win_t **winp);
 /* Mark a window broken and left by this rank (origin: the rank whose failure
- * caused it, -1 for this one), waking its peers; the memory stays mapped
- * until freed. A fork child of the rank's process leaves nothing (the
- * window is its parent's). */
+ * caused it, -1 for this one), waking its peers and calling the owner's
+ * on_leave; the memory stays mapped until freed. A fork child of the rank's
+ * process leaves nothing (the window is its parent's). */
 void shmtopo_win_leave(shmtopo_win_t *win, int origin);
+/* After a wait on the window failed (errno, the message; origin as the
+ * wait reported it): sweep a dead peer's files and leave, so that peers
+ * waiting for this rank fail too instead of hanging. Returns -1, errno
+ * kept. */
+int shmtopo_win_wait_failed(shmtopo_win_t *win, int origin);
 /* Local: unmap (unless disowned) and free, telling nobody. */
 void shmtopo_win_delete(shmtopo_win_t *win);
-
-/* ---- wait.c ----------------------------------------------------------------- */
-
-/* Wake every process sleeping on a sequence word. */
-void shmtopo_wake(_Atomic uint64_t *seq);
-
-/* Publish `value` in a sequence word and wake sleepers, if any. The seq_cst
- * exchange also orders every earlier store of this rank before it. */
-static inline void shmtopo_post(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t value)
-{
-    atomic_exchange_explicit(seq, value, memory_order_seq_cst);
-    if (atomic_load_explicit(waiters, memory_order_seq_cst))
-        shmtopo_wake(seq);
-}
-
-static inline void shmtopo_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
-int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq,
-                      _Atomic uint32_t *waiters, uint64_t target, int peer, const char *what);
-
-/* Wait until *seq >= target: spin briefly here, then the slow path backs off
- * (yield, futex sleep) and checks peers' liveness, abandonment, the timeout
- * and the interrupt hook. A failed wait breaks the window and leaves it
- * (peers then fail with ECONNABORTED instead of waiting for this rank). */
-static inline int shmtopo_wait(shmtopo_win_t *win, _Atomic uint64_t *seq,
-                               _Atomic uint32_t *waiters, uint64_t target, int peer,
-                               const char *what)
-{
-    for (int i = 0; i < 64; i++) {
-        if (atomic_load_explicit(seq, memory_order_acquire) >= target)
-            return 0;
-        shmtopo_cpu_relax();
-    }
-    return shmtopo_wait_slow(win, seq, waiters, target, peer, what);
-}
-
-/* ---- fence.c ------------------------------------------------------------------ */
-
-int shmtopo_fence_resolve(int alg, int size, int oversubscribed);
-int shmtopo_fence_run(shmtopo_win_t *win);
-int shmtopo_peer_fence_run(shmtopo_win_t *win, int peer);
 
 /* ---- reduce.c ------------------------------------------------------------ */
 
