@@ -335,7 +335,7 @@ int shmtopo_comm_leave(shmtopo_comm_t *comm)
     if (!comm || !comm->chan.win)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
     if (!comm->broken)
-        shmtopo_win_leave(comm->chan.win, -1);
+        shmtopo_chan_leave(comm, -1);
     comm->broken = 1;
     return 0;
 }

@@ -112,7 +112,7 @@ struct shmtopo_win {
 typedef int (*shmtopo_exchange_fn)(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
                                    const void *mine, void *all, size_t n);
 
-/* ---- agree.c: the comm's channel ------------------------------------------ */
+/* ---- chan.c: the comm's channel ------------------------------------------- */
 
 /* The comm's own shared memory, made with the comm: per rank a header of
  * step lines (the agreement and synchronisation primitive) and three scratch
@@ -127,6 +127,16 @@ typedef struct shmtopo_chan {
     char *sc_tmp;              /* private chunks of single-copy reductions, made on first use */
     size_t sc_tmp_size;
 } shmtopo_chan_t;
+
+/* Scratch buffer `which` (0..2) of a rank. */
+char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);
+/* Make / release the channel (comm_create, comm_destroy, comm_abandon). */
+int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange);
+int shmtopo_chan_free(shmtopo_comm_t *comm);
+void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin);
+/* Leave the channel (origin: the rank whose failure caused it, -1 for this
+ * one): peers waiting on it fail instead of hanging. */
+void shmtopo_chan_leave(shmtopo_comm_t *comm, int origin);
 
 /* ---- comm.c ------------------------------------------------------------ */
 
@@ -204,14 +214,8 @@ static inline shmtopo_sig_t shmtopo_sig(int kind)
 {
     return (shmtopo_sig_t){.kind = kind, .dtype = -1, .op = -1, .root = -1, .alg = -1};
 }
-/* Scratch buffer `which` (0..2) of a rank, and the one a chunk starting at
- * the next step uses. */
-char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);
+/* The scratch buffer a chunk starting at the next step uses (0..2). */
 int shmtopo_chan_next_buffer(shmtopo_comm_t *comm);
-/* Make / release the channel (comm_create, comm_destroy, comm_abandon). */
-int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange);
-int shmtopo_chan_free(shmtopo_comm_t *comm);
-void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin);
 
 /* ---- coll.c: what every collective (coll.c, coll_v.c) uses ----------------- */
 
