@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coll.h"
 #include "internal.h"
 #include "state.h"
 

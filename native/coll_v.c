@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll.h"
 #include "internal.h"
 #include "state.h"
 
