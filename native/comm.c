@@ -259,6 +259,7 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_co
     comm->timeout = mine.config.timeout;
     if (shmtopo_chan_create(comm, oob_exchange) < 0)
         goto out_with_comm;
+    comm->agree = shmtopo_agree;
     if (agree_single_copy(comm, recs) < 0)
         goto out_with_chan;
     free(recs);

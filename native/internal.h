@@ -107,8 +107,8 @@ struct shmtopo_win {
 
 /* One set-up exchange of an allocation: every rank contributes err (its
  * failure so far) and n bytes; 0, or -1 with one verdict on every rank.
- * Windows use shmtopo_agree; the comm's own channel, made before shared
- * memory exists, the out-of-band callbacks (comm.c). */
+ * Windows use the comm's agreement (comm->agree); the comm's own channel,
+ * made before shared memory exists, the out-of-band callbacks (comm.c). */
 typedef int (*shmtopo_exchange_fn)(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
                                    const void *mine, void *all, size_t n);
 
@@ -160,6 +160,9 @@ struct shmtopo_comm {
     shmtopo_oob_t leaders;           /* leader of a multi-node comm only */
     int has_leaders;
     shmtopo_chan_t chan;
+    /* the agreement its windows allocate and free through (set with the
+     * channel by comm.c, which stands above them) */
+    shmtopo_exchange_fn agree;
 };
 
 /* The job rank of a local rank (for messages and roots). */

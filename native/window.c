@@ -1,7 +1,7 @@
 /* Windows: every rank's part mapped in every process, plus a control block
  * per rank for fences. Set-up runs in steps, each ending in an agreement of
- * the comm (agree.c), so a failure on any rank fails the call on all of them
- * and each cleans up what it made. */
+ * the comm (comm->agree), so a failure on any rank fails the call on all of
+ * them and each cleans up what it made. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,7 +331,7 @@ int shmtopo_win_alloc(shmtopo_comm_t *comm, size_t size, const shmtopo_win_attr_
 {
     if (shmtopo_comm_usable(comm, "allocate") < 0)
         return -1;
-    return shmtopo_win_alloc_via(comm, size, attr, shmtopo_agree, basep, winp);
+    return shmtopo_win_alloc_via(comm, size, attr, comm->agree, basep, winp);
 }
 
 int shmtopo_win_query(const shmtopo_win_t *win, int rank, void **addrp, size_t *sizep)
@@ -472,7 +472,7 @@ int shmtopo_win_free(shmtopo_win_t *win)
          * failed wait breaks the comm, and the window goes anyway. */
         shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_WIN_FREE);
         sig.extra = win->id;
-        rc = shmtopo_agree(comm, &sig, 0, NULL, NULL, 0);
+        rc = comm->agree(comm, &sig, 0, NULL, NULL, 0);
         if (rc < 0 && !comm->broken)
             return -1;
     }
