@@ -348,7 +348,7 @@ int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags
 
 /* ---- maps.c: a common address ------------------------------------------------ */
 
-#include "maps.h"
+struct shmtopo_range; /* shmtopo_range_t, maps.h */
 
 /* Collective (through `exchange`): every rank's free address ranges, and a
  * value each contributes (values[r], if not NULL), gathered; *outp (malloc,
@@ -356,7 +356,7 @@ int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags
  * err: this rank's failure so far, which fails the exchange everywhere. */
 int shmtopo_common_free_ranges(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
                                shmtopo_exchange_fn exchange, uint64_t value, uint64_t *values,
-                               shmtopo_range_t **outp, size_t *np);
+                               struct shmtopo_range **outp, size_t *np);
 
 /* ---- symmetric.c ------------------------------------------------------------- */
 

@@ -19,6 +19,7 @@
 #include <hwloc.h>
 
 #include "internal.h"
+#include "maps.h"
 #include "state.h"
 #include "topo_shmem.h"
 
