@@ -1,7 +1,7 @@
 /* Communicators: a group of processes on one node. They reach each other
  * through out-of-band callbacks (MPI in practice) only while the comm is
  * made: they exchange who they are and how they are configured, and map the
- * comm's channel (agree.c). From then on every agreement, set-up exchange
+ * comm's channel (chan.c). From then on every agreement, set-up exchange
  * and synchronisation goes through shared memory, under the comm's timeout. */
 #include <errno.h>
 #include <fcntl.h>
@@ -413,6 +413,23 @@ int shmtopo_comm_set_timeout(shmtopo_comm_t *comm, double seconds)
     if (comm->chan.win)
         comm->chan.win->timeout = seconds;
     return 0;
+}
+
+int shmtopo_comm_coll_levels(const shmtopo_comm_t *comm, int *modep, int *types)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "comm is NULL or freed");
+    *modep = comm->config.coll_levels_mode;
+    for (int i = 0; i < SHMTOPO_MAX_LEVELS; i++)
+        types[i] = comm->config.coll_levels[i];
+    return 0;
+}
+
+int shmtopo_comm_runs_ahead(const shmtopo_comm_t *comm)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "comm is NULL or freed");
+    return shmtopo_runs_ahead(comm);
 }
 
 double shmtopo_comm_timeout(const shmtopo_comm_t *comm)

@@ -287,23 +287,6 @@ int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks
     return 0;
 }
 
-int shmtopo_comm_coll_levels(const shmtopo_comm_t *comm, int *modep, int *types)
-{
-    if (!comm)
-        return shmtopo_fail(EBADF, -1, "comm is NULL or freed");
-    *modep = comm->config.coll_levels_mode;
-    for (int i = 0; i < SHMTOPO_MAX_LEVELS; i++)
-        types[i] = comm->config.coll_levels[i];
-    return 0;
-}
-
-int shmtopo_comm_runs_ahead(const shmtopo_comm_t *comm)
-{
-    if (!comm)
-        return shmtopo_fail(EBADF, -1, "comm is NULL or freed");
-    return shmtopo_runs_ahead(comm);
-}
-
 int shmtopo_affinity_ncpus(void)
 {
     cpu_set_t set;
