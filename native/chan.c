@@ -48,7 +48,8 @@ int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange)
     return 0;
 }
 
-int shmtopo_chan_free(shmtopo_comm_t *comm)
+/* Drop this process's hold on the channel; its window is the caller's to release. */
+static shmtopo_win_t *detach(shmtopo_comm_t *comm)
 {
     shmtopo_win_t *win = comm->chan.win;
     comm->chan.win = NULL;
@@ -56,6 +57,12 @@ int shmtopo_chan_free(shmtopo_comm_t *comm)
     comm->chan.tmp = NULL;
     free(comm->chan.sc_tmp);
     comm->chan.sc_tmp = NULL;
+    return win;
+}
+
+int shmtopo_chan_free(shmtopo_comm_t *comm)
+{
+    shmtopo_win_t *win = detach(comm);
     if (win)
         shmtopo_win_delete(win); /* every rank agreed to free: nobody waits on it any more */
     return 0;
@@ -63,12 +70,7 @@ int shmtopo_chan_free(shmtopo_comm_t *comm)
 
 void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin)
 {
-    shmtopo_win_t *win = comm->chan.win;
-    comm->chan.win = NULL;
-    free(comm->chan.tmp);
-    comm->chan.tmp = NULL;
-    free(comm->chan.sc_tmp);
-    comm->chan.sc_tmp = NULL;
+    shmtopo_win_t *win = detach(comm);
     if (win)
         shmtopo_win_abandon_because(win, origin);
 }
