@@ -12,7 +12,7 @@
  * exchange with the other leaders and posts the job's verdict back (a
  * second step), before any data crosses nodes.
  *
- * The channel is the comm's own shared memory, made with the comm: per rank
+ * The channel (chan.c) is the comm's own shared memory, made with the comm: per rank
  * a header of step lines and three scratch buffers. A step posts a sequence
  * number that only grows, with the signature's hash, the validity and up to
  * SHMTOPO_INLINE bytes of data in the same cache line; the full signature
@@ -34,52 +34,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "chan.h"
 #include "internal.h"
-
-#define MESSAGE 384
-#define LAG 8           /* steps a rank may run ahead of the slowest */
-#define RING (2 * LAG)  /* step lines per rank */
-
-static inline unsigned slot(uint64_t s)
-{
-    return (unsigned)(s % RING);
-}
-
-typedef struct chan_line {
-    _Alignas(SHMTOPO_LINE) _Atomic uint64_t step;
-    uint64_t hash;           /* of the signature posted with this step */
-    int32_t err;             /* 0, or errno: the poster's arguments or set-up failed */
-    int32_t origin;          /* the job rank that failure is about */
-    uint32_t vote;           /* ANDed over the job by shmtopo_agree_vote */
-    _Alignas(16) unsigned char data[SHMTOPO_INLINE]; /* aligned for any element type */
-} chan_line_t;
-
-typedef struct chan_detail {
-    shmtopo_sig_t sig;
-    char message[MESSAGE];   /* with err: the whole text every rank raises */
-} chan_detail_t;
-
-typedef struct chan_header {
-    chan_line_t line[RING];  /* by step mod RING */
-    _Alignas(SHMTOPO_LINE) _Atomic uint32_t waiters;
-    _Alignas(SHMTOPO_LINE) chan_detail_t detail[RING];
-    /* the data of a call that runs ahead, beyond what its line holds */
-    _Alignas(SHMTOPO_LINE) unsigned char ahead[RING][SHMTOPO_AHEAD_MAX];
-} chan_header_t;
-
-_Static_assert(sizeof(chan_line_t) == SHMTOPO_LINE, "a step line is one padded cache line");
-
-static chan_header_t *header(const shmtopo_comm_t *comm, int rank)
-{
-    return (chan_header_t *)comm->chan.win->base[rank];
-}
-
-char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which)
-{
-    return comm->chan.win->base[rank] + comm->chan.header + (size_t)which * comm->chan.buffer;
-}
+#include "state.h"
 
 static int settle(shmtopo_comm_t *comm, uint64_t upto, const char *what);
 
@@ -97,42 +55,21 @@ int shmtopo_chan_next_buffer(shmtopo_comm_t *comm)
 
 const void *shmtopo_step_data(const shmtopo_comm_t *comm, int rank)
 {
-    return header(comm, rank)->line[slot(comm->chan.step)].data;
+    return chan_header(comm, rank)->line[chan_slot(comm->chan.step)].data;
 }
 
 const void *shmtopo_step_payload(const shmtopo_comm_t *comm, int rank, size_t n)
 {
-    return n <= SHMTOPO_INLINE ? shmtopo_step_data(comm, rank) : header(comm, rank)->ahead[slot(comm->chan.step)];
+    return n <= SHMTOPO_INLINE ? shmtopo_step_data(comm, rank) : chan_header(comm, rank)->ahead[chan_slot(comm->chan.step)];
 }
 
 static const chan_line_t *line_of(const shmtopo_comm_t *comm, int rank, uint64_t s)
 {
-    return &header(comm, rank)->line[slot(s)];
+    return &chan_header(comm, rank)->line[chan_slot(s)];
 }
 
 
 /* ---- describing a call ---------------------------------------------------- */
-
-static const char *const kind_names[] = {
-    [SHMTOPO_KIND_BARRIER] = "barrier", [SHMTOPO_KIND_BCAST] = "bcast",
-    [SHMTOPO_KIND_REDUCE] = "reduce", [SHMTOPO_KIND_ALLREDUCE] = "allreduce",
-    [SHMTOPO_KIND_ALLGATHER] = "allgather", [SHMTOPO_KIND_REDUCE_SCATTER] = "reduce_scatter",
-    [SHMTOPO_KIND_ALLTOALL] = "alltoall", [SHMTOPO_KIND_WIN_ALLOC] = "allocate",
-    [SHMTOPO_KIND_WIN_FREE] = "window free", [SHMTOPO_KIND_COMM_FREE] = "comm free",
-    [SHMTOPO_KIND_TOPO_SHARE] = "share_topology", [SHMTOPO_KIND_SPLIT] = "split",
-    [SHMTOPO_KIND_COMM_CREATE] = "comm creation", [SHMTOPO_KIND_BIND] = "bind",
-    [SHMTOPO_KIND_VERDICT] = "agreement", [SHMTOPO_KIND_GATHER] = "gather",
-    [SHMTOPO_KIND_SCATTER] = "scatter", [SHMTOPO_KIND_GATHERV] = "gatherv",
-    [SHMTOPO_KIND_SCATTERV] = "scatterv", [SHMTOPO_KIND_ALLGATHERV] = "allgatherv",
-    [SHMTOPO_KIND_ALLTOALLV] = "alltoallv", [SHMTOPO_KIND_SCAN] = "scan",
-    [SHMTOPO_KIND_EXSCAN] = "exscan",
-};
-
-const char *shmtopo_kind_name(int kind)
-{
-    int n = (int)(sizeof(kind_names) / sizeof(kind_names[0]));
-    return kind > 0 && kind < n && kind_names[kind] ? kind_names[kind] : "an unknown operation";
-}
 
 /* "allreduce(count 4, float64, sum, flat)": the fields the kind uses. */
 static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
@@ -264,17 +201,17 @@ static void summarize(const shmtopo_comm_t *comm, uint64_t s, summary_t *sum)
     for (int r = 0; r < comm->size; r++)
         sum->vote &= line_of(comm, r, s)->vote;
     for (int r = 0; r < comm->size && !sum->err; r++) {
-        const chan_header_t *h = header(comm, r);
+        const chan_header_t *h = chan_header(comm, r);
         const chan_line_t *l = line_of(comm, r, s);
         if (l->err) {
             sum->err = l->err;
             sum->origin = l->origin;
-            snprintf(sum->message, sizeof(sum->message), "%.*s", MESSAGE, h->detail[slot(s)].message);
+            snprintf(sum->message, sizeof(sum->message), "%.*s", MESSAGE, h->detail[chan_slot(s)].message);
         }
     }
     for (int r = 0; r < comm->size && !sum->err; r++) {
-        const chan_header_t *h = header(comm, r);
-        add_group(sum, line_of(comm, r, s)->hash, 1, shmtopo_world(comm, r), &h->detail[slot(s)].sig);
+        const chan_header_t *h = chan_header(comm, r);
+        add_group(sum, line_of(comm, r, s)->hash, 1, shmtopo_world(comm, r), &h->detail[chan_slot(s)].sig);
     }
 }
 
@@ -342,7 +279,7 @@ static int judge(const shmtopo_comm_t *comm, uint64_t s)
 static int someone_ran_ahead(const shmtopo_comm_t *comm, uint64_t s)
 {
     for (int r = 0; r < comm->size; r++)
-        if (header(comm, r)->detail[slot(s)].sig.flags & SHMTOPO_SIG_RUN_AHEAD)
+        if (chan_header(comm, r)->detail[chan_slot(s)].sig.flags & SHMTOPO_SIG_RUN_AHEAD)
             return 1;
     return 0;
 }
@@ -355,7 +292,7 @@ static void break_behind(shmtopo_comm_t *comm)
 {
     const int err = errno;
     comm->broken = 1;
-    shmtopo_win_leave(comm->chan.win, comm->rank);
+    shmtopo_chan_leave(comm, comm->rank);
     errno = err;
 }
 
@@ -373,11 +310,9 @@ static int failed_wait(shmtopo_comm_t *comm)
 
 static int wait_all(shmtopo_comm_t *comm, uint64_t s, const char *what)
 {
-    shmtopo_chan_t *chan = &comm->chan;
     for (int i = 1; i < comm->size; i++) {
         const int p = (comm->rank + i) % comm->size;
-        chan_header_t *h = header(comm, p);
-        if (shmtopo_wait(chan->win, &h->line[slot(s)].step, &h->waiters, s, p, what) < 0)
+        if (shmtopo_chan_wait(comm, p, s, what) < 0)
             return failed_wait(comm);
     }
     return 0;
@@ -418,17 +353,17 @@ static inline int post(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, 
         settle(comm, chan->step + 1 - LAG, shmtopo_kind_name(sig->kind)) < 0)
         return -1;
     const uint64_t s = ++chan->step;
-    chan_header_t *me = header(comm, comm->rank);
-    chan_line_t *line = &me->line[slot(s)];
-    me->detail[slot(s)].sig = *sig;
+    chan_header_t *me = chan_header(comm, comm->rank);
+    chan_line_t *line = &me->line[chan_slot(s)];
+    me->detail[chan_slot(s)].sig = *sig;
     if (err)
-        snprintf(me->detail[slot(s)].message, MESSAGE, "%s", message);
+        snprintf(me->detail[chan_slot(s)].message, MESSAGE, "%s", message);
     line->hash = sig_hash(sig);
     line->err = err;
     line->origin = origin;
     line->vote = vote;
     if (n > SHMTOPO_INLINE) /* a call that runs ahead, up to SHMTOPO_AHEAD_MAX */
-        memcpy(me->ahead[slot(s)], data, n);
+        memcpy(me->ahead[chan_slot(s)], data, n);
     else if (n)
         memcpy(line->data, data, n);
     shmtopo_post(&line->step, &me->waiters, s);
@@ -448,7 +383,7 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
     if (post(comm, sig, err, origin, message, vote, data, n) < 0)
         return -1;
     const uint64_t s = chan->step;
-    chan_line_t *line = &header(comm, comm->rank)->line[slot(s)];
+    chan_line_t *line = &chan_header(comm, comm->rank)->line[chan_slot(s)];
     if (wait_all(comm, s, shmtopo_kind_name(sig->kind)) < 0)
         return -1;
     /* steps this rank ran past, judged now that everyone has posted them */
@@ -461,7 +396,7 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
     uint32_t all_votes = 1;
     int clean = 1;
     for (int r = 0; r < comm->size; r++) {
-        const chan_line_t *l = &header(comm, r)->line[slot(s)];
+        const chan_line_t *l = &chan_header(comm, r)->line[chan_slot(s)];
         clean &= !l->err && l->hash == hash;
         all_votes &= l->vote;
     }
@@ -505,10 +440,10 @@ int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const voi
     if (from < 0 || from == comm->rank)
         return 0;
     if (from < comm->size) {
-        chan_header_t *h = header(comm, from);
-        if (shmtopo_wait(chan->win, &h->line[slot(s)].step, &h->waiters, s, from, what) < 0)
+        chan_header_t *h = chan_header(comm, from);
+        if (shmtopo_chan_wait(comm, from, s, what) < 0)
             return failed_wait(comm);
-        const chan_line_t *l = &h->line[slot(s)];
+        const chan_line_t *l = &h->line[chan_slot(s)];
         if (!l->err && l->hash == line_of(comm, comm->rank, s)->hash)
             return 0;
     }
@@ -635,9 +570,7 @@ int shmtopo_agree_vote(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, 
 /* Check what Python or C passed before agreeing on it. */
 static int check_sig(const shmtopo_comm_t *comm, const shmtopo_sig_t *sig)
 {
-    const int nkinds = (int)(sizeof(kind_names) / sizeof(kind_names[0]));
-    if (sig->kind < SHMTOPO_KIND_BARRIER || sig->kind >= nkinds || !kind_names[sig->kind] ||
-        sig->kind == SHMTOPO_KIND_VERDICT)
+    if (!shmtopo_kind_known(sig->kind) || sig->kind == SHMTOPO_KIND_VERDICT)
         return shmtopo_fail(EINVAL, -1, "unknown operation kind %d", sig->kind);
     if (sig->dtype != -1 && !shmtopo_dtype_size(sig->dtype))
         return shmtopo_fail(EINVAL, -1, "unknown element type %d", sig->dtype);
@@ -728,63 +661,4 @@ int shmtopo_pairs_verdict(const shmtopo_sig_t *sig, const size_t *send, const si
                         "expects %zu from it (%zu mismatched pairs involve rank %zu)", worst, shmtopo_kind_name(sig->kind),
                         first_r, send[first_r * n + first_p], first_p, recv[first_p * n + first_r],
                         worst_pairs, worst);
-}
-
-void shmtopo_chan_wake(shmtopo_win_t *win)
-{
-    chan_header_t *me = (chan_header_t *)win->base[win->rank];
-    if (!me)
-        return;
-    for (int i = 0; i < RING; i++)
-        shmtopo_wake(&me->line[i].step);
-}
-
-/* ---- the channel's lifetime ---------------------------------------------------------- */
-
-int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange)
-{
-    shmtopo_chan_t *chan = &comm->chan;
-    chan->buffer = comm->config.coll_buffer;
-    chan->header = shmtopo_round_up(sizeof(chan_header_t), (size_t)sysconf(_SC_PAGESIZE));
-    chan->step = chan->settled = 0;
-    chan->tmp = malloc(chan->buffer);
-    if (!chan->tmp)
-        return shmtopo_fail(ENOMEM, -1, "out of memory for the comm's scratch");
-    shmtopo_win_attr_t attr = {.backend = SHMTOPO_BACKEND_DEFAULT, .fence_alg = SHMTOPO_FENCE_DEFAULT};
-    void *base;
-    if (shmtopo_win_alloc_via(comm, chan->header + 3 * chan->buffer, &attr, exchange, &base,
-                              &chan->win) < 0) {
-        int err = errno;
-        free(chan->tmp);
-        chan->tmp = NULL;
-        errno = err;
-        return -1;
-    }
-    chan->win->is_channel = 1;
-    return 0;
-}
-
-int shmtopo_chan_free(shmtopo_comm_t *comm)
-{
-    shmtopo_win_t *win = comm->chan.win;
-    comm->chan.win = NULL;
-    free(comm->chan.tmp);
-    comm->chan.tmp = NULL;
-    free(comm->chan.sc_tmp);
-    comm->chan.sc_tmp = NULL;
-    if (win)
-        shmtopo_win_delete(win); /* every rank agreed to free: nobody waits on it any more */
-    return 0;
-}
-
-void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin)
-{
-    shmtopo_win_t *win = comm->chan.win;
-    comm->chan.win = NULL;
-    free(comm->chan.tmp);
-    comm->chan.tmp = NULL;
-    free(comm->chan.sc_tmp);
-    comm->chan.sc_tmp = NULL;
-    if (win)
-        shmtopo_win_abandon_because(win, origin);
 }

@@ -1,4 +1,4 @@
-/* Window collectives over the comm's channel (agree.c): every call's first
+/* Window collectives over the comm's channel (chan.c): every call's first
  * step is its agreement (the signature of its arguments and whether they
  * were valid), and tiny messages travel in that same step's cache line, so
  * an 8-byte allreduce is one step.
@@ -20,7 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coll.h"
 #include "internal.h"
+#include "state.h"
 
 #define FLAT_MAX (64 * 1024) /* auto: above this, reduce-scatter + allgather */
 /* Single copy from this many bytes on (bcast in place of a private array

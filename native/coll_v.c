@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll.h"
 #include "internal.h"
+#include "state.h"
 
 #define TABLE_ALIGN 64 /* the stream after a table starts on a cache line */
 

@@ -1,11 +1,10 @@
 /* Communicators: a group of processes on one node. They reach each other
  * through out-of-band callbacks (MPI in practice) only while the comm is
  * made: they exchange who they are and how they are configured, and map the
- * comm's channel (agree.c). From then on every agreement, set-up exchange
+ * comm's channel (chan.c). From then on every agreement, set-up exchange
  * and synchronisation goes through shared memory, under the comm's timeout. */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,48 +12,10 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "state.h"
 
 #define MASK_WORDS 16 /* affinity masks for CPUs 0..1023 */
 #define MESSAGE 384
-
-/* ---- fork children ----------------------------------------------------------- */
-
-/* Bumped in every fork child: a comm remembers the value of the process that
- * made it, so a child (which inherits the mappings, not the rank) is told
- * apart with a load instead of a getpid() system call per operation. */
-_Atomic unsigned shmtopo_fork_generation;
-
-static void forked(void)
-{
-    atomic_fetch_add(&shmtopo_fork_generation, 1);
-}
-
-__attribute__((constructor)) static void watch_forks(void)
-{
-    pthread_atfork(NULL, NULL, forked);
-}
-
-int shmtopo_comm_same_process(const shmtopo_comm_t *comm)
-{
-    if (comm->fork_generation == atomic_load_explicit(&shmtopo_fork_generation, memory_order_relaxed))
-        return 0;
-    return shmtopo_fail(ESRCH, -1,
-                        "this process (pid %d) is a fork of rank %d's process (pid %d): a forked "
-                        "child cannot act as the rank",
-                        (int)getpid(), shmtopo_world(comm, comm->rank), (int)comm->pids[comm->rank]);
-}
-
-int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what)
-{
-    if (!comm || !comm->chan.win)
-        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
-    if (shmtopo_comm_same_process(comm) < 0)
-        return -1;
-    if (comm->broken)
-        return shmtopo_fail(EPIPE, -1, "%s: the comm is unusable after a failed wait or a failed call ranks "
-                            "ran ahead of; free it", what);
-    return 0; /* usable after all (not reached through shmtopo_comm_usable) */
-}
 
 /* ---- the out-of-band bootstrap ----------------------------------------------- */
 
@@ -298,6 +259,7 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_co
     comm->timeout = mine.config.timeout;
     if (shmtopo_chan_create(comm, oob_exchange) < 0)
         goto out_with_comm;
+    comm->agree = shmtopo_agree;
     if (agree_single_copy(comm, recs) < 0)
         goto out_with_chan;
     free(recs);
@@ -374,7 +336,7 @@ int shmtopo_comm_leave(shmtopo_comm_t *comm)
     if (!comm || !comm->chan.win)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
     if (!comm->broken)
-        shmtopo_win_leave(comm->chan.win, -1);
+        shmtopo_chan_leave(comm, -1);
     comm->broken = 1;
     return 0;
 }
@@ -451,6 +413,23 @@ int shmtopo_comm_set_timeout(shmtopo_comm_t *comm, double seconds)
     if (comm->chan.win)
         comm->chan.win->timeout = seconds;
     return 0;
+}
+
+int shmtopo_comm_coll_levels(const shmtopo_comm_t *comm, int *modep, int *types)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "comm is NULL or freed");
+    *modep = comm->config.coll_levels_mode;
+    for (int i = 0; i < SHMTOPO_MAX_LEVELS; i++)
+        types[i] = comm->config.coll_levels[i];
+    return 0;
+}
+
+int shmtopo_comm_runs_ahead(const shmtopo_comm_t *comm)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "comm is NULL or freed");
+    return shmtopo_runs_ahead(comm);
 }
 
 double shmtopo_comm_timeout(const shmtopo_comm_t *comm)

@@ -1,7 +1,7 @@
 /* Configuration: every environment variable shmtopo reads, parsed here and
  * nowhere else, strictly (a value that is not exactly what the variable
- * accepts is an error naming the variable, the value and what it accepts),
- * and the names of backends, fence algorithms and topology sources. A comm
+ * accepts is an error naming the variable, the value and what it accepts).
+ * The names of backends, fence algorithms and the like are names.c's. A comm
  * reads the environment once, at creation, and its ranks compare the
  * settings that must agree. */
 #include <errno.h>
@@ -15,35 +15,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-
-static const char *const backend_names[] = {
-    [SHMTOPO_BACKEND_DEFAULT] = "default",
-    [SHMTOPO_BACKEND_POSIX] = "posix",
-    [SHMTOPO_BACKEND_MEMFD] = "memfd",
-    [SHMTOPO_BACKEND_SYSV] = "sysv",
-    [SHMTOPO_BACKEND_XPMEM] = "xpmem",
-};
-
-static const char *const fence_alg_names[] = {
-    [SHMTOPO_FENCE_DEFAULT] = "default",
-    [SHMTOPO_FENCE_AUTO] = "auto",
-    [SHMTOPO_FENCE_LINEAR] = "linear",
-    [SHMTOPO_FENCE_RD] = "rd",
-    [SHMTOPO_FENCE_DISSEMINATION] = "dissemination",
-};
-
-static const char *const source_names[] = {
-    [SHMTOPO_SOURCE_AUTO] = "auto",
-    [SHMTOPO_SOURCE_SHMEM] = "shmem",
-    [SHMTOPO_SOURCE_XML] = "xml",
-    [SHMTOPO_SOURCE_LOCAL] = "local",
-};
-
-static const char *const coll_alg_names[] = {
-    [SHMTOPO_COLL_AUTO] = "auto",
-    [SHMTOPO_COLL_FLAT] = "flat",
-    [SHMTOPO_COLL_RSAG] = "rsag",
-};
 
 static const char *const var_names[SHMTOPO_NVARS] = {
     [SHMTOPO_VAR_SHM_TYPE] = "SHMTOPO_SHM_TYPE",
@@ -62,104 +33,14 @@ static const char *const var_names[SHMTOPO_NVARS] = {
     [SHMTOPO_VAR_RUN_AHEAD] = "SHMTOPO_RUN_AHEAD",
 };
 
-/* Level types by enum shmtopo_level_type; "numa" is also read as numanode. */
-static const char *const level_type_names[] = {
-    [SHMTOPO_LEVEL_CORE] = "core", [SHMTOPO_LEVEL_L1] = "l1", [SHMTOPO_LEVEL_L2] = "l2",
-    [SHMTOPO_LEVEL_L3] = "l3", [SHMTOPO_LEVEL_NUMA] = "numanode", [SHMTOPO_LEVEL_DIE] = "die",
-    [SHMTOPO_LEVEL_PACKAGE] = "package",
-};
-
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* What each kind of name accepts, in messages about arguments and variables. */
-#define BACKENDS_ACCEPTED "expected posix, memfd, sysv or xpmem"
-#define FENCES_ACCEPTED "expected auto, linear, rd, dissemination, 1 or 2"
-#define SOURCES_ACCEPTED "expected auto, shmem, xml or local"
-#define COLL_ALGS_ACCEPTED "expected auto, flat or rsag"
+/* What the variables without a name table accept, in messages. */
 #define SINGLE_COPY_ACCEPTED "expected auto (where every rank can copy from every peer), 0 (off) " \
                              "or 1 (required: comm creation fails where a rank cannot)"
 #define LEVELS_ACCEPTED "expected auto, flat, or up to 4 object types innermost first, separated by " \
                         "commas (core, l1, l2, l3, numa, die, package), none twice"
 #define DEFAULT_COLL_BUFFER (256 * 1024)
-
-static const char *name_of(const char *const *names, int n, int i)
-{
-    return i >= 0 && i < n && names[i] ? names[i] : "unknown";
-}
-
-const char *shmtopo_backend_name(int backend)
-{
-    return name_of(backend_names, COUNT(backend_names), backend);
-}
-
-const char *shmtopo_fence_alg_name(int alg)
-{
-    return name_of(fence_alg_names, COUNT(fence_alg_names), alg);
-}
-
-const char *shmtopo_topo_source_name(int source)
-{
-    return name_of(source_names, COUNT(source_names), source);
-}
-
-const char *shmtopo_coll_alg_name(int alg)
-{
-    return name_of(coll_alg_names, COUNT(coll_alg_names), alg);
-}
-
-/* Index of `name` in names[first..n), case-insensitive, or -1. */
-static int lookup(const char *const *names, int first, int n, const char *name)
-{
-    for (int i = first; name && i < n; i++)
-        if (names[i] && strcasecmp(name, names[i]) == 0)
-            return i;
-    return -1;
-}
-
-/* names[first..n) by name into *outp, or EINVAL saying what is accepted. */
-static int parse_name(const char *const *names, int first, int n, const char *name, const char *what,
-                      const char *accepted, int *outp)
-{
-    int i = lookup(names, first, n, name);
-    if (i < 0)
-        return shmtopo_fail(EINVAL, -1, "unknown %s '%s' (%s)", what, name ? name : "(null)", accepted);
-    *outp = i;
-    return 0;
-}
-
-int shmtopo_backend_from_name(const char *name, int *backendp)
-{
-    return parse_name(backend_names, SHMTOPO_BACKEND_POSIX, COUNT(backend_names), name,
-                      "shared-memory backend", BACKENDS_ACCEPTED, backendp);
-}
-
-int shmtopo_fence_alg_from_name(const char *name, int *algp)
-{
-    /* KUPL's numbers: 1 linear, 2 recursive doubling */
-    if (name && strcmp(name, "1") == 0)
-        return *algp = SHMTOPO_FENCE_LINEAR, 0;
-    if (name && (strcmp(name, "2") == 0 || strcasecmp(name, "recursive_doubling") == 0))
-        return *algp = SHMTOPO_FENCE_RD, 0;
-    return parse_name(fence_alg_names, SHMTOPO_FENCE_AUTO, COUNT(fence_alg_names), name,
-                      "fence algorithm", FENCES_ACCEPTED, algp);
-}
-
-int shmtopo_topo_source_from_name(const char *name, int *sourcep)
-{
-    return parse_name(source_names, 0, COUNT(source_names), name, "topology source", SOURCES_ACCEPTED,
-                      sourcep);
-}
-
-const char *shmtopo_level_type_name(int type)
-{
-    return name_of(level_type_names, COUNT(level_type_names), type);
-}
-
-int shmtopo_coll_alg_from_name(const char *name, int *algp)
-{
-    return parse_name(coll_alg_names, 0, COUNT(coll_alg_names), name, "collective algorithm",
-                      COLL_ALGS_ACCEPTED, algp);
-}
 
 /* ---- parsing one variable ------------------------------------------------ */
 
@@ -194,19 +75,6 @@ static const char *value_of(shmtopo_config_t *cfg, int var)
     return v;
 }
 
-/* KUPL_SHM_FENCE_ALGORITHM as KUPL reads it: 1 is linear, any other value
- * recursive doubling; shmtopo's own names are accepted too. */
-static int kupl_fence_alg(const char *value)
-{
-    int alg;
-    if (strcmp(value, "1") == 0)
-        return SHMTOPO_FENCE_LINEAR;
-    if (lookup(fence_alg_names, SHMTOPO_FENCE_AUTO, COUNT(fence_alg_names), value) >= 0 &&
-        shmtopo_fence_alg_from_name(value, &alg) == 0)
-        return alg;
-    return SHMTOPO_FENCE_RD;
-}
-
 /* SHMTOPO_COLL_LEVELS: auto, flat, or "numa,package" (types from inner to
  * outer, none twice; which encloses which depends on the machine, so the
  * levels nest by construction in levels.py rather than by a rule here). */
@@ -222,8 +90,7 @@ static int parse_levels(shmtopo_config_t *cfg, const char *v)
     snprintf(copy, sizeof(copy), "%s", v);
     int n = 0;
     for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int t = strcasecmp(tok, "numa") == 0 ? SHMTOPO_LEVEL_NUMA
-                : lookup(level_type_names, 1, COUNT(level_type_names), tok);
+        int t = shmtopo_level_type_lookup(tok);
         for (int i = 0; i < n && t > 0; i++)
             if (cfg->coll_levels[i] == t)
                 t = -1;
@@ -251,7 +118,7 @@ static int read_var(shmtopo_config_t *cfg, int var)
         const char *k = getenv("KUPL_SHM_FENCE_ALGORITHM");
         if (k && *k) {
             snprintf(cfg->text[var], sizeof(cfg->text[var]), "KUPL:%s", k);
-            cfg->fence_alg = kupl_fence_alg(k);
+            cfg->fence_alg = shmtopo_fence_alg_from_kupl(k);
         }
         return 0;
     }
@@ -260,22 +127,22 @@ static int read_var(shmtopo_config_t *cfg, int var)
     switch (var) {
     case SHMTOPO_VAR_SHM_TYPE:
         if (shmtopo_backend_from_name(v, &i) < 0)
-            return bad_value(var, v, BACKENDS_ACCEPTED);
+            return bad_value(var, v, SHMTOPO_BACKENDS_ACCEPTED);
         cfg->backend = i;
         return 0;
     case SHMTOPO_VAR_FENCE_ALGORITHM:
         if (shmtopo_fence_alg_from_name(v, &i) < 0)
-            return bad_value(var, v, FENCES_ACCEPTED);
+            return bad_value(var, v, SHMTOPO_FENCES_ACCEPTED);
         cfg->fence_alg = i;
         return 0;
     case SHMTOPO_VAR_COLL_ALGORITHM:
         if (shmtopo_coll_alg_from_name(v, &i) < 0)
-            return bad_value(var, v, COLL_ALGS_ACCEPTED);
+            return bad_value(var, v, SHMTOPO_COLL_ALGS_ACCEPTED);
         cfg->coll_alg = i;
         return 0;
     case SHMTOPO_VAR_TOPO_SOURCE:
         if (shmtopo_topo_source_from_name(v, &i) < 0)
-            return bad_value(var, v, SOURCES_ACCEPTED);
+            return bad_value(var, v, SHMTOPO_SOURCES_ACCEPTED);
         cfg->topo_source = i;
         return 0;
     case SHMTOPO_VAR_COLL_BUFFER:
@@ -420,50 +287,10 @@ int shmtopo_config_compare(const shmtopo_config_t *cfgs, int n, const int *ranks
     return 0;
 }
 
-int shmtopo_comm_coll_levels(const shmtopo_comm_t *comm, int *modep, int *types)
-{
-    if (!comm)
-        return shmtopo_fail(EBADF, -1, "comm is NULL or freed");
-    *modep = comm->config.coll_levels_mode;
-    for (int i = 0; i < SHMTOPO_MAX_LEVELS; i++)
-        types[i] = comm->config.coll_levels[i];
-    return 0;
-}
-
-int shmtopo_comm_runs_ahead(const shmtopo_comm_t *comm)
-{
-    if (!comm)
-        return shmtopo_fail(EBADF, -1, "comm is NULL or freed");
-    return shmtopo_runs_ahead(comm);
-}
-
 int shmtopo_affinity_ncpus(void)
 {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof(set), &set) < 0)
         return shmtopo_fail_errno("sched_getaffinity");
     return CPU_COUNT(&set);
-}
-
-int shmtopo_config_compat(const char *api, int *backendp, int *fence_algp, char *warning, size_t len)
-{
-    char var[48];
-    warning[0] = '\0';
-    *backendp = SHMTOPO_BACKEND_DEFAULT;
-    *fence_algp = SHMTOPO_FENCE_DEFAULT;
-    snprintf(var, sizeof(var), "%s_SHM_TYPE", api);
-    const char *v = getenv(var);
-    if (v && *v) {
-        int backend;
-        if (shmtopo_backend_from_name(v, &backend) < 0)
-            snprintf(warning, len, "%s=%s is not supported (posix, xpmem, memfd or sysv); using posix", var, v);
-        else if (shmtopo_backend_probe(backend) < 0)
-            snprintf(warning, len, "%s=%s is unavailable here (%s); using posix", var, v, shmtopo_last_error());
-        *backendp = warning[0] ? SHMTOPO_BACKEND_POSIX : backend;
-    }
-    snprintf(var, sizeof(var), "%s_SHM_FENCE_ALGORITHM", api);
-    v = getenv(var);
-    if (v && *v)
-        *fence_algp = kupl_fence_alg(v);
-    return 0;
 }

@@ -2,10 +2,13 @@
  * sequence word that only grows: fence number E (from 1) of an algorithm with
  * R stages posts E*R + s at stage s, and a waiter needs "peer reached at
  * least stage s of fence E", which a faster peer already in a later stage or
- * fence also satisfies. So no flag is ever reset. */
+ * fence also satisfies. So no flag is ever reset. The fence calls of a
+ * window are here too. */
 #include <errno.h>
 
 #include "internal.h"
+#include "state.h"
+#include "wait.h"
 
 static inline int post_stage(shmtopo_win_t *win, uint64_t value)
 {
@@ -17,7 +20,10 @@ static inline int post_stage(shmtopo_win_t *win, uint64_t value)
 static inline int wait_stage(shmtopo_win_t *win, int peer, uint64_t value)
 {
     shmtopo_ctrl_t *c = win->ctrl[peer];
-    return shmtopo_wait(win, &c->fence_seq, &c->fence_waiters, value, peer, "fence");
+    int origin;
+    if (shmtopo_wait(win, &c->fence_seq, &c->fence_waiters, value, peer, "fence", &origin) < 0)
+        return shmtopo_win_wait_failed(win, origin);
+    return 0;
 }
 
 /* Linear: everyone reports to rank 0, rank 0 releases everyone. */
@@ -93,19 +99,7 @@ static int fence_dissemination(shmtopo_win_t *win, uint64_t epoch)
     return 0;
 }
 
-int shmtopo_fence_resolve(int alg, int size, int oversubscribed)
-{
-    if (alg != SHMTOPO_FENCE_AUTO)
-        return alg;
-    /* Measured on 2 cores (see README): recursive doubling is best up to 4
-     * ranks; beyond, when ranks share CPUs, every round waits for a peer to
-     * be scheduled, so the two hops of linear win; else the rounds do. */
-    if (size <= 4)
-        return SHMTOPO_FENCE_RD;
-    return oversubscribed ? SHMTOPO_FENCE_LINEAR : SHMTOPO_FENCE_DISSEMINATION;
-}
-
-int shmtopo_fence_run(shmtopo_win_t *win)
+static int fence_run(shmtopo_win_t *win)
 {
     /* Order this rank's earlier stores before its later loads, even when the
      * algorithm starts by waiting rather than posting. */
@@ -128,12 +122,70 @@ int shmtopo_fence_run(shmtopo_win_t *win)
     }
 }
 
-int shmtopo_peer_fence_run(shmtopo_win_t *win, int peer)
+static int peer_fence_run(shmtopo_win_t *win, int peer)
 {
     atomic_thread_fence(memory_order_seq_cst);
     uint64_t n = ++win->peer_epoch[peer];
     shmtopo_ctrl_t *me = win->ctrl[win->rank], *other = win->ctrl[peer];
     shmtopo_post(&me->peer_seq[peer], &me->peer_waiters, n);
-    return shmtopo_wait(win, &other->peer_seq[win->rank], &other->peer_waiters, n, peer,
-                        "peer fence");
+    int origin;
+    if (shmtopo_wait(win, &other->peer_seq[win->rank], &other->peer_waiters, n, peer, "peer fence",
+                     &origin) < 0)
+        return shmtopo_win_wait_failed(win, origin);
+    return 0;
+}
+
+/* ---- the calls -------------------------------------------------------------- */
+
+static int usable(shmtopo_win_t *win)
+{
+    if (!win)
+        return shmtopo_fail(EBADF, -1, "window is NULL or freed");
+    if (win->broken)
+        return shmtopo_fail(EPIPE, -1, "window is unusable after a failed wait; free it");
+    return shmtopo_comm_same_process(win->comm);
+}
+
+/* A failed wait has already left the window (wait_stage). */
+int shmtopo_win_fence(shmtopo_win_t *win)
+{
+    if (usable(win) < 0)
+        return -1;
+    return fence_run(win);
+}
+
+static int check_peer(const shmtopo_win_t *win, int peer)
+{
+    if (peer < 0 || peer >= win->size)
+        return shmtopo_fail(EINVAL, peer, "peer rank %d out of range [0, %d)", peer, win->size);
+    if (peer == win->rank)
+        return shmtopo_fail(EINVAL, peer, "rank %d cannot peer-fence with itself", peer);
+    return 0;
+}
+
+int shmtopo_win_peer_fence(shmtopo_win_t *win, int peer)
+{
+    if (usable(win) < 0 || check_peer(win, peer) < 0)
+        return -1;
+    return peer_fence_run(win, peer);
+}
+
+int shmtopo_win_fence_loop(shmtopo_win_t *win, long count)
+{
+    if (usable(win) < 0)
+        return -1;
+    for (long i = 0; i < count; i++)
+        if (fence_run(win) < 0)
+            return -1;
+    return 0;
+}
+
+int shmtopo_win_peer_fence_loop(shmtopo_win_t *win, int peer, long count)
+{
+    if (usable(win) < 0 || check_peer(win, peer) < 0)
+        return -1;
+    for (long i = 0; i < count; i++)
+        if (peer_fence_run(win, peer) < 0)
+            return -1;
+    return 0;
 }

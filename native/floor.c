@@ -13,6 +13,7 @@
 
 #include "floor.h"
 #include "internal.h"
+#include "wait.h"
 
 #define DATA_OFFSET 4096      /* the data starts a page after the sequence word */
 #define POLLS_PER_CHECK 1024  /* spins between looks at the clock (and a yield) */

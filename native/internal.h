@@ -23,6 +23,26 @@ static inline size_t shmtopo_round_up(size_t n, size_t to)
     return (n + to - 1) / to * to;
 }
 
+/* ---- names.c --------------------------------------------------------------- */
+
+/* What each kind of name accepts, in messages about arguments and variables. */
+#define SHMTOPO_BACKENDS_ACCEPTED "expected posix, memfd, sysv or xpmem"
+#define SHMTOPO_FENCES_ACCEPTED "expected auto, linear, rd, dissemination, 1 or 2"
+#define SHMTOPO_SOURCES_ACCEPTED "expected auto, shmem, xml or local"
+#define SHMTOPO_COLL_ALGS_ACCEPTED "expected auto, flat or rsag"
+
+const char *shmtopo_coll_alg_name(int alg);
+int shmtopo_coll_alg_from_name(const char *name, int *algp);
+/* A level type by name (numa as numanode too), or -1. */
+int shmtopo_level_type_lookup(const char *name);
+/* A fence algorithm as KUPL reads KUPL_SHM_FENCE_ALGORITHM: 1 is linear, any
+ * other value recursive doubling; shmtopo's own names are accepted too. */
+int shmtopo_fence_alg_from_kupl(const char *value);
+/* "allreduce", "allocate", ...: the operation a kind names, for messages. */
+const char *shmtopo_kind_name(int kind);
+/* Whether a kind names an operation. */
+int shmtopo_kind_known(int kind);
+
 /* ---- segment.c ---------------------------------------------------------- */
 
 /* What a peer needs to map a segment; travels through the allgather. */
@@ -60,7 +80,9 @@ typedef struct shmtopo_ctrl {
 struct shmtopo_win {
     shmtopo_comm_t *comm;
     uint64_t id;             /* per comm, in allocation order */
-    int is_channel;          /* the comm's own channel (messages say "comm") */
+    const char *label;       /* how messages name it: "the window", or as its owner calls it */
+    /* the owner's part of this rank's leaving (waking its own sleepers), or NULL */
+    void (*on_leave)(struct shmtopo_win *win);
     int rank, size;
     int backend, fence_alg;
     int contiguous;
@@ -85,12 +107,12 @@ struct shmtopo_win {
 
 /* One set-up exchange of an allocation: every rank contributes err (its
  * failure so far) and n bytes; 0, or -1 with one verdict on every rank.
- * Windows use shmtopo_agree; the comm's own channel, made before shared
- * memory exists, the out-of-band callbacks (comm.c). */
+ * Windows use the comm's agreement (comm->agree); the comm's own channel,
+ * made before shared memory exists, the out-of-band callbacks (comm.c). */
 typedef int (*shmtopo_exchange_fn)(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
                                    const void *mine, void *all, size_t n);
 
-/* ---- agree.c: the comm's channel ------------------------------------------ */
+/* ---- chan.c: the comm's channel ------------------------------------------- */
 
 /* The comm's own shared memory, made with the comm: per rank a header of
  * step lines (the agreement and synchronisation primitive) and three scratch
@@ -105,6 +127,16 @@ typedef struct shmtopo_chan {
     char *sc_tmp;              /* private chunks of single-copy reductions, made on first use */
     size_t sc_tmp_size;
 } shmtopo_chan_t;
+
+/* Scratch buffer `which` (0..2) of a rank. */
+char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);
+/* Make / release the channel (comm_create, comm_destroy, comm_abandon). */
+int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange);
+int shmtopo_chan_free(shmtopo_comm_t *comm);
+void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin);
+/* Leave the channel (origin: the rank whose failure caused it, -1 for this
+ * one): peers waiting on it fail instead of hanging. */
+void shmtopo_chan_leave(shmtopo_comm_t *comm, int origin);
 
 /* ---- comm.c ------------------------------------------------------------ */
 
@@ -128,32 +160,15 @@ struct shmtopo_comm {
     shmtopo_oob_t leaders;           /* leader of a multi-node comm only */
     int has_leaders;
     shmtopo_chan_t chan;
+    /* the agreement its windows allocate and free through (set with the
+     * channel by comm.c, which stands above them) */
+    shmtopo_exchange_fn agree;
 };
 
 /* The job rank of a local rank (for messages and roots). */
 static inline int shmtopo_world(const shmtopo_comm_t *comm, int rank)
 {
     return comm->world_ranks && rank >= 0 && rank < comm->size ? comm->world_ranks[rank] : rank;
-}
-
-/* Bumped in every fork child (comm.c): a comm remembers the value of the
- * process that made it. */
-extern _Atomic unsigned shmtopo_fork_generation;
-/* The failure of shmtopo_comm_usable (EBADF, ESRCH, EPIPE). */
-int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what);
-/* 0 in the process that made the comm, -1/ESRCH in a fork child of it. */
-int shmtopo_comm_same_process(const shmtopo_comm_t *comm);
-
-/* 0 when this process may act as the comm's rank now: a comm exists, this is
- * the process that made it (not a fork child) and no wait broke it; else -1
- * (EBADF, ESRCH, EPIPE). `what` names the call for the message. On the path
- * of every collective: the common case is a few loads. */
-static inline int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *what)
-{
-    if (comm && comm->chan.win && !comm->broken &&
-        comm->fork_generation == atomic_load_explicit(&shmtopo_fork_generation, memory_order_relaxed))
-        return 0;
-    return shmtopo_comm_unusable(comm, what);
 }
 
 /* ---- agree.c --------------------------------------------------------------- */
@@ -202,86 +217,8 @@ static inline shmtopo_sig_t shmtopo_sig(int kind)
 {
     return (shmtopo_sig_t){.kind = kind, .dtype = -1, .op = -1, .root = -1, .alg = -1};
 }
-/* Scratch buffer `which` (0..2) of a rank, and the one a chunk starting at
- * the next step uses. */
-char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);
+/* The scratch buffer a chunk starting at the next step uses (0..2). */
 int shmtopo_chan_next_buffer(shmtopo_comm_t *comm);
-/* "allreduce", "allocate", ...: the operation a kind names, for messages. */
-const char *shmtopo_kind_name(int kind);
-/* Make / release the channel (comm_create, comm_destroy, comm_abandon). */
-int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange);
-int shmtopo_chan_free(shmtopo_comm_t *comm);
-/* Wake every rank asleep on this rank's step lines (it left the channel). */
-void shmtopo_chan_wake(shmtopo_win_t *win);
-void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin);
-
-/* ---- coll.c: what every collective (coll.c, coll_v.c) uses ----------------- */
-
-static inline size_t shmtopo_min_size(size_t a, size_t b)
-{
-    return a < b ? a : b;
-}
-
-/* A signature of a collective call (-1: a field it does not use). */
-static inline shmtopo_sig_t shmtopo_coll_sig(int kind, size_t count, int dtype, int op, int root, int alg)
-{
-    shmtopo_sig_t sig = shmtopo_sig(kind);
-    sig.count = count;
-    sig.dtype = dtype;
-    sig.op = op;
-    sig.root = root;
-    sig.alg = alg;
-    return sig;
-}
-
-/* A step of a call already agreed on (its later chunks): the signature
- * still travels, so ranks that fell out of step fail instead of mixing data. */
-static inline int shmtopo_coll_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *data, size_t n)
-{
-    return shmtopo_step(comm, sig, 0, data, n);
-}
-
-/* The agreement of a call whose arguments failed a check on this rank
- * (errno, the message recorded): one step with the failure, so every rank
- * fails with it. */
-static inline int shmtopo_coll_refuse(shmtopo_comm_t *comm, const shmtopo_sig_t *sig)
-{
-    return shmtopo_step(comm, sig, errno ? errno : EINVAL, NULL, 0);
-}
-
-/* The local checks of a call, in the order every entry applies them; the
- * first failure is recorded (errno, message) and returned as -1. */
-int shmtopo_coll_check_dtype(int dtype);
-int shmtopo_coll_check_root(const shmtopo_comm_t *comm, int root);
-int shmtopo_coll_check_buffers(const char *what, size_t count, const void *a, const void *b);
-/* The result may replace its input exactly (in_place), or lie apart from it. */
-int shmtopo_coll_check_overlap(const char *what, const void *send, size_t ns, const void *recv, size_t nr,
-                               int in_place);
-
-/* Where a rank's input for a fold lies (a callback, so one fold serves the
- * scratch buffers, the step lines and windows). */
-typedef const char *(*shmtopo_coll_src_fn)(const shmtopo_comm_t *comm, int rank, const void *arg);
-/* dst = in[0] op ... op in[nranks - 1], in rank order (bit-identical on every rank). */
-void shmtopo_coll_fold(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_fn src, const void *arg,
-                       int nranks, size_t count, int dtype, int op);
-
-/* A chunk in the scratch buffers: buffer `which` of every rank, from `offset`. */
-typedef struct shmtopo_chunk_at {
-    int which;
-    size_t offset;     /* bytes into each rank's buffer */
-    const char *own;   /* this rank's input for the same elements, read there instead, or NULL */
-} shmtopo_chunk_at_t;
-/* The shmtopo_coll_src_fn of a chunk (arg: a shmtopo_chunk_at_t). */
-const char *shmtopo_coll_from_buffer(const shmtopo_comm_t *comm, int rank, const void *arg);
-
-/* ---- config.c ------------------------------------------------------------ */
-
-const char *shmtopo_coll_alg_name(int alg);
-int shmtopo_coll_alg_from_name(const char *name, int *algp);
-/* The KUPL / KPCCL layer's variables (<api>_SHM_TYPE, <api>_SHM_FENCE_ALGORITHM)
- * as the kit reads them: unknown or unavailable backends fall back to posix
- * (warning says so; empty when none), DEFAULT when unset. */
-int shmtopo_config_compat(const char *api, int *backendp, int *fence_algp, char *warning, size_t len);
 
 /* ---- single_copy.c ----------------------------------------------------- */
 
@@ -360,60 +297,17 @@ void shmtopo_seg_destroy(shmtopo_seg_t *seg, int unmap);
 int shmtopo_win_alloc_via(shmtopo_comm_t *comm, size_t size, const shmtopo_win_attr_t *attr,
                           shmtopo_exchange_fn exchange, void **basep, shmtopo_win_t **winp);
 /* Mark a window broken and left by this rank (origin: the rank whose failure
- * caused it, -1 for this one), waking its peers; the memory stays mapped
- * until freed. A fork child of the rank's process leaves nothing (the
- * window is its parent's). */
+ * caused it, -1 for this one), waking its peers and calling the owner's
+ * on_leave; the memory stays mapped until freed. A fork child of the rank's
+ * process leaves nothing (the window is its parent's). */
 void shmtopo_win_leave(shmtopo_win_t *win, int origin);
+/* After a wait on the window failed (errno, the message; origin as the
+ * wait reported it): sweep a dead peer's files and leave, so that peers
+ * waiting for this rank fail too instead of hanging. Returns -1, errno
+ * kept. */
+int shmtopo_win_wait_failed(shmtopo_win_t *win, int origin);
 /* Local: unmap (unless disowned) and free, telling nobody. */
 void shmtopo_win_delete(shmtopo_win_t *win);
-
-/* ---- wait.c ----------------------------------------------------------------- */
-
-/* Wake every process sleeping on a sequence word. */
-void shmtopo_wake(_Atomic uint64_t *seq);
-
-/* Publish `value` in a sequence word and wake sleepers, if any. The seq_cst
- * exchange also orders every earlier store of this rank before it. */
-static inline void shmtopo_post(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t value)
-{
-    atomic_exchange_explicit(seq, value, memory_order_seq_cst);
-    if (atomic_load_explicit(waiters, memory_order_seq_cst))
-        shmtopo_wake(seq);
-}
-
-static inline void shmtopo_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
-int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq,
-                      _Atomic uint32_t *waiters, uint64_t target, int peer, const char *what);
-
-/* Wait until *seq >= target: spin briefly here, then the slow path backs off
- * (yield, futex sleep) and checks peers' liveness, abandonment, the timeout
- * and the interrupt hook. A failed wait breaks the window and leaves it
- * (peers then fail with ECONNABORTED instead of waiting for this rank). */
-static inline int shmtopo_wait(shmtopo_win_t *win, _Atomic uint64_t *seq,
-                               _Atomic uint32_t *waiters, uint64_t target, int peer,
-                               const char *what)
-{
-    for (int i = 0; i < 64; i++) {
-        if (atomic_load_explicit(seq, memory_order_acquire) >= target)
-            return 0;
-        shmtopo_cpu_relax();
-    }
-    return shmtopo_wait_slow(win, seq, waiters, target, peer, what);
-}
-
-/* ---- fence.c ------------------------------------------------------------------ */
-
-int shmtopo_fence_resolve(int alg, int size, int oversubscribed);
-int shmtopo_fence_run(shmtopo_win_t *win);
-int shmtopo_peer_fence_run(shmtopo_win_t *win, int peer);
 
 /* ---- reduce.c ------------------------------------------------------------ */
 
@@ -454,7 +348,7 @@ int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags
 
 /* ---- maps.c: a common address ------------------------------------------------ */
 
-#include "maps.h"
+struct shmtopo_range; /* shmtopo_range_t, maps.h */
 
 /* Collective (through `exchange`): every rank's free address ranges, and a
  * value each contributes (values[r], if not NULL), gathered; *outp (malloc,
@@ -462,7 +356,7 @@ int shmtopo_topo_load_xml_flags(const char *xml, size_t len, unsigned long flags
  * err: this rank's failure so far, which fails the exchange everywhere. */
 int shmtopo_common_free_ranges(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
                                shmtopo_exchange_fn exchange, uint64_t value, uint64_t *values,
-                               shmtopo_range_t **outp, size_t *np);
+                               struct shmtopo_range **outp, size_t *np);
 
 /* ---- symmetric.c ------------------------------------------------------------- */
 

@@ -47,13 +47,31 @@ static int compat_fail(const char *fn)
 }
 
 /* The backend and fence algorithm <API>_SHM_TYPE / <API>_SHM_FENCE_ALGORITHM
- * ask for, read by the core's configuration as the kit reads them. A backend
- * that is unknown or unavailable here falls back to posix with a warning,
- * printed by rank 0 only since every rank reads the same setting. */
+ * ask for, read as the kit reads them (DEFAULT when unset). A backend that
+ * is unknown or unavailable here falls back to posix with a warning, printed
+ * by rank 0 only since every rank reads the same setting. */
 static void compat_settings(const char *api, int rank, int *backendp, int *fence_algp)
 {
-    char warning[512];
-    shmtopo_config_compat(api, backendp, fence_algp, warning, sizeof(warning));
+    char var[48], warning[512];
+    warning[0] = '\0';
+    *backendp = SHMTOPO_BACKEND_DEFAULT;
+    *fence_algp = SHMTOPO_FENCE_DEFAULT;
+    snprintf(var, sizeof(var), "%s_SHM_TYPE", api);
+    const char *v = getenv(var);
+    if (v && *v) {
+        int backend;
+        if (shmtopo_backend_from_name(v, &backend) < 0)
+            snprintf(warning, sizeof(warning), "%s=%s is not supported (posix, xpmem, memfd or sysv); using posix",
+                     var, v);
+        else if (shmtopo_backend_probe(backend) < 0)
+            snprintf(warning, sizeof(warning), "%s=%s is unavailable here (%s); using posix", var, v,
+                     shmtopo_last_error());
+        *backendp = warning[0] ? SHMTOPO_BACKEND_POSIX : backend;
+    }
+    snprintf(var, sizeof(var), "%s_SHM_FENCE_ALGORITHM", api);
+    v = getenv(var);
+    if (v && *v)
+        *fence_algp = shmtopo_fence_alg_from_kupl(v);
     if (warning[0] && rank == 0)
         fprintf(stderr, "shmtopo: warning: %s\n", warning);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "state.h"
 
 enum request_kind { REQ_ALLREDUCE, REQ_BCAST, REQ_ALLTOALL };
 

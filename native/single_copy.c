@@ -151,7 +151,7 @@ int shmtopo_sc_gone(shmtopo_comm_t *comm, int peer)
      * could even succeed (the peer may have posted before it died): leave,
      * as a failed wait does, so peers fail naming the dead rank. */
     comm->broken = 1;
-    shmtopo_win_leave(comm->chan.win, peer);
+    shmtopo_chan_leave(comm, peer);
     errno = EOWNERDEAD;
     return 1;
 }

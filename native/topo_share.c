@@ -19,6 +19,8 @@
 #include <hwloc.h>
 
 #include "internal.h"
+#include "maps.h"
+#include "state.h"
 #include "topo_shmem.h"
 
 #ifndef MAP_FIXED_NOREPLACE

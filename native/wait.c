@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "wait.h"
 
 #define LIVENESS_PERIOD_NS 20000000ull   /* check peers every 20 ms of waiting */
 #define SLEEP_NS 2000000                  /* futex sleeps at most 2 ms per round */
@@ -74,13 +75,13 @@ void shmtopo_set_interrupt_hook(int (*hook)(void))
 }
 
 /* Why the wait cannot go on, or 0: a peer left, died, the time is up, or
- * the binding was interrupted (Ctrl-C). Sets the failure and, for leave(),
- * the rank whose failure caused ours. */
+ * the binding was interrupted (Ctrl-C). Sets the failure and, for the
+ * leave that follows, the rank whose failure caused ours. */
 static int check(shmtopo_win_t *win, int peer, const char *what, uint64_t waited, int full,
                  int *originp)
 {
     const shmtopo_comm_t *comm = win->comm;
-    const char *where = win->is_channel ? "the comm" : "the window";
+    const char *where = win->label;
     const int me = shmtopo_world(comm, comm->rank);
     int gone = find_abandoned(win, peer, full);
     if (gone >= 0) {
@@ -93,7 +94,6 @@ static int check(shmtopo_win_t *win, int peer, const char *what, uint64_t waited
         return 0;
     int dead = shmtopo_comm_find_dead(comm);
     if (dead >= 0) {
-        shmtopo_sweep_stale_files(comm->config.topo_dir);
         *originp = dead;
         return shmtopo_fail(EOWNERDEAD, shmtopo_world(comm, dead),
                             "rank %d (pid %d) exited while rank %d waited in %s",
@@ -108,8 +108,8 @@ static int check(shmtopo_win_t *win, int peer, const char *what, uint64_t waited
     return 0;
 }
 
-int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq,
-                      _Atomic uint32_t *waiters, uint64_t target, int peer, const char *what)
+int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
+                      uint64_t target, int peer, const char *what, int *originp)
 {
     const shmtopo_comm_t *comm = win->comm;
     /* Oversubscribed, the awaited rank may need our CPU: yield at once (the
@@ -148,9 +148,8 @@ int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq,
             if ((err == ECONNABORTED || err == EOWNERDEAD) &&
                 atomic_load_explicit(seq, memory_order_acquire) >= target)
                 return 0;
-            /* Leave, so that peers waiting for us fail too instead of
-             * hanging; the failure that caused it stays the one named. */
-            shmtopo_win_leave(win, origin);
+            /* the waiter leaves the window, naming this cause */
+            *originp = origin;
             errno = err;
             return -1;
         }

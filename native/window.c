@@ -1,13 +1,15 @@
 /* Windows: every rank's part mapped in every process, plus a control block
  * per rank for fences. Set-up runs in steps, each ending in an agreement of
- * the comm (agree.c), so a failure on any rank fails the call on all of them
- * and each cleans up what it made. */
+ * the comm (comm->agree), so a failure on any rank fails the call on all of
+ * them and each cleans up what it made. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "state.h"
+#include "wait.h"
 
 static size_t page_size(void)
 {
@@ -17,6 +19,19 @@ static size_t page_size(void)
 static size_t ctrl_stride(int size)
 {
     return shmtopo_round_up(sizeof(shmtopo_ctrl_t) + (size_t)size * sizeof(uint64_t), SHMTOPO_LINE);
+}
+
+/* The fence algorithm AUTO stands for with this many ranks. */
+static int resolve_fence_alg(int alg, int size, int oversubscribed)
+{
+    if (alg != SHMTOPO_FENCE_AUTO)
+        return alg;
+    /* Measured on 2 cores (see README): recursive doubling is best up to 4
+     * ranks; beyond, when ranks share CPUs, every round waits for a peer to
+     * be scheduled, so the two hops of linear win; else the rounds do. */
+    if (size <= 4)
+        return SHMTOPO_FENCE_RD;
+    return oversubscribed ? SHMTOPO_FENCE_LINEAR : SHMTOPO_FENCE_DISSEMINATION;
 }
 
 /* The attributes with defaults from the comm's configuration; *ap: them
@@ -55,7 +70,7 @@ static int resolve_attr(const shmtopo_win_attr_t *attr, shmtopo_win_t *win, shmt
         return shmtopo_fail(EINVAL, -1, "unknown huge_pages number %d", a.huge_pages);
     if (!(a.timeout >= 0) || a.timeout > 1e9)
         return shmtopo_fail(EINVAL, -1, "timeout must be a finite number of seconds >= 0, not %g", a.timeout);
-    win->fence_alg = shmtopo_fence_resolve(a.fence_alg, win->size, win->comm->oversubscribed);
+    win->fence_alg = resolve_fence_alg(a.fence_alg, win->size, win->comm->oversubscribed);
     return shmtopo_backend_probe(a.backend);
 }
 
@@ -86,6 +101,7 @@ static shmtopo_win_t *win_new(shmtopo_comm_t *comm)
     win->peer_epoch = calloc(n, sizeof(*win->peer_epoch));
     win->place = calloc(n, sizeof(*win->place));
     win->huge_page = page_size();
+    win->label = "the window";
     if (!win->segs || !win->ctrl || !win->base || !win->sizes || !win->peer_epoch || !win->place) {
         free(win->segs), free(win->ctrl), free(win->base), free(win->sizes), free(win->peer_epoch);
         free(win->place);
@@ -315,7 +331,7 @@ int shmtopo_win_alloc(shmtopo_comm_t *comm, size_t size, const shmtopo_win_attr_
 {
     if (shmtopo_comm_usable(comm, "allocate") < 0)
         return -1;
-    return shmtopo_win_alloc_via(comm, size, attr, shmtopo_agree, basep, winp);
+    return shmtopo_win_alloc_via(comm, size, attr, comm->agree, basep, winp);
 }
 
 int shmtopo_win_query(const shmtopo_win_t *win, int rank, void **addrp, size_t *sizep)
@@ -328,59 +344,6 @@ int shmtopo_win_query(const shmtopo_win_t *win, int rank, void **addrp, size_t *
         *addrp = win->base[rank];
     if (sizep)
         *sizep = win->sizes[rank];
-    return 0;
-}
-
-static int usable(shmtopo_win_t *win)
-{
-    if (!win)
-        return shmtopo_fail(EBADF, -1, "window is NULL or freed");
-    if (win->broken)
-        return shmtopo_fail(EPIPE, -1, "window is unusable after a failed wait; free it");
-    return shmtopo_comm_same_process(win->comm);
-}
-
-/* A failed wait has already left the window (wait.c). */
-int shmtopo_win_fence(shmtopo_win_t *win)
-{
-    if (usable(win) < 0)
-        return -1;
-    return shmtopo_fence_run(win);
-}
-
-static int check_peer(const shmtopo_win_t *win, int peer)
-{
-    if (peer < 0 || peer >= win->size)
-        return shmtopo_fail(EINVAL, peer, "peer rank %d out of range [0, %d)", peer, win->size);
-    if (peer == win->rank)
-        return shmtopo_fail(EINVAL, peer, "rank %d cannot peer-fence with itself", peer);
-    return 0;
-}
-
-int shmtopo_win_peer_fence(shmtopo_win_t *win, int peer)
-{
-    if (usable(win) < 0 || check_peer(win, peer) < 0)
-        return -1;
-    return shmtopo_peer_fence_run(win, peer);
-}
-
-int shmtopo_win_fence_loop(shmtopo_win_t *win, long count)
-{
-    if (usable(win) < 0)
-        return -1;
-    for (long i = 0; i < count; i++)
-        if (shmtopo_fence_run(win) < 0)
-            return -1;
-    return 0;
-}
-
-int shmtopo_win_peer_fence_loop(shmtopo_win_t *win, int peer, long count)
-{
-    if (usable(win) < 0 || check_peer(win, peer) < 0)
-        return -1;
-    for (long i = 0; i < count; i++)
-        if (shmtopo_peer_fence_run(win, peer) < 0)
-            return -1;
     return 0;
 }
 
@@ -467,8 +430,18 @@ void shmtopo_win_leave(shmtopo_win_t *win, int origin)
     shmtopo_wake(&me->fence_seq);
     for (int p = 0; p < win->size; p++)
         shmtopo_wake(&me->peer_seq[p]);
-    if (win->is_channel)
-        shmtopo_chan_wake(win);
+    if (win->on_leave)
+        win->on_leave(win);
+}
+
+int shmtopo_win_wait_failed(shmtopo_win_t *win, int origin)
+{
+    const int err = errno;
+    if (err == EOWNERDEAD) /* what the dead peer published goes with it */
+        shmtopo_sweep_stale_files(win->comm->config.topo_dir);
+    shmtopo_win_leave(win, origin);
+    errno = err;
+    return -1;
 }
 
 int shmtopo_win_abandon(shmtopo_win_t *win)
@@ -499,7 +472,7 @@ int shmtopo_win_free(shmtopo_win_t *win)
          * failed wait breaks the comm, and the window goes anyway. */
         shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_WIN_FREE);
         sig.extra = win->id;
-        rc = shmtopo_agree(comm, &sig, 0, NULL, NULL, 0);
+        rc = comm->agree(comm, &sig, 0, NULL, NULL, 0);
         if (rc < 0 && !comm->broken)
             return -1;
     }

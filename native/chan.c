@@ -1,0 +1,86 @@
+/* The comm's channel: its own shared memory, made with the comm (one part
+ * per rank: a header of step lines, then three scratch buffers), and left
+ * or released with it. What travels through it is the agreement's (agree.c). */
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "chan.h"
+#include "internal.h"
+#include "wait.h"
+
+char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which)
+{
+    return comm->chan.win->base[rank] + comm->chan.header + (size_t)which * comm->chan.buffer;
+}
+
+/* The channel's part of leaving: wake every rank asleep on this rank's step lines. */
+static void wake_lines(shmtopo_win_t *win)
+{
+    chan_header_t *me = (chan_header_t *)win->base[win->rank];
+    if (!me)
+        return;
+    for (int i = 0; i < RING; i++)
+        shmtopo_wake(&me->line[i].step);
+}
+
+int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange)
+{
+    shmtopo_chan_t *chan = &comm->chan;
+    chan->buffer = comm->config.coll_buffer;
+    chan->header = shmtopo_round_up(sizeof(chan_header_t), (size_t)sysconf(_SC_PAGESIZE));
+    chan->step = chan->settled = 0;
+    chan->tmp = malloc(chan->buffer);
+    if (!chan->tmp)
+        return shmtopo_fail(ENOMEM, -1, "out of memory for the comm's scratch");
+    shmtopo_win_attr_t attr = {.backend = SHMTOPO_BACKEND_DEFAULT, .fence_alg = SHMTOPO_FENCE_DEFAULT};
+    void *base;
+    if (shmtopo_win_alloc_via(comm, chan->header + 3 * chan->buffer, &attr, exchange, &base,
+                              &chan->win) < 0) {
+        int err = errno;
+        free(chan->tmp);
+        chan->tmp = NULL;
+        errno = err;
+        return -1;
+    }
+    chan->win->label = "the comm";
+    chan->win->on_leave = wake_lines;
+    return 0;
+}
+
+/* Drop this process's hold on the channel; its window is the caller's to release. */
+static shmtopo_win_t *detach(shmtopo_comm_t *comm)
+{
+    shmtopo_win_t *win = comm->chan.win;
+    comm->chan.win = NULL;
+    free(comm->chan.tmp);
+    comm->chan.tmp = NULL;
+    free(comm->chan.sc_tmp);
+    comm->chan.sc_tmp = NULL;
+    return win;
+}
+
+int shmtopo_chan_free(shmtopo_comm_t *comm)
+{
+    shmtopo_win_t *win = detach(comm);
+    if (win)
+        shmtopo_win_delete(win); /* every rank agreed to free: nobody waits on it any more */
+    return 0;
+}
+
+void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin)
+{
+    shmtopo_win_t *win = detach(comm);
+    if (win)
+        shmtopo_win_abandon_because(win, origin);
+}
+
+void shmtopo_chan_leave(shmtopo_comm_t *comm, int origin)
+{
+    shmtopo_win_leave(comm->chan.win, origin);
+}
+
+int shmtopo_chan_wait_failed(shmtopo_comm_t *comm, int origin)
+{
+    return shmtopo_win_wait_failed(comm->chan.win, origin);
+}

@@ -1,0 +1,66 @@
+/* coll.c: what every collective (coll.c, coll_v.c) uses. */
+#ifndef SHMTOPO_COLL_H
+#define SHMTOPO_COLL_H
+
+#include <errno.h>
+
+#include "internal.h"
+
+static inline size_t shmtopo_min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+/* A signature of a collective call (-1: a field it does not use). */
+static inline shmtopo_sig_t shmtopo_coll_sig(int kind, size_t count, int dtype, int op, int root, int alg)
+{
+    shmtopo_sig_t sig = shmtopo_sig(kind);
+    sig.count = count;
+    sig.dtype = dtype;
+    sig.op = op;
+    sig.root = root;
+    sig.alg = alg;
+    return sig;
+}
+
+/* A step of a call already agreed on (its later chunks): the signature
+ * still travels, so ranks that fell out of step fail instead of mixing data. */
+static inline int shmtopo_coll_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *data, size_t n)
+{
+    return shmtopo_step(comm, sig, 0, data, n);
+}
+
+/* The agreement of a call whose arguments failed a check on this rank
+ * (errno, the message recorded): one step with the failure, so every rank
+ * fails with it. */
+static inline int shmtopo_coll_refuse(shmtopo_comm_t *comm, const shmtopo_sig_t *sig)
+{
+    return shmtopo_step(comm, sig, errno ? errno : EINVAL, NULL, 0);
+}
+
+/* The local checks of a call, in the order every entry applies them; the
+ * first failure is recorded (errno, message) and returned as -1. */
+int shmtopo_coll_check_dtype(int dtype);
+int shmtopo_coll_check_root(const shmtopo_comm_t *comm, int root);
+int shmtopo_coll_check_buffers(const char *what, size_t count, const void *a, const void *b);
+/* The result may replace its input exactly (in_place), or lie apart from it. */
+int shmtopo_coll_check_overlap(const char *what, const void *send, size_t ns, const void *recv, size_t nr,
+                               int in_place);
+
+/* Where a rank's input for a fold lies (a callback, so one fold serves the
+ * scratch buffers, the step lines and windows). */
+typedef const char *(*shmtopo_coll_src_fn)(const shmtopo_comm_t *comm, int rank, const void *arg);
+/* dst = in[0] op ... op in[nranks - 1], in rank order (bit-identical on every rank). */
+void shmtopo_coll_fold(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_fn src, const void *arg,
+                       int nranks, size_t count, int dtype, int op);
+
+/* A chunk in the scratch buffers: buffer `which` of every rank, from `offset`. */
+typedef struct shmtopo_chunk_at {
+    int which;
+    size_t offset;     /* bytes into each rank's buffer */
+    const char *own;   /* this rank's input for the same elements, read there instead, or NULL */
+} shmtopo_chunk_at_t;
+/* The shmtopo_coll_src_fn of a chunk (arg: a shmtopo_chunk_at_t). */
+const char *shmtopo_coll_from_buffer(const shmtopo_comm_t *comm, int rank, const void *arg);
+
+#endif /* SHMTOPO_COLL_H */

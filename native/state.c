@@ -1,0 +1,46 @@
+/* Whether this process may act as a comm's rank: the process that made it
+ * (not a fork child, which inherits the mappings but not the rank), and the
+ * comm not broken by a failed wait. */
+#include <errno.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "state.h"
+
+/* Bumped in every fork child: a comm remembers the value of the process that
+ * made it, so a child (which inherits the mappings, not the rank) is told
+ * apart with a load instead of a getpid() system call per operation. */
+_Atomic unsigned shmtopo_fork_generation;
+
+static void forked(void)
+{
+    atomic_fetch_add(&shmtopo_fork_generation, 1);
+}
+
+__attribute__((constructor)) static void watch_forks(void)
+{
+    pthread_atfork(NULL, NULL, forked);
+}
+
+int shmtopo_comm_same_process(const shmtopo_comm_t *comm)
+{
+    if (comm->fork_generation == atomic_load_explicit(&shmtopo_fork_generation, memory_order_relaxed))
+        return 0;
+    return shmtopo_fail(ESRCH, -1,
+                        "this process (pid %d) is a fork of rank %d's process (pid %d): a forked "
+                        "child cannot act as the rank",
+                        (int)getpid(), shmtopo_world(comm, comm->rank), (int)comm->pids[comm->rank]);
+}
+
+int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what)
+{
+    if (!comm || !comm->chan.win)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (shmtopo_comm_same_process(comm) < 0)
+        return -1;
+    if (comm->broken)
+        return shmtopo_fail(EPIPE, -1, "%s: the comm is unusable after a failed wait or a failed call ranks "
+                            "ran ahead of; free it", what);
+    return 0; /* usable after all (not reached through shmtopo_comm_usable) */
+}

@@ -1,0 +1,27 @@
+/* state.c: whether this process may act as a comm's rank. */
+#ifndef SHMTOPO_STATE_H
+#define SHMTOPO_STATE_H
+
+#include "internal.h"
+
+/* Bumped in every fork child: a comm remembers the value of the
+ * process that made it. */
+extern _Atomic unsigned shmtopo_fork_generation;
+/* The failure of shmtopo_comm_usable (EBADF, ESRCH, EPIPE). */
+int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what);
+/* 0 in the process that made the comm, -1/ESRCH in a fork child of it. */
+int shmtopo_comm_same_process(const shmtopo_comm_t *comm);
+
+/* 0 when this process may act as the comm's rank now: a comm exists, this is
+ * the process that made it (not a fork child) and no wait broke it; else -1
+ * (EBADF, ESRCH, EPIPE). `what` names the call for the message. On the path
+ * of every collective: the common case is a few loads. */
+static inline int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *what)
+{
+    if (comm && comm->chan.win && !comm->broken &&
+        comm->fork_generation == atomic_load_explicit(&shmtopo_fork_generation, memory_order_relaxed))
+        return 0;
+    return shmtopo_comm_unusable(comm, what);
+}
+
+#endif /* SHMTOPO_STATE_H */

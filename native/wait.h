@@ -1,0 +1,48 @@
+/* wait.c: publishing a sequence word and waiting for one. */
+#ifndef SHMTOPO_WAIT_H
+#define SHMTOPO_WAIT_H
+
+#include "internal.h"
+
+/* Wake every process sleeping on a sequence word. */
+void shmtopo_wake(_Atomic uint64_t *seq);
+
+/* Publish `value` in a sequence word and wake sleepers, if any. The seq_cst
+ * exchange also orders every earlier store of this rank before it. */
+static inline void shmtopo_post(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t value)
+{
+    atomic_exchange_explicit(seq, value, memory_order_seq_cst);
+    if (atomic_load_explicit(waiters, memory_order_seq_cst))
+        shmtopo_wake(seq);
+}
+
+static inline void shmtopo_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
+                      uint64_t target, int peer, const char *what, int *originp);
+
+/* Wait until *seq >= target: spin briefly here, then the slow path backs off
+ * (yield, futex sleep) and checks peers' liveness, abandonment, the timeout
+ * and the interrupt hook. 0, or -1 with why (errno, the message) and
+ * *originp: the rank whose failure caused it (-1: this one). The waiter
+ * then leaves the window (shmtopo_win_wait_failed), so that peers fail
+ * with ECONNABORTED instead of waiting for it. */
+static inline int shmtopo_wait(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
+                               uint64_t target, int peer, const char *what, int *originp)
+{
+    for (int i = 0; i < 64; i++) {
+        if (atomic_load_explicit(seq, memory_order_acquire) >= target)
+            return 0;
+        shmtopo_cpu_relax();
+    }
+    return shmtopo_wait_slow(win, seq, waiters, target, peer, what, originp);
+}
+
+#endif /* SHMTOPO_WAIT_H */
