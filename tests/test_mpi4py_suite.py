@@ -41,7 +41,7 @@ def _fetch(version: str, cache: Path) -> Path:
         pytest.skip(f"SHMTOPO_OFFLINE=1 and mpi4py {version}'s tests are not in {cache}")
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", "mpi4py", "--no-deps",
                                f"mpi4py=={version}", "-d", tmp],
                               capture_output=True, text=True, timeout=600)
         sdists = list(Path(tmp).glob(f"mpi4py-{version}.tar.gz"))
