@@ -34,6 +34,8 @@ import numpy as np
 from .. import _fastpath, agreement
 from ..coll import api
 from .._base import holds_comm
+from .._types import (ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
+                      REDUCE, REDUCE_SCATTER, SCAN, SCATTER, SCATTERV)
 from .._native import lib
 from ..comm import Comm
 from ..errors import FreedError, ShmtopoArgumentError, ShmtopoValueError
@@ -70,15 +72,6 @@ CONSTRUCTORS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create"
 # A delegating rank's signature: marked so (the core describes it as
 # "delegated to MPI"), so that it differs from every accelerated one.
 _SIG_TO_MPI = lib.SHMTOPO_SIG_DELEGATED
-
-_BARRIER, _BCAST, _REDUCE, _ALLREDUCE = (lib.SHMTOPO_KIND_BARRIER, lib.SHMTOPO_KIND_BCAST,
-                                         lib.SHMTOPO_KIND_REDUCE, lib.SHMTOPO_KIND_ALLREDUCE)
-_ALLGATHER, _ALLTOALL, _REDUCE_SCATTER = (lib.SHMTOPO_KIND_ALLGATHER, lib.SHMTOPO_KIND_ALLTOALL,
-                                          lib.SHMTOPO_KIND_REDUCE_SCATTER)
-_GATHER, _GATHERV, _SCATTER, _SCATTERV = (lib.SHMTOPO_KIND_GATHER, lib.SHMTOPO_KIND_GATHERV,
-                                          lib.SHMTOPO_KIND_SCATTER, lib.SHMTOPO_KIND_SCATTERV)
-_ALLGATHERV, _ALLTOALLV, _SCAN, _EXSCAN = (lib.SHMTOPO_KIND_ALLGATHERV, lib.SHMTOPO_KIND_ALLTOALLV,
-                                           lib.SHMTOPO_KIND_SCAN, lib.SHMTOPO_KIND_EXSCAN)
 
 # The fast entries: the plain case in C.
 #
@@ -306,7 +299,7 @@ class AcceleratedComm:
             self._stats["Barrier"][0] += 1
             return
         if shm is None:
-            self._agree_on_mpi(_BARRIER, "Barrier", "the shmtopo comm has been freed")
+            self._agree_on_mpi(BARRIER, "Barrier", "the shmtopo comm has been freed")
             self._comm.Barrier()
             self._stats["Barrier"][1] += 1
             return
@@ -319,7 +312,7 @@ class AcceleratedComm:
         if shm is not None and _accel_bcast(shm.fast_handle, shm.fast_windows, buf, root):
             self._stats["Bcast"][0] += 1
             return
-        self._shm_or_mpi(_BCAST, "Bcast", plans.bcast, (buf, root),
+        self._shm_or_mpi(BCAST, "Bcast", plans.bcast, (buf, root),
                          lambda p: self._run_plan(api.bcast, p, p.send, p.root, out=p.out), root)
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, root: int = 0) -> None:
@@ -329,7 +322,7 @@ class AcceleratedComm:
             self._stats["Reduce"][0] += 1
             return
         op = self._tables.SUM if op is SUM_DEFAULT else op
-        self._shm_or_mpi(_REDUCE, "Reduce", plans.reduce, (sendbuf, recvbuf, op, root),
+        self._shm_or_mpi(REDUCE, "Reduce", plans.reduce, (sendbuf, recvbuf, op, root),
                          lambda p: self._run_plan(api.reduce, p, p.send, p.op, p.root, out=p.out), root)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
@@ -339,7 +332,7 @@ class AcceleratedComm:
             self._stats["Allreduce"][0] += 1
             return
         op = self._tables.SUM if op is SUM_DEFAULT else op
-        self._shm_or_mpi(_ALLREDUCE, "Allreduce", plans.allreduce, (sendbuf, recvbuf, op),
+        self._shm_or_mpi(ALLREDUCE, "Allreduce", plans.allreduce, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.allreduce, p, p.send, p.op, out=p.out))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
@@ -348,58 +341,58 @@ class AcceleratedComm:
         if shm is not None and _accel_allgather(shm.fast_handle, shm.windows, sendbuf, recvbuf):
             self._stats["Allgather"][0] += 1
             return
-        self._shm_or_mpi(_ALLGATHER, "Allgather", plans.allgather, (sendbuf, recvbuf),
+        self._shm_or_mpi(ALLGATHER, "Allgather", plans.allgather, (sendbuf, recvbuf),
                          lambda p: self._run_plan(api.allgather, p, p.send, out=p.out))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoall``."""
-        self._shm_or_mpi(_ALLTOALL, "Alltoall", plans.alltoall, (sendbuf, recvbuf),
+        self._shm_or_mpi(ALLTOALL, "Alltoall", plans.alltoall, (sendbuf, recvbuf),
                          lambda p: self._run_plan(api.alltoall, p, p.send, out=p.out))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Reduce_scatter_block``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
-        self._shm_or_mpi(_REDUCE_SCATTER, "Reduce_scatter_block", plans.reduce_scatter_block, (sendbuf, recvbuf, op),
+        self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter_block", plans.reduce_scatter_block, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, out=p.out))
 
     # -- through the lower-case calls -------------------------------------
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gather`` (recvbuf is read on the root only)."""
-        self._shm_or_mpi(_GATHER, "Gather", plans.gather, (sendbuf, recvbuf, root),
+        self._shm_or_mpi(GATHER, "Gather", plans.gather, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(api.gather, p, p.send, p.root, out=p.out), root)
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatter`` (sendbuf is read on the root only)."""
-        self._shm_or_mpi(_SCATTER, "Scatter", plans.scatter, (sendbuf, recvbuf, root),
+        self._shm_or_mpi(SCATTER, "Scatter", plans.scatter, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(api.scatter, p, self._root_only(p), p.root, out=p.out), root)
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gatherv``."""
-        self._shm_or_mpi(_GATHERV, "Gatherv", plans.gatherv, (sendbuf, recvbuf, root),
+        self._shm_or_mpi(GATHERV, "Gatherv", plans.gatherv, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(api.gatherv, p, p.send, *(p.counts or (None, None)), p.root,
                                                   out=p.out), root)
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatterv``."""
-        self._shm_or_mpi(_SCATTERV, "Scatterv", plans.scatterv, (sendbuf, recvbuf, root),
+        self._shm_or_mpi(SCATTERV, "Scatterv", plans.scatterv, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(api.scatterv, p, self._root_only(p),
                                                   *(p.counts or (None, None)), p.root, out=p.out), root)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgatherv``."""
-        self._shm_or_mpi(_ALLGATHERV, "Allgatherv", plans.allgatherv, (sendbuf, recvbuf),
+        self._shm_or_mpi(ALLGATHERV, "Allgatherv", plans.allgatherv, (sendbuf, recvbuf),
                          lambda p: self._run_plan(api.allgatherv, p, p.send, *p.counts, out=p.out))
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoallv``."""
-        self._shm_or_mpi(_ALLTOALLV, "Alltoallv", plans.alltoallv, (sendbuf, recvbuf),
+        self._shm_or_mpi(ALLTOALLV, "Alltoallv", plans.alltoallv, (sendbuf, recvbuf),
                          lambda p: self._run_plan(api.alltoallv, p, p.send, *p.counts, out=p.out))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Reduce_scatter`` (recvcounts None: every
         rank's receive count, gathered first, as mpi4py does)."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
-        self._shm_or_mpi(_REDUCE_SCATTER, "Reduce_scatter", plans.reduce_scatter,
+        self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter", plans.reduce_scatter,
                          (sendbuf, recvbuf, recvcounts, op),
                          lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, counts=self._counts(p),
                                                   out=p.out))
@@ -407,13 +400,13 @@ class AcceleratedComm:
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Scan``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
-        self._shm_or_mpi(_SCAN, "Scan", plans.scan, (sendbuf, recvbuf, op),
+        self._shm_or_mpi(SCAN, "Scan", plans.scan, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.scan, p, p.send, p.op, out=p.out))
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Exscan`` (rank 0's recvbuf is left as it is)."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
-        self._shm_or_mpi(_EXSCAN, "Exscan", plans.scan, (sendbuf, recvbuf, op),
+        self._shm_or_mpi(EXSCAN, "Exscan", plans.scan, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.exscan, p, p.send, p.op, out=p.out))
 
     def _root_only(self, p: Call) -> Array | None:
