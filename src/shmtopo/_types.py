@@ -18,6 +18,7 @@ from ._base import CommLike
 from ._native import ffi, lib
 from .errors import ShmtopoValueError
 
+
 def _bfloat16() -> np.dtype[Any] | None:
     """ml_dtypes' bfloat16, where ml_dtypes is installed (optional)."""
     try:
@@ -26,6 +27,7 @@ def _bfloat16() -> np.dtype[Any] | None:
         return None
     bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
     return bfloat16
+
 
 def _c_pair(value: Any, struct: str) -> np.dtype[Any]:
     """The numpy dtype of the C struct {value; int index;}, padding and all."""
@@ -44,6 +46,7 @@ _PAIR_TYPES: list[tuple[Any, str, int]] = [
     (np.short, "shmtopo_short_int_t", lib.SHMTOPO_SHORT_INT)]
 
 PAIRS = {np.dtype(v): (_c_pair(v, struct), code) for v, struct, code in _PAIR_TYPES}
+
 
 def pair_dtype(value: npt.DTypeLike) -> np.dtype[Any]:
     """The numpy dtype of maxloc/minloc's (value, index) pairs of `value`
@@ -97,9 +100,11 @@ Array = npt.NDArray[Any]
 
 SIZES = np.uint64  # size_t on the platforms shmtopo builds for
 
+
 def contiguous(array: Any) -> Array:
     a = np.asarray(array)
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
 
 def table_code(table: dict[Any, int], key: Any, what: str) -> int:
     try:
@@ -108,11 +113,13 @@ def table_code(table: dict[Any, int], key: Any, what: str) -> int:
         raise ShmtopoValueError(f"unsupported {what} {key!r} (expected one of "
                                 f"{', '.join(str(k) for k in table if k is not None)})") from None
 
+
 def _pair_layout(dtype: np.dtype[Any]) -> tuple[Any, ...]:
     fields: Mapping[str, Any] = dtype.fields or {}
     return (dtype.itemsize,) + tuple(sorted((f[1], f[0].str) for f in fields.values()))
 
 _PAIR_LAYOUTS = {_pair_layout(pair): code for pair, code in PAIRS.values()}
+
 
 def dtype_code(a: Array) -> int:
     code = DTYPES.get(a.dtype)
@@ -124,6 +131,7 @@ def dtype_code(a: Array) -> int:
                                 "(value, index) pair of shmtopo.pair_dtype)")
     return int(code)
 
+
 def checked_root(comm: CommLike, root: Any) -> int:
     if isinstance(root, (bool, np.bool_)):
         raise ShmtopoValueError(f"root must be a rank number, not {root!r}")
@@ -134,6 +142,7 @@ def checked_root(comm: CommLike, root: Any) -> int:
     if not 0 <= r < comm.world_size:
         raise ShmtopoValueError(f"root {r} out of range [0, {comm.world_size})")
     return r
+
 
 def result_array(out: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) -> Array:
     if out is None:
@@ -147,8 +156,10 @@ def result_array(out: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: s
         raise ShmtopoValueError(f"{what}: out has {out.size} x {out.dtype}, needs {shape} of {dtype}")
     return out
 
+
 def address_of(a: Array) -> int:
     return int(a.__array_interface__["data"][0])
+
 
 def check_apart(what: str, a: Array, result: Array, in_place_at: int | None = None) -> None:
     """The input lies exactly where an in-place call keeps it (in_place_at:
