@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Mapping
+import sys
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -17,16 +18,6 @@ import numpy.typing as npt
 from ._base import CommLike
 from ._native import ffi, lib
 from .errors import ShmtopoValueError
-
-
-def _bfloat16() -> np.dtype[Any] | None:
-    """ml_dtypes' bfloat16, where ml_dtypes is installed (optional)."""
-    try:
-        import ml_dtypes
-    except ImportError:
-        return None
-    bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
-    return bfloat16
 
 
 def _c_pair(value: Any, struct: str) -> np.dtype[Any]:
@@ -60,7 +51,11 @@ def pair_dtype(value: npt.DTypeLike) -> np.dtype[Any]:
         raise ShmtopoValueError(f"no (value, index) pair type of {value!r}: pair_dtype takes "
                                 "float32, float64, int64 (C long), int32 or int16") from None
 
-BFLOAT16 = _bfloat16()
+#: ml_dtypes' bfloat16 (optional), taken in once the program has imported
+#: ml_dtypes (see take_in_bfloat16): importing ml_dtypes costs more CPU than
+#: the rest of shmtopo's import, in every process, for a type few programs use.
+BFLOAT16: np.dtype[Any] | None = None
+_on_new_dtype: list[Callable[[], None]] = []
 
 DTYPES = {np.dtype(t): code for t, code in [
     (np.int8, lib.SHMTOPO_INT8), (np.int16, lib.SHMTOPO_INT16), (np.int32, lib.SHMTOPO_INT32),
@@ -69,10 +64,33 @@ DTYPES = {np.dtype(t): code for t, code in [
     (np.float32, lib.SHMTOPO_FLOAT32), (np.float64, lib.SHMTOPO_FLOAT64),
     (np.bool_, lib.SHMTOPO_BOOL), (np.complex64, lib.SHMTOPO_COMPLEX64),
     (np.complex128, lib.SHMTOPO_COMPLEX128), (np.float16, lib.SHMTOPO_FLOAT16)]
-    + ([(BFLOAT16, lib.SHMTOPO_BFLOAT16)] if BFLOAT16 is not None else [])
     + [(pair, code) for pair, code in PAIRS.values()]}
 
 BY_CODE = {code: dtype for dtype, code in DTYPES.items()}
+
+
+def take_in_bfloat16() -> bool:
+    """Add ml_dtypes' bfloat16 to the tables if the program has imported
+    ml_dtypes since (an array of it cannot exist before), and tell those who
+    asked (on_new_dtype). True when it was added now."""
+    global BFLOAT16
+    ml_dtypes = sys.modules.get("ml_dtypes")
+    if BFLOAT16 is not None or ml_dtypes is None:
+        return False
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+    DTYPES[BFLOAT16] = lib.SHMTOPO_BFLOAT16
+    BY_CODE[lib.SHMTOPO_BFLOAT16] = BFLOAT16
+    for tell in _on_new_dtype:
+        tell()
+    return True
+
+
+def on_new_dtype(tell: Callable[[], None]) -> None:
+    """tell() runs whenever a type joins the tables (bfloat16)."""
+    _on_new_dtype.append(tell)
+
+
+take_in_bfloat16()
 
 OPS = {"sum": lib.SHMTOPO_OP_SUM, "prod": lib.SHMTOPO_OP_PROD, "min": lib.SHMTOPO_OP_MIN,
        "max": lib.SHMTOPO_OP_MAX, "band": lib.SHMTOPO_OP_BAND, "bor": lib.SHMTOPO_OP_BOR,
@@ -125,6 +143,8 @@ def dtype_code(a: Array) -> int:
     code = DTYPES.get(a.dtype)
     if code is None and a.dtype.fields is not None:  # a pair type under other field names
         code = _PAIR_LAYOUTS.get(_pair_layout(a.dtype))
+    if code is None and take_in_bfloat16():
+        return dtype_code(a)
     if code is None:
         names = ", ".join(str(k) for k in DTYPES if k.fields is None)
         raise ShmtopoValueError(f"unsupported dtype {a.dtype!r} (expected one of {names}, or a "

@@ -16,7 +16,7 @@ import numpy as np
 from .. import _fastpath
 from .._base import CommLike
 from .._native import ffi, lib
-from .._types import BY_CODE, OPS, Array, dtype_code
+from .._types import BY_CODE, OPS, Array, dtype_code, on_new_dtype
 from ..errors import ShmtopoValueError, last_error
 
 #: smaller arrays take the copy path even in a window: it is as fast
@@ -25,8 +25,15 @@ WINDOW_MIN = 64 * 1024
 NULL = ffi.NULL
 _from_buffer = ffi.from_buffer
 
-_fastpath.bind(np.ndarray, np.empty_like, OPS, WINDOW_MIN,
-               tuple(BY_CODE.get(c) for c in range(lib.SHMTOPO_NDTYPES)), last_error, ShmtopoValueError)
+
+
+def _bind_fast_entry() -> None:
+    _fastpath.bind(np.ndarray, np.empty_like, OPS, WINDOW_MIN,
+                   tuple(BY_CODE.get(c) for c in range(lib.SHMTOPO_NDTYPES)), last_error, ShmtopoValueError)
+
+
+_bind_fast_entry()
+on_new_dtype(_bind_fast_entry)  # bfloat16, once taken in, takes the fast entry too
 fast_allreduce, fast_reduce = _fastpath.allreduce, _fastpath.reduce
 fast_bcast, fast_allgather = _fastpath.bcast, _fastpath.allgather
 fast_barrier = _fastpath.barrier
