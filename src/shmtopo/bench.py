@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from . import __version__
+from .accel import accelerate
+from .comm import Comm
 from .floor import REPEATS, SIZES, Floor, Model, Stat, measure
-
-if TYPE_CHECKING:
-    from .comm import Comm
 
 # (operation, µs per op, baseline row, floor seconds)
 FenceRow = tuple[str, Stat, str, float]
@@ -112,10 +112,9 @@ def mpi_library() -> str:
 
 
 def _title(comm: Comm, what: str) -> str:
-    import shmtopo
 
     lib = mpi_library()
-    return (f"\nshmtopo {shmtopo.__version__} {what}: {comm.size} ranks on {comm.ncpus} CPUs"
+    return (f"\nshmtopo {__version__} {what}: {comm.size} ranks on {comm.ncpus} CPUs"
             f"{' (oversubscribed)' if comm.oversubscribed else ''}; {lib}")
 
 
@@ -172,9 +171,8 @@ def run_floor_bench(seconds: float = FLOOR_SECONDS, repeats: int = REPEATS,
     """Collective: measure the floor and print it (rank 0) with the model."""
     from mpi4py import MPI
 
-    import shmtopo
 
-    comm = shmtopo.Comm.from_mpi(MPI.COMM_WORLD)
+    comm = Comm.from_mpi(MPI.COMM_WORLD)
     try:
         if comm.rank == 0:
             print_load()
@@ -195,9 +193,8 @@ def run_fence_bench(seconds: float = 0.3, repeats: int = REPEATS) -> list[tuple[
     """Print (on rank 0) and return rows of (operation, Stat, baseline, floor seconds)."""
     from mpi4py import MPI
 
-    import shmtopo
 
-    comm = shmtopo.Comm.from_mpi(MPI.COMM_WORLD)
+    comm = Comm.from_mpi(MPI.COMM_WORLD)
     if comm.rank == 0:
         print_load()
     floor = measure(comm, min(seconds, FLOOR_SECONDS), repeats, copies=False)
@@ -298,11 +295,10 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
     Stat, floor seconds)."""
     from mpi4py import MPI
 
-    import shmtopo
 
     world = MPI.COMM_WORLD
-    comm = shmtopo.Comm.from_mpi(world)
-    acomm = shmtopo.accelerate(world)  # the drop-in's rows
+    comm = Comm.from_mpi(world)
+    acomm = accelerate(world)  # the drop-in's rows
     ahead = _comm_running_ahead(world) if comm.size > 1 and not comm.runs_ahead else None
     if comm.rank == 0:
         print_load()
@@ -382,12 +378,11 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
 
 def _comm_running_ahead(world: Any) -> Comm:
     """A second comm of the same ranks with SHMTOPO_RUN_AHEAD=1 (read at creation)."""
-    import shmtopo
 
     before = os.environ.get("SHMTOPO_RUN_AHEAD")
     os.environ["SHMTOPO_RUN_AHEAD"] = "1"
     try:
-        return shmtopo.Comm.from_mpi(world)
+        return Comm.from_mpi(world)
     finally:
         if before is None:
             del os.environ["SHMTOPO_RUN_AHEAD"]
