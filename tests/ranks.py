@@ -13,6 +13,19 @@ TIMEOUT = 30.0
 CAPACITY = 1 << 20
 
 
+class Callbacks:
+    """The out-of-band callbacks a child's comm was made with. The comm calls
+    through these attributes, so a test running in the child may wrap them
+    or make another comm over the same transport (CALLBACKS)."""
+
+    def __init__(self, allgather, barrier):
+        self.allgather, self.barrier = allgather, barrier
+
+
+#: this child's Callbacks (None in the parent)
+CALLBACKS = None
+
+
 class Transport:
     def __init__(self, size: int):
         ctx = mp.get_context("spawn")
@@ -34,11 +47,13 @@ class Transport:
 def _child(fn, rank, transport, results, args):
     import shmtopo
 
+    global CALLBACKS
+    CALLBACKS = Callbacks(lambda s, r: transport.allgather(rank, s, r), transport.barrier.wait)
     try:
         comm = shmtopo.Comm.from_callbacks(
             transport.size, rank,
-            allgather=lambda s, r: transport.allgather(rank, s, r),
-            barrier=transport.barrier.wait)
+            allgather=lambda s, r: CALLBACKS.allgather(s, r),
+            barrier=lambda: CALLBACKS.barrier())
         out = fn(comm, *args)
         results.put((rank, "ok", out))
     except BaseException as exc:  # reported to the parent, which asserts on it

@@ -42,6 +42,7 @@ import pytest
 
 import shmtopo
 from conftest import CLEAN_ENV, mpiexec_command
+import test_hardening
 from test_hardening import DEAD_LIMIT, OOB_TIMEOUT, Ranks, shm_names_of, sysv_segments_of
 
 OOB_LIMIT = 2 * OOB_TIMEOUT + 1.5  # a peer dying inside an out-of-band exchange (and its failure agreement)
@@ -589,7 +590,7 @@ def _arm_kill(comm, rng, mode, topo_dir=None):
         threading.Thread(target=watch, daemon=True).start()
     else:
         count, k = [0], int(mode.split(":")[1])
-        transport = comm._transport
+        transport = test_hardening.CALLBACKS
         inner_allgather, inner_barrier = transport.allgather, transport.barrier
 
         def tick():
@@ -610,7 +611,7 @@ def _arm_kill(comm, rng, mode, topo_dir=None):
 def _share_until_killed(comm, ready, victim, mode, topo_dir, seed):
     # A comm reads SHMTOPO_TOPO_DIR when it is made: make one after setting it.
     os.environ["SHMTOPO_TOPO_DIR"] = topo_dir
-    transport = comm._transport
+    transport = test_hardening.CALLBACKS
     comm = shmtopo.Comm.from_callbacks(comm.size, comm.rank, allgather=lambda s, r: transport.allgather(s, r),
                                        barrier=lambda: transport.barrier())
     ready.release()
@@ -628,7 +629,7 @@ def _share_until_killed(comm, ready, victim, mode, topo_dir, seed):
 def _create_until_killed(comm, ready, victim, mode, seed):
     """Comms over the same transport, made and freed until the victim dies."""
     ready.release()
-    transport = comm._transport
+    transport = test_hardening.CALLBACKS
     if comm.rank == victim:
         _arm_kill(comm, random.Random(seed), mode)
     deadline = time.monotonic() + 10

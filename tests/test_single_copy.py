@@ -203,8 +203,8 @@ def _inner_comm(comm, setting):
         os.environ.pop("SHMTOPO_SINGLE_COPY", None)
     else:
         os.environ["SHMTOPO_SINGLE_COPY"] = setting
-    return shmtopo.Comm.from_callbacks(comm.size, comm.rank, allgather=comm._transport.allgather,
-                                       barrier=comm._transport.barrier)
+    return shmtopo.Comm.from_callbacks(comm.size, comm.rank, allgather=ranks.CALLBACKS.allgather,
+                                       barrier=ranks.CALLBACKS.barrier)
 
 
 def setting_on_one_rank(comm, odd_rank, odd, others):
