@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ranks
 import shmtopo
 from conftest import run_mpiexec
 
@@ -149,16 +150,7 @@ def _context():
     return ctx
 
 
-class Callbacks:
-    """The out-of-band callbacks a child's comm was made with. The comm calls
-    through these attributes, so a test running in the child may wrap them
-    or make another comm over the same transport (CALLBACKS)."""
-
-    def __init__(self, allgather, barrier):
-        self.allgather, self.barrier = allgather, barrier
-
-
-#: this child's Callbacks (None in the parent)
+#: this child's ranks.Callbacks (None in the parent)
 CALLBACKS = None
 
 
@@ -166,7 +158,7 @@ def _child(fn, rank, transport, ready, results, args):
     global CALLBACKS
     comm = None
     transport.rank = rank
-    CALLBACKS = Callbacks(lambda s, r: transport.allgather(rank, s, r), transport.wait)
+    CALLBACKS = ranks.Callbacks(lambda s, r: transport.allgather(rank, s, r), transport.wait)
     try:
         comm = shmtopo.Comm.from_callbacks(transport.size, rank,
                                            allgather=lambda s, r: CALLBACKS.allgather(s, r),
