@@ -94,6 +94,24 @@ class Watchdog(threading.Thread):
 WATCHDOG = Watchdog()
 
 
+def settle(request) -> None:
+    """Complete the driver's own MPI request by polling between short
+    sleeps. A blocking MPI call spins (MPICH's does), and with more ranks
+    than cores the spinning ranks take the CPU from those with work to do."""
+    while not request.Test():
+        time.sleep(0.0005)
+
+
+def world_barrier() -> None:
+    settle(WORLD.Ibarrier())
+
+
+def world_sum(values: np.ndarray, op=MPI.SUM) -> np.ndarray:
+    out = np.empty_like(values)
+    settle(WORLD.Iallreduce(values, out, op=op))
+    return out
+
+
 # ---- outcome of one call ---------------------------------------------------------
 
 def describe(value):
@@ -151,9 +169,7 @@ def data(n, dtype=np.float64):
 
 
 def reference_allreduce(a, op=MPI.SUM):
-    out = np.empty_like(a)
-    WORLD.Allreduce(a, out, op=op)
-    return out
+    return world_sum(a, op)
 
 
 CASES = {}
@@ -495,9 +511,9 @@ def run_case(case_id: str, pids) -> None:
     culprit = "*" if culprit == "*" else int(culprit)
     spec = CASES[name]
     WATCHDOG.set(case_id, DEADLINE + 5, "setup")  # the comm itself must come up
-    WORLD.Barrier()
+    world_barrier()
     comm = shmtopo.Comm.from_mpi(WORLD, node_size=NODE_SIZE)
-    WORLD.Barrier()
+    world_barrier()
     emit(ev="start", case=case_id)
     cx = Ctx(culprit)
     WATCHDOG.set(case_id, DEADLINE, "case")
@@ -528,13 +544,13 @@ def run_case(case_id: str, pids) -> None:
     # locally (a collective free could wait on a rank whose comm is broken).
     WATCHDOG.set(case_id, DEADLINE + 2, False)
     fine = rec["outcome"] == "returned" and rec.get("usable", True) and not cx.extra
-    everyone = WORLD.allreduce(1 if fine else 0) == WS
+    everyone = int(world_sum(np.array([1 if fine else 0]))[0]) == WS
     for c in [comm] + cx.extra:
         if everyone:
             c.free()
         else:
             c.abandon()  # also frees its MPI communicators
-    WORLD.Barrier()
+    world_barrier()
     if ME == 0:
         left = shm_leftovers(pids)
         if left:
@@ -605,7 +621,9 @@ def main(argv) -> None:
         run_env(argv[2])
     else:
         NODE_SIZE = None if argv[2] == "-" else int(argv[2])
-        pids = WORLD.allgather(os.getpid())
+        pids = np.empty(WS, dtype=np.int64)
+        settle(WORLD.Iallgather(np.array([os.getpid()], dtype=np.int64), pids))
+        pids = pids.tolist()
         for case_id in argv[3:]:
             run_case(case_id, pids)
     WATCHDOG.set(None, 10, False)  # MPI_Finalize must not hang either
