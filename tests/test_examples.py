@@ -154,9 +154,9 @@ def test_cli_bench_collectives_runs(n):
         fl, t_mpi, x_mpi, t_shm, x_shm = words[name_len + 1:name_len + 6]
         if n == 1 and " ".join(words[:name_len]) in ("bcast", "bcast in window", "allreduce in window"):
             assert fl == "0", row  # in place on one rank: nothing to move
-        if n == 2:
-            assert float(fl) > 0, row  # at least one cache line crosses
-        if float(fl) == 0:  # (at 1 rank an 8-byte copy may be below the clock's resolution)
+        if n == 2 and int(words[name_len]) >= 512:
+            assert float(fl) > 0, row  # eight cache lines cross
+        if float(fl) == 0:  # an 8-byte copy may be below the clock's resolution (SMT siblings)
             assert x_mpi == x_shm == "-", row
         else:
             assert float(x_mpi) > 0 and float(x_shm) > 0, row
