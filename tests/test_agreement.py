@@ -683,6 +683,7 @@ KILL_SHARE = [("leader-after-write", 0, "file"), ("leader-random", 0, "random"),
               ("last-random", 2, "random")]
 
 
+@pytest.mark.no_mpi
 @pytest.mark.parametrize("victim,mode", [(v, m) for _, v, m in KILL_SHARE], ids=[i for i, _, _ in KILL_SHARE])
 def test_sigkill_inside_share_topology(tmp_path, victim, mode):
     """13: survivors raise a ShmtopoError within a few seconds, and no
@@ -711,6 +712,7 @@ KILL_CREATE = [("random", 1, "random"), ("callback-1", 2, "call:1"), ("callback-
 KILL_FIRST = [("random-0", 0, "random"), ("random-1", 1, "random"), ("random-2", 2, "random")]
 
 
+@pytest.mark.no_mpi
 @pytest.mark.parametrize("victim,mode", [(v, m) for _, v, m in KILL_CREATE], ids=[i for i, _, _ in KILL_CREATE])
 def test_sigkill_during_comm_creation(victim, mode):
     """13: a rank dies while Comm.from_callbacks builds a comm: the others
@@ -725,6 +727,7 @@ def test_sigkill_during_comm_creation(victim, mode):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.no_mpi
 @pytest.mark.parametrize("victim,mode", [(v, m) for _, v, m in KILL_FIRST], ids=[i for i, _, _ in KILL_FIRST])
 def test_sigkill_during_first_collective(victim, mode):
     """13: a rank dies inside the comm's first collectives: the others raise
@@ -838,6 +841,7 @@ class MemoryCgroup:
         raise AssertionError(f"could not remove the cgroup {self.path}")
 
 
+@pytest.mark.no_mpi
 @pytest.mark.parametrize("mode,nbytes", [("one", 1 << 30), ("two", 512 << 20)], ids=["1-rank-1GiB", "2-ranks-512MiB"])
 def test_window_beyond_memory_limit_raises_memory_error(mode, nbytes):
     """14: in a 256 MiB memory cgroup, a window of 1 GiB in all fails with
@@ -935,6 +939,7 @@ def _fork_child_uses_comm(comm, ready, what):
     return {"child": child, "sum": got.tolist()}
 
 
+@pytest.mark.no_mpi
 @pytest.mark.parametrize("what", ["fence", "allreduce"])
 def test_fork_child_cannot_act_as_the_rank(what):
     """15a: a fork() child using its parent's comm gets a clear ShmtopoError
@@ -969,6 +974,7 @@ class _Interrupt:
 
 # Only comm creation calls the out-of-band callbacks (everything later runs
 # through the comm's shared memory), so that is where one can raise.
+@pytest.mark.no_mpi
 @pytest.mark.parametrize("where", ["create"])
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
 def test_interrupt_in_callback_comes_out_unchanged(exc, where):
@@ -1021,6 +1027,7 @@ def _sigint_in_fence(comm, ready):
         return outcomes
 
 
+@pytest.mark.no_mpi
 def test_sigint_ends_a_fence_wait():
     """15c: SIGINT to a rank waiting in a fence that cannot complete ends the
     wait with KeyboardInterrupt within ~2 s; its peer's next wait then raises
@@ -1044,6 +1051,7 @@ def _timing_out_allgather(send, recv):
     raise TimeoutError("the transport gave up")
 
 
+@pytest.mark.no_mpi
 def test_transport_timeout_is_a_shmtopo_timeout():
     """4: a transport that gives up (TimeoutError in the callback) fails the
     comm's creation with ShmtopoTimeoutError, the transport's error chained."""

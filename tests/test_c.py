@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.serial
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "tests" / "c"
 NATIVE = ROOT / "native"

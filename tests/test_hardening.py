@@ -89,6 +89,7 @@ SMALL_SHM_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.no_mpi
 def test_full_dev_shm_fails_cleanly_at_allocation():
     if shutil.which("unshare") is None:
         pytest.skip("unshare(1) is not installed")
@@ -285,6 +286,7 @@ def _kill_at_random(fn, backend, seed):
     return out, victim, ranks.pids, left
 
 
+@pytest.mark.no_mpi
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sigkill_after_allocation_is_reported_and_leaves_nothing(backend):
     """Twice per backend: a rank is killed while the ranks fence, peer-fence
@@ -297,6 +299,7 @@ def test_sigkill_after_allocation_is_reported_and_leaves_nothing(backend):
         assert left == set()
 
 
+@pytest.mark.no_mpi
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sigkill_during_allocation_loops(backend):
     """A rank killed while windows are being allocated and freed. Allocations
@@ -321,6 +324,7 @@ def _allocate_posix_forever(comm, ready, seconds):
     return "done"
 
 
+@pytest.mark.no_mpi
 def test_kill_while_a_segment_is_named_leaves_nothing():
     """The victim is stopped while /dev/shm holds its segment's name (inside
     an allocation, before everyone mapped it), then killed: the survivors
@@ -381,6 +385,7 @@ def _no_new_names():
 @settings(max_examples=80, **SETTINGS)
 @given(nbytes=hostile, dtype=dtypes, shape=shapes, backend=names, fence=fences, timeout=timeouts,
        contiguous=st.sampled_from([False, True, 0, 1, "yes", None]))
+@pytest.mark.no_mpi
 def test_fuzz_allocate(nbytes, dtype, shape, backend, fence, timeout, contiguous):
     before = _no_new_names()
     comm = one_rank_comm()
@@ -486,6 +491,7 @@ def _apply(comm, wins, call):
         comm.free()
 
 
+@pytest.mark.no_mpi
 @settings(max_examples=120, **SETTINGS)
 @given(calls=st.lists(CALL, max_size=12))
 def test_fuzz_call_sequences(calls):
@@ -544,6 +550,7 @@ def _threads_fencing(comm, ready, epochs):
     return errors, released, elapsed
 
 
+@pytest.mark.no_mpi
 def test_two_threads_fence_two_windows_concurrently():
     """Each of 2 processes runs 2 threads, thread i fencing window i. A fence
     holding the GIL while it waits would deadlock this (process A's thread 0

@@ -12,7 +12,7 @@ from shmtopo.errors import ShmtopoMemoryError, ShmtopoValueError
 PAGE = os.sysconf("SC_PAGE_SIZE")
 LIMIT = 1 << 47
 # One process's parsing and arithmetic: nothing here depends on the rank count.
-pytestmark = pytest.mark.serial
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

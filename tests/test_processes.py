@@ -24,6 +24,7 @@ def fence_counts(comm, epochs):
         return fence_epochs(comm, win, win.fence)
 
 
+@pytest.mark.no_mpi
 def test_from_callbacks_fences_across_processes():
     out = ranks.run(3, fence_counts, 5)
     assert out == {r: ("ok", 0) for r in range(3)}
@@ -42,6 +43,7 @@ def kill_self_after_alloc(comm, backend):
     return "no error", None, 0.0
 
 
+@pytest.mark.no_mpi
 @pytest.mark.parametrize("backend", ["posix", "memfd", "sysv"])
 def test_dead_peer_is_reported_and_nothing_is_left(backend):
     before = ranks.shm_files()
@@ -69,6 +71,7 @@ def wait_with_timeout(comm):
     return "no error", 0.0
 
 
+@pytest.mark.no_mpi
 def test_timeout_then_abandon_reaches_the_peer():
     out = ranks.run(2, wait_with_timeout)
     name0, waited0 = out[0][1]
@@ -89,6 +92,7 @@ def error_inside_with_block(comm):
         return type(exc).__name__, exc.rank
 
 
+@pytest.mark.no_mpi
 def test_error_in_with_block_fails_peers_instead_of_hanging():
     out = ranks.run(3, error_inside_with_block)
     assert out[2] == ("ok", "raised KeyError")
@@ -108,6 +112,7 @@ def bad_argument_on_one_rank(comm, what):
     return "allocated", ""
 
 
+@pytest.mark.no_mpi
 @pytest.mark.parametrize("what", ["fence", "backend", "size"])
 def test_bad_argument_on_one_rank_fails_every_rank(what):
     out = ranks.run(3, bad_argument_on_one_rank, what)
@@ -124,6 +129,7 @@ class FlakyAllgather(Exception):
     pass
 
 
+@pytest.mark.no_mpi
 def test_failing_callback_fails_every_rank():
     out = ranks.run(3, _flaky_comm_create)
     assert out[1][0] == "ok" and out[1][1][0] == "CallbackError" and "FlakyAllgather" in out[1][1][1]
@@ -172,6 +178,7 @@ def oversized_on_one_rank(comm):
     return "allocated"
 
 
+@pytest.mark.no_mpi
 def test_unconvertible_size_on_one_rank_fails_every_rank():
     out = ranks.run(3, oversized_on_one_rank, timeout=30)
     assert out == {r: ("ok", "ShmtopoValueError") for r in range(3)}
@@ -188,6 +195,7 @@ def create_and_vanish(comm):
     os._exit(0)
 
 
+@pytest.mark.no_mpi
 def test_stale_names_of_dead_creators_are_swept():
     ranks.run(1, create_and_vanish)
     stale = [f for f in ranks.shm_files() if f.endswith(".99.abc")]

@@ -19,7 +19,7 @@ import pytest
 
 import ranks
 
-pytestmark = pytest.mark.serial
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
 
 LAG = 8  # agree.c: how many steps a rank may post past the slowest
 

@@ -216,6 +216,7 @@ def setting_on_one_rank(comm, odd_rank, odd, others):
     return "created", "", None
 
 
+@pytest.mark.no_mpi
 @pytest.mark.serial
 @pytest.mark.parametrize("odd_rank", [0, 1, 2])
 def test_setting_that_differs_fails_every_rank(odd_rank):
@@ -228,6 +229,7 @@ def test_setting_that_differs_fails_every_rank(odd_rank):
     assert "SHMTOPO_SINGLE_COPY differs between ranks" in message and rank == odd_rank, message
 
 
+@pytest.mark.no_mpi
 @pytest.mark.serial
 @pytest.mark.parametrize("value", ["yes", "2", "", " 1", "AUTO"])
 def test_setting_is_parsed_strictly(value):
@@ -283,6 +285,7 @@ def one_rank_cannot_copy(comm, odd_rank, setting):
         return "created", inner.single_copy, bool(np.array_equal(mine, expected))
 
 
+@pytest.mark.no_mpi
 @pytest.mark.serial
 @pytest.mark.parametrize("odd_rank", [0, 2])
 def test_a_rank_that_cannot_copy_turns_it_off_everywhere(odd_rank):
@@ -290,6 +293,7 @@ def test_a_rank_that_cannot_copy_turns_it_off_everywhere(odd_rank):
     assert out == {r: ("ok", ("created", None, True)) for r in range(3)}, out
 
 
+@pytest.mark.no_mpi
 @pytest.mark.serial
 @pytest.mark.parametrize("odd_rank", [0, 2])
 def test_required_single_copy_fails_every_rank_where_a_rank_cannot(odd_rank):
@@ -326,6 +330,7 @@ def path_straddles(comm, what):
     return "returned", ""
 
 
+@pytest.mark.no_mpi
 @pytest.mark.serial
 @pytest.mark.parametrize("what", PATH_KINDS)
 def test_the_path_is_agreed(what):
@@ -382,6 +387,7 @@ def tail_unreadable(comm, nbytes, what):
         return result + (bool(ok),)
 
 
+@pytest.mark.no_mpi
 @pytest.mark.serial
 @pytest.mark.parametrize("what", ["bcast", "allreduce", "reduce"])
 @pytest.mark.parametrize("size", [2, 3])
@@ -419,6 +425,7 @@ def bcast_until_killed(comm, victim, nbytes, what="bcast"):
     return "no error", None, 0.0
 
 
+@pytest.mark.no_mpi
 @pytest.mark.serial
 @pytest.mark.parametrize("what", ["bcast", "allreduce"])
 @pytest.mark.parametrize("victim", [0, 1])  # bcast: the root, whose memory is read; a receiver

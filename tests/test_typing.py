@@ -9,7 +9,7 @@ import pytest
 
 from test_readme import blocks
 
-pytestmark = pytest.mark.serial
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
 ROOT = Path(__file__).resolve().parent.parent
 mypy_api = pytest.importorskip("mypy.api", reason="mypy is in the [test] extra")
 
