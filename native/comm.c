@@ -341,8 +341,9 @@ int shmtopo_comm_leave(shmtopo_comm_t *comm)
     return 0;
 }
 
-int shmtopo_comm_destroy(shmtopo_comm_t *comm)
+int shmtopo_comm_destroy(shmtopo_comm_t **commp)
 {
+    shmtopo_comm_t *comm = commp ? *commp : NULL;
     if (!comm)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
     if (shmtopo_comm_same_process(comm) < 0)
@@ -362,6 +363,7 @@ int shmtopo_comm_destroy(shmtopo_comm_t *comm)
     else
         shmtopo_chan_free(comm);
     comm_delete(comm);
+    *commp = NULL;
     errno = err;
     return rc;
 }

@@ -45,7 +45,7 @@ int N(shm_comm_create)(int size, int rank, int pid, N(shm_oob_cb_h) oob_cbs, voi
     /* collective, like the creation: fails on every rank alike */
     if (shmtopo_attach_track_comm(c->impl) < 0) {
         compat_fail(__func__);
-        shmtopo_comm_destroy(c->impl);
+        shmtopo_comm_destroy(&c->impl);
         free(c);
         return SHMTOPO_COMPAT_CONST(ERROR);
     }
@@ -98,9 +98,9 @@ int N(shm_comm_destroy)(N(shm_comm_h) comm)
         w = newer;
     }
     shmtopo_attach_untrack_comm(comm->impl);
-    if (shmtopo_comm_destroy(comm->impl) < 0) {
+    if (shmtopo_comm_destroy(&comm->impl) < 0) {
         compat_fail(__func__);
-        if (!shmtopo_comm_broken(comm->impl))
+        if (comm->impl)
             return SHMTOPO_COMPAT_CONST(ERROR); /* a rank called something else: still there */
         failed = 1;
     }

@@ -77,11 +77,12 @@ typedef struct shmtopo_oob {
  * cannot copy from a peer (the message says which and why). */
 int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob,
                         shmtopo_comm_t **commp);
-/* Collective: agree that every rank frees the comm, then free it (a comm
- * made unusable by a failed wait is freed locally). -1 when the agreement
- * failed: on a mismatch (a rank called something else) the comm stays as it
- * was (shmtopo_comm_broken is 0); after a failed wait it is freed anyway. */
-int shmtopo_comm_destroy(shmtopo_comm_t *comm);
+/* Collective: agree that every rank frees *commp, then free it and set
+ * *commp to NULL (a comm made unusable by a failed wait is freed locally).
+ * -1 when the agreement failed: on a mismatch (a rank called something
+ * else) the comm stays as it was and *commp keeps it; when the agreement
+ * broke the comm it is freed anyway and *commp is NULL. */
+int shmtopo_comm_destroy(shmtopo_comm_t **commp);
 /* Local: free without the agreement, after an error on this rank; peers
  * waiting on the comm fail with ECONNABORTED (abandon its windows first). */
 int shmtopo_comm_abandon(shmtopo_comm_t *comm);

@@ -207,3 +207,31 @@ def test_a_failure_ranks_ran_past_is_raised_by_the_next_large_call(monkeypatch):
     cls, msg = values.pop()
     assert cls == "ShmtopoValueError" and "ranks disagree: rank 1 called bcast" in msg, msg
     assert ranks.shm_files() - before == set()
+
+
+def _last_bcast_disagrees_then_free(comm):
+    """Rank 2's last small bcast before free() has another root: the ranks
+    that ran past it learn of it in free(). Whatever free() did to the
+    comm, a second free() and abandon() must be safe (no double free)."""
+    a = np.zeros(1)
+    step, raised = "bcast", None
+    try:
+        comm.bcast(a, root=0, out=a)
+        comm.bcast(a, root=1 if comm.rank == 2 else 0, out=a)
+        step = "free"
+        comm.free()
+    except Exception as exc:  # noqa: BLE001 - compared across ranks below
+        raised = type(exc).__name__
+    comm.free()
+    comm.abandon()
+    return step, raised, comm.freed
+
+
+def test_free_after_a_mismatch_ranks_ran_past_frees_once():
+    before = ranks.shm_files()
+    out = ranks.run(3, _last_bcast_disagrees_then_free, timeout=60)
+    assert sorted(out) == [0, 1, 2] and all(status == "ok" for status, _ in out.values()), out
+    assert {value for _, value in out.values()} <= {("free", "ShmtopoValueError", True),
+                                                    ("bcast", "ShmtopoValueError", True)}, out
+    assert out[0][1][0] == "free", out  # the root ran past the bcast that failed
+    assert ranks.shm_files() - before == set()

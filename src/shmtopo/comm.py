@@ -363,13 +363,10 @@ class Comm(Collective):
         for win in list(self.windows):
             win.free()
         self.attributes.free_all()
-        handle = self._h
-        broken_before = lib.shmtopo_comm_broken(handle)
+        handle = ffi.new("shmtopo_comm_t **", self._h)
         if lib.shmtopo_comm_destroy(handle) < 0:
             exc = last_error()
-            # a mismatch leaves the comm; a failed wait (or a comm already
-            # unusable) freed it anyway
-            if broken_before == 0 and not _freed_by_failure(exc):
+            if handle[0] != ffi.NULL:  # a mismatch: the comm stays
                 raise exc
             self._h, self.fast_handle = ffi.NULL, 0
             self.plan.free()
@@ -490,12 +487,6 @@ class Comm(Collective):
         except BaseException:
             sub.Free()
             raise
-
-
-def _freed_by_failure(exc: BaseException) -> bool:
-    """Whether a failed comm_destroy freed the comm anyway: every failure but
-    a mismatch (ShmtopoValueError, the comm stays) comes from a wait."""
-    return not isinstance(exc, ShmtopoValueError)
 
 
 def _as_flag(value: Any, what: str) -> bool:
