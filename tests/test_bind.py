@@ -137,7 +137,7 @@ def test_memory_binding(topo, restore_binding):
 
 
 def test_binding_errors(topo, restore_binding):
-    for bad in ([], [10**6], "0-", None, [-1]):
+    for bad in ([], [10**6], "0-", None, [-1], "4294967297"):  # (hwloc would wrap that to CPU 1)
         with pytest.raises(ShmtopoValueError):
             topo.set_cpubind(bad)
     for bad in ({"thread": "yes"}, {"strict": 2}):

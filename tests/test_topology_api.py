@@ -348,6 +348,15 @@ def test_sets_are_bitmaps(big_node):
         assert isinstance(core.nodeset, Bitmap) and core.nodeset == {0}
 
 
+@pytest.mark.serial
+@pytest.mark.no_mpi
+@pytest.mark.parametrize("text", ["4294967296", "0,4294967295", "99999999999999999999", "2147483648", "1-2147483648"])
+def test_list_indices_beyond_a_c_int_raise(text):
+    """hwloc wraps them into an int ("4294967296" would be {0})."""
+    with pytest.raises(shmtopo.ShmtopoValueError, match="beyond index 2147483647"):
+        Bitmap(text)
+
+
 # -- distances, memory attributes, CPU kinds: lstopo and hwloc-calc -----------------------------------
 def our_distances(topo):
     out = []

@@ -103,8 +103,12 @@ class Bitmap(frozenset[int]):
             raise ShmtopoValueError(f"bitmap: {text!r} is not in hwloc's {syntax} syntax"
                                     + (" (an infinite set?)" if stripped.endswith("-") else ""))
         if syntax == "list":
+            # hwloc reads each number as an unsigned long and wraps it into an int
             for part in filter(None, stripped.split(",")):
                 low, _, high = part.partition("-")
+                if max(int(low), int(high or low)) > MAX_INDEX:
+                    raise ShmtopoValueError(f"bitmap: {part!r} in {text!r} goes beyond index {MAX_INDEX} "
+                                            "(hwloc indices are C ints)")
                 if high and int(high) < int(low):
                     raise ShmtopoValueError(f"bitmap: range {part!r} in {text!r} ends before it starts")
         raw = stripped.encode()
