@@ -5,6 +5,7 @@ Every rank runs every test (serial and under mpiexec -n 2/3/4); checks
 across ranks go through an allgather.
 """
 import re
+import time
 
 import numpy as np
 import pytest
@@ -115,6 +116,20 @@ def test_synthetic_matches_hwloc_info():
     for bad in ("pack:0", "bogus:2", "", 3):
         with pytest.raises(ShmtopoValueError):
             shmtopo.Topology.from_synthetic(bad)
+
+
+@pytest.mark.serial
+@pytest.mark.no_mpi
+def test_synthetic_size_is_bounded():
+    """hwloc would take minutes over these: refused at once, the count said."""
+    limit = shmtopo.topology.topology.MAX_SYNTHETIC_PUS
+    for big in ("pack:100 pu:1000", "pack:2(memory=1GB) core:4096 pu:4", "core:99999999999999999999"):
+        started = time.monotonic()
+        with pytest.raises(ShmtopoValueError, match=f"PUs; at most {limit}"):
+            shmtopo.Topology.from_synthetic(big)
+        assert time.monotonic() - started < 1
+    with shmtopo.Topology.from_synthetic("pack:2 [numa] core:1024 pu:4") as topo:  # at the limit
+        assert topo.nbobjs("pu") == limit
 
 
 # -- lookups: hwloc-info -p / -l, --ancestors ------------------------------------------------
