@@ -834,6 +834,43 @@ def test_exit_without_free(tmp_path):
     assert "never freed" not in proc.stderr, proc.stderr
 
 
+def test_program_that_finalizes_mpi_itself_exits_cleanly(tmp_path):
+    """The program calls MPI.Finalize() with accelerated comms still alive
+    (COMM_WORLD's and a Dup): they drop their shmtopo comms as MPI_Finalize
+    starts, and nothing calls into MPI after it (Open MPI aborts the job
+    when a communicator is freed after MPI_Finalize)."""
+    if WORLD.size > 1:
+        pytest.skip("starts its own mpiexec")
+    script = tmp_path / "finalizes.py"
+    script.write_text(
+        "from mpi4py import MPI\nimport numpy as np, shmtopo\n"
+        "acomm = shmtopo.accelerate(MPI.COMM_WORLD)\ndup = acomm.Dup()\n"
+        "out = np.zeros(2)\nacomm.Allreduce(np.ones(2), out)\ndup.Allreduce(np.ones(2), out)\n"
+        "MPI.Finalize()\nprint('finalized', out[0], flush=True)\n")
+    proc = run_mpiexec(2, [sys.executable, script], timeout=120)
+    assert proc.returncode == 0 and proc.stdout.count("finalized 2.0") == 2, proc.stdout + proc.stderr
+    assert "MPI_FINALIZE" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_comm_freed_behind_its_back_refuses_calls():
+    """acomm.mpi_comm.Free(): the accelerated comm drops its shmtopo comm
+    (MPI tells it, through an attribute on the communicator), and its calls
+    raise MPI_ERR_COMM as mpi4py's do, instead of running in shared memory."""
+    acomm = shmtopo.accelerate(WORLD.Dup())
+    x, out = np.ones(3), np.zeros(3)
+    acomm.Allreduce(x, out)
+    acomm.mpi_comm.Free()
+    assert acomm.shm_stats()["Allreduce"] == (1, 0)
+    for call in (lambda: acomm.Allreduce(x, out), lambda: acomm.Bcast(x),
+                 acomm.Barrier, acomm.Get_rank):
+        with pytest.raises(MPI.Exception) as info:
+            call()
+        assert info.value.Get_error_class() == MPI.ERR_COMM
+    with pytest.raises(shmtopo.FreedError):
+        acomm.shm_comm
+    acomm.shm_free()  # a no-op now
+    with pytest.raises(MPI.Exception):  # as mpi4py's Free of a freed communicator
+        acomm.Free()
 def test_accelerate_refuses_what_is_not_an_intracomm():
     with pytest.raises(TypeError):
         shmtopo.accelerate("COMM_WORLD")

@@ -56,9 +56,16 @@ def _hook() -> None:
         _hooked = True
 
 
-def _at_exit() -> None:
+def release_holders() -> None:
+    """Local: every object built on a comm drops it (``_release()``): at
+    exit, and when MPI_Finalize comes first (the program's own call), while
+    the communicators those objects wrap still work."""
     for holder in list(_holders.values()):
         holder._release()
+
+
+def _at_exit() -> None:
+    release_holders()
     for comm in list(_open_comms):
         if comm._h != ffi.NULL:
             lib.shmtopo_comm_leave(comm._h)

@@ -13,7 +13,7 @@ from ._base import Attributes, Collective, opened
 from ._native import ffi, lib
 from .coll import api, persistent
 from .errors import FreedError, ShmtopoValueError, check, last_error
-from .job import NodePlan, job_bootstrap, job_verdict
+from .job import NodePlan, free_mpi_comm, job_bootstrap, job_verdict
 from .topology import PLACEMENT_POLICIES, held_topology, placement_policy_number, share_topology, type_name, type_number
 from .window import Window, backend_number, fence_number
 
@@ -392,10 +392,7 @@ class Comm(Collective):
 
     def _free_mpi(self) -> None:
         if self._mpi is not None:
-            from mpi4py import MPI
-
-            if self._mpi != MPI.COMM_NULL:
-                self._mpi.Free()
+            free_mpi_comm(self._mpi)
             self._mpi = None
 
     def __repr__(self) -> str:

@@ -12,12 +12,67 @@ verdict into one exchange before any data crosses nodes.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from . import _oob, agreement
+from ._base import release_holders
 from ._native import ffi, lib
 from .errors import ShmtopoValueError, from_errno, last_error
+
+
+# -- MPI communicators' lifetime ---------------------------------------------------
+
+def free_mpi_comm(mpi_comm: Any) -> None:
+    """Free a communicator shmtopo made, unless MPI is already finalized (a
+    program may call MPI.Finalize() itself; freeing after it aborts the job)."""
+    from mpi4py import MPI
+
+    if mpi_comm != MPI.COMM_NULL and not MPI.Is_finalized():
+        mpi_comm.Free()
+
+
+_on_free_keyval: Any = None
+_finalize_hooked = False
+
+
+def on_free(mpi_comm: Any, callback: Callable[[], None]) -> None:
+    """Run ``callback()`` when MPI frees ``mpi_comm``, whoever calls its
+    Free(); MPI_Finalize frees COMM_SELF first, while MPI still works. The
+    callbacks hang on the communicator as an attribute (MPI's own way for a
+    library to learn of it), so the calls in between pay nothing."""
+    from mpi4py import MPI
+
+    global _on_free_keyval
+    if _on_free_keyval is None:
+        _on_free_keyval = MPI.Comm.Create_keyval(delete_fn=_run_on_free)
+    callbacks = mpi_comm.Get_attr(_on_free_keyval)
+    if callbacks is None:
+        callbacks = []
+        mpi_comm.Set_attr(_on_free_keyval, callbacks)
+    callbacks.append(callback)
+
+
+def release_at_finalize() -> None:
+    """Once per process: objects built on comms (accelerated comms) drop them
+    when MPI_Finalize runs, so that none calls into MPI after it."""
+    from mpi4py import MPI
+
+    global _finalize_hooked
+    if not _finalize_hooked:
+        on_free(MPI.COMM_SELF, release_holders)
+        _finalize_hooked = True
+
+
+def _run_on_free(mpi_comm: Any, keyval: Any, callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception as exc:  # noqa: BLE001 - MPI's Free or Finalize must go on
+            warnings.warn(f"shmtopo: releasing what was built on a freed communicator failed: {exc}",
+                          RuntimeWarning, stacklevel=2)
+
 
 @dataclass
 class NodePlan:
@@ -43,7 +98,7 @@ class NodePlan:
     def free(self) -> None:
         for c in (self.leaders, self.world):
             if c is not None:  # never COMM_NULL: job_verdict keeps None instead
-                c.Free()
+                free_mpi_comm(c)
         self.leaders = self.world = None
 
 

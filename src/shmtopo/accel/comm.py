@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import operator
 import os
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -38,6 +39,7 @@ from .._types import (ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BAR
                       REDUCE, REDUCE_SCATTER, SCAN, SCATTER, SCATTERV)
 from .._native import lib
 from ..comm import Comm
+from ..job import on_free, release_at_finalize
 from ..errors import FreedError, ShmtopoArgumentError, ShmtopoValueError
 from . import plans
 from .buffers import Array
@@ -218,7 +220,9 @@ class AcceleratedComm:
         self._comm.Free()
 
     def _release(self) -> None:
-        """Local, at exit: drop the shmtopo comm without an agreement."""
+        """Local: drop the shmtopo comm without an agreement (at exit, at
+        MPI_Finalize, or when MPI frees the wrapped communicator); the calls
+        go to that communicator afterwards."""
         shm, self._shm = self._shm, None
         if shm is not None:
             shm.abandon()
@@ -660,4 +664,14 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
         raise
     acomm = AcceleratedComm(comm, shm, tables, strict, {"node_size": node_size, "timeout": timeout})
     holds_comm(acomm)
+    release_at_finalize()
+    # freed behind its back (acomm.mpi_comm.Free()): its calls go to MPI, which refuses them
+    held = weakref.ref(acomm)
+    on_free(comm, lambda: _release_if_alive(held))
     return acomm
+
+
+def _release_if_alive(held: "weakref.ref[AcceleratedComm]") -> None:
+    acomm = held()
+    if acomm is not None:
+        acomm._release()
