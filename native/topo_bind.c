@@ -285,11 +285,14 @@ static void spread(hwloc_obj_t obj, int type, int depth, unsigned k, hwloc_obj_t
         }
 }
 
-int shmtopo_topo_place(void *topo, int type, int policy, unsigned n, unsigned *indices)
+int shmtopo_topo_place(void *topo, int type, int policy, int overload, unsigned n, unsigned *indices)
 {
     hwloc_obj_t obj, *chosen;
     int depth;
-    unsigned count = 0, r, next = 0;
+    unsigned count = 0, r, next = 0, distinct;
+    /* ranks share a package or a NUMA node as they do under mpirun's
+     * --bind-to; sharing a core or a PU is an overload, asked for */
+    int shared = type != HWLOC_OBJ_CORE && type != HWLOC_OBJ_PU;
 
     if (!topo || (n && !indices))
         return shmtopo_fail(EINVAL, -1, "place: NULL argument");
@@ -308,22 +311,28 @@ int shmtopo_topo_place(void *topo, int type, int policy, unsigned n, unsigned *i
     if (depth != HWLOC_TYPE_DEPTH_UNKNOWN)
         for (obj = hwloc_get_obj_by_depth(topo, depth, 0); obj; obj = obj->next_cousin)
             count += is_target(obj, type, depth);
-    if (n > count)
-        return shmtopo_fail(EINVAL, -1, "%u ranks but only %u %s object%s with CPUs to bind them to", n,
-                            count, shmtopo_topo_type_name(type), count == 1 ? "" : "s");
+    if (n > count && (!count || !(shared || overload)))
+        return shmtopo_fail(EINVAL, -1, "%u ranks but only %u %s object%s with CPUs to bind them to%s", n,
+                            count, shmtopo_topo_type_name(type), count == 1 ? "" : "s",
+                            count ? " (overload lets ranks share them)" : "");
     if (!n)
         return 0;
-    if (!(chosen = malloc(n * sizeof(*chosen))))
-        return shmtopo_fail(ENOMEM, -1, "place: no memory for %u objects", n);
+    distinct = n < count ? n : count;
+    if (!(chosen = malloc(distinct * sizeof(*chosen))))
+        return shmtopo_fail(ENOMEM, -1, "place: no memory for %u objects", distinct);
     if (policy == SHMTOPO_PLACE_COMPACT) {
-        for (obj = hwloc_get_obj_by_depth(topo, depth, 0); obj && next < n; obj = obj->next_cousin)
+        for (obj = hwloc_get_obj_by_depth(topo, depth, 0); obj && next < distinct; obj = obj->next_cousin)
             if (is_target(obj, type, depth))
                 chosen[next++] = obj;
     } else {
-        spread(hwloc_get_root_obj(topo), type, depth, n, chosen, &next);
+        spread(hwloc_get_root_obj(topo), type, depth, distinct, chosen, &next);
     }
+    /* more ranks than objects: compact fills each object in turn (blocks
+     * of n / count ranks), spread deals them out round-robin */
     for (r = 0; r < n; r++)
-        indices[r] = chosen[r]->logical_index;
+        indices[r] = chosen[n <= count ? r
+                            : policy == SHMTOPO_PLACE_COMPACT ? (unsigned)((uint64_t)r * count / n)
+                                                              : r % count]->logical_index;
     free(chosen);
     return 0;
 }

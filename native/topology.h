@@ -223,9 +223,11 @@ enum shmtopo_place_policy {
 /* "compact" or "spread". */
 int shmtopo_place_policy_from_name(const char *name, int *policyp);
 /* Where n ranks go, one object of `type` each: indices[r] is the logical
- * index of rank r's object. Only objects with CPUs count. EINVAL: a type
- * at several depths or without CPUs, or more ranks than such objects. */
-int shmtopo_topo_place(void *topo, int type, int policy, unsigned n, unsigned *indices);
+ * index of rank r's object. Only objects with CPUs count. More ranks than
+ * objects share them (compact: in blocks, spread: round-robin), cores and
+ * PUs only where `overload` is set. EINVAL: a type at several depths or
+ * without CPUs, or more ranks than cores or PUs without `overload`. */
+int shmtopo_topo_place(void *topo, int type, int policy, int overload, unsigned n, unsigned *indices);
 
 /* ---- distances, memory attributes, CPU kinds (topo_attrs.c) --------------- */
 

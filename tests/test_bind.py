@@ -182,12 +182,13 @@ def test_comm_bind(comm, restore_binding, to, policy):
     with shmtopo.Topology.load() as here:
         here.set_cpubind(here.root)  # unbound, even where mpiexec bound ranks (Open MPI up to 2 ranks here)
         count = len([o for o in here.objects(to) if o.cpuset])
-        expected = here.placement(to, comm.size, policy) if comm.size <= count else None
+        overloads = to in ("core", "pu") and comm.size > count
+        expected = None if overloads else here.placement(to, comm.size, policy)
         expected = expected and [(o.logical_index, o.cpuset) for o in expected]
     report, failure = outcome(lambda: comm.bind(to, policy))
     rows = comm.mpi.allgather((report, failure))
     if expected is None:
-        # more ranks than objects: every rank raises, the same way, bound as before
+        # more ranks than cores or PUs: every rank raises, the same way, bound as before
         assert failure is not None and failure[0] == "ShmtopoValueError"
         assert f"{comm.size} ranks but only {count} " in failure[1]
         assert all(r == (None, failure) for r in rows), rows
@@ -215,19 +216,26 @@ def here_type(to):
 
 
 def test_comm_bind_more_ranks_than_objects(comm, restore_binding):
-    # one package here: from 2 ranks on, binding one rank per package fails on every rank
+    # more ranks than packages share them, as under mpirun --bind-to socket;
+    # more ranks than cores is an overload: refused unless asked for
     with shmtopo.Topology.load() as here:
         packages, cores = here.nbobjs("package"), here.nbobjs("core")
-    for to, count in (("package", packages), ("core", cores), ("machine", 1)):
+    for to, count, overload in (("package", packages, False), ("machine", 1, False), ("core", cores, False),
+                                ("core", cores, True)):
         before = os.sched_getaffinity(0)  # a successful bind in this loop changes it
-        report, failure = outcome(lambda: comm.bind(to, "spread"))
+        report, failure = outcome(lambda: comm.bind(to, "spread", overload=overload))
         rows = comm.mpi.allgather(failure)
-        if comm.size > count:
+        if comm.size > count and to == "core" and not overload:
             assert len(set(rows)) == 1 and rows[0][0] == "ShmtopoValueError", rows
-            assert f"{comm.size} ranks but only {count} {to} object" in rows[0][1]
+            assert f"{comm.size} ranks but only {count} {to} object" in rows[0][1] and "overload" in rows[0][1]
             assert report is None and os.sched_getaffinity(0) == before
         else:
             assert set(rows) == {None} and len(report) == comm.size
+            assert [p.logical_index for p in report] == [r % count for r in range(comm.size)], report
+    if comm.size > 1:  # ranks that ask differently about overload: all raise
+        _, failure = outcome(lambda: comm.bind("core", overload=comm.rank == 0))
+        rows = comm.mpi.allgather(failure)
+        assert len(set(rows)) == 1 and "ranks disagree" in rows[0][1], rows
 
 
 def test_comm_bind_bad_arguments_raise_everywhere(comm, restore_binding):

@@ -618,8 +618,15 @@ def test_spread_placement_matches_hwloc_distrib(shape):
                 assert len(set(placed)) == n
                 compact = topo.placement(to, n, "compact")
                 assert [o.logical_index for o in compact] == list(range(n))
-            with pytest.raises(ShmtopoValueError, match=f"{count + 1} ranks but only {count} {to}"):
-                topo.placement(to, count + 1, "spread")
+            if to in ("core", "pu"):  # sharing one is an overload, asked for
+                with pytest.raises(ShmtopoValueError, match=f"{count + 1} ranks but only {count} {to}"):
+                    topo.placement(to, count + 1, "spread")
+            # more ranks than objects: compact in blocks, spread round-robin (mpirun --bind-to's way)
+            n, alone = 2 * count + 1, [o.logical_index for o in topo.placement(to, count, "spread")]
+            assert [o.logical_index for o in topo.placement(to, n, "spread", overload=True)] == \
+                [alone[r % count] for r in range(n)]
+            assert [o.logical_index for o in topo.placement(to, n, "compact", overload=True)] == \
+                [r * count // n for r in range(n)]
 
 
 @pytest.mark.serial
@@ -630,6 +637,8 @@ def test_placement_numa_and_errors(big_node):
         assert [o.logical_index for o in topo.placement("numa", 4, "spread")] == [0, 2, 4, 6]
         assert [o.logical_index for o in topo.placement("numa", 3, "compact")] == [0, 1, 2]
         assert topo.placement("core", 0) == []
+        with pytest.raises(ShmtopoValueError, match="overload must be True or False"):
+            topo.placement("core", 2, overload=1)
         for args in (("core", -1), ("core", 2, "scatter"), ("bogus", 2), ("pci", 1), ("core", True)):
             with pytest.raises(ShmtopoValueError):
                 topo.placement(*args)

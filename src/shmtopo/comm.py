@@ -400,7 +400,7 @@ class Comm(Collective):
             return "<shmtopo.Comm freed>"
         return f"<shmtopo.Comm rank {self.rank} of {self.size}>"
 
-    def bind(self, to: str = "core", policy: str = "compact") -> list[Placement]:
+    def bind(self, to: str = "core", policy: str = "compact", *, overload: bool = False) -> list[Placement]:
         """Collective: bind every rank of this node (the whole process, all
         its threads) to one object of type ``to`` ("core", "numa",
         "package", "l3", "pu", any type with CPUs) of the node's shared
@@ -412,21 +412,26 @@ class Comm(Collective):
         tree from the top, in proportion to the objects below each branch,
         as hwloc-distrib does (2 ranks on 2 packages: one on each).
 
-        More ranks than such objects, a bad argument or different arguments
-        on any rank, or a binding the OS refuses on any rank: every rank
-        raises ShmtopoValueError (or the failure) and keeps its binding."""
-        def normalise() -> tuple[str, str]:
-            return type_name(type_number(to)), PLACEMENT_POLICIES[placement_policy_number(policy)]
+        More ranks than objects share them, as mpirun's ``--bind-to`` does
+        (compact fills one object, then the next; spread deals ranks out
+        round-robin); more ranks than cores or PUs only with
+        ``overload=True``. Otherwise, or for a bad argument or different
+        arguments on any rank, or a binding the OS refuses on any rank:
+        every rank raises ShmtopoValueError (or the failure) and keeps its
+        binding."""
+        def normalise() -> tuple[str, str, bool]:
+            name, how = type_name(type_number(to)), PLACEMENT_POLICIES[placement_policy_number(policy)]
+            return name, how, _as_flag(overload, "overload")
 
         kind = lib.SHMTOPO_KIND_BIND
-        to_name, how = agreement.normalised(self, kind, normalise)
-        words = {"count": _packed(how), "extra": _packed(to_name)}
+        to_name, how, overloads = agreement.normalised(self, kind, normalise)
+        words = {"count": _packed(how), "extra": _packed(to_name), "flags": int(overloads)}
         agreement.agree(self, kind, **words)
         with share_topology(self) as topo:
             before = topo.get_cpubind()
 
             def place() -> list[Any]:
-                objs = topo.placement(to_name, self.size, how)
+                objs = topo.placement(to_name, self.size, how, overload=overloads)
                 try:
                     topo.set_cpubind(objs[self.rank])
                 except BaseException:

@@ -406,20 +406,25 @@ class Topology:
         idx, n = c_indices(self._nodes(nodes))
         check(lib.shmtopo_topo_set_membind(h, idx, n, number, flags))
 
-    def placement(self, to: str, n: int, policy: str = "compact") -> list[TopoObject]:
+    def placement(self, to: str, n: int, policy: str = "compact", *, overload: bool = False) -> list[TopoObject]:
         """Where n ranks would go, one object of type ``to`` each (objects
         without CPUs do not count): "compact" puts rank r on object r in
         logical order; "spread" shares ranks out over the tree from the top,
         in proportion to the objects below each branch (hwloc-distrib's
-        way). ShmtopoValueError when there are more ranks than objects.
+        way). More ranks than objects share them as mpirun's ``--bind-to``
+        does: compact fills one object, then the next; spread deals ranks
+        out round-robin. For cores and PUs that is an overload:
+        ShmtopoValueError unless ``overload=True``.
         :meth:`shmtopo.Comm.bind` binds a comm's ranks this way."""
         h = self._handle
         number = type_number(to)
         pol = placement_policy_number(policy)
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**31:
             raise ShmtopoValueError(f"the number of ranks must be a non-negative integer, not {n!r}")
+        if not isinstance(overload, bool):
+            raise ShmtopoValueError(f"overload must be True or False, not {overload!r}")
         out = ffi.new("unsigned[]", max(n, 1))
-        check(lib.shmtopo_topo_place(h, number, pol, n, out))
+        check(lib.shmtopo_topo_place(h, number, pol, int(overload), n, out))
         obj = ffi.new("void **")
         placed = []
         for r in range(n):
