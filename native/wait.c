@@ -84,6 +84,17 @@ static int check(shmtopo_win_t *win, int peer, const char *what, uint64_t waited
     const char *where = win->label;
     const int me = shmtopo_world(comm, comm->rank);
     int gone = find_abandoned(win, peer, full);
+    /* A survivor that left because a rank died names that rank; the dead
+     * rank itself never left (its own word is empty). Every survivor then
+     * tells the same story, the death, whichever of them noticed first. */
+    if (gone >= 0 && gone != comm->rank &&
+        !atomic_load_explicit(&win->ctrl[gone]->abandoned, memory_order_relaxed) &&
+        !shmtopo_process_alive(comm->pids[gone], comm->starttimes[gone])) {
+        *originp = gone;
+        return shmtopo_fail(EOWNERDEAD, shmtopo_world(comm, gone),
+                            "rank %d (pid %d) exited while rank %d waited in %s",
+                            shmtopo_world(comm, gone), (int)comm->pids[gone], me, what);
+    }
     if (gone >= 0) {
         *originp = gone;
         return shmtopo_fail(ECONNABORTED, shmtopo_world(comm, gone),

@@ -30,6 +30,31 @@ def test_from_callbacks_fences_across_processes():
     assert out == {r: ("ok", 0) for r in range(3)}
 
 
+def last_rank_dies_mid_fences(comm, rounds):
+    win = comm.allocate(4096)
+    try:
+        for i in range(rounds):
+            if comm.rank == comm.size - 1 and i == rounds // 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            win.fence()
+    except Exception as exc:
+        return type(exc).__name__, getattr(exc, "rank", None), str(exc).split(" while ")[0]
+    return "no error", None, ""
+
+
+@pytest.mark.no_mpi
+@pytest.mark.parametrize("attempt", range(3))
+def test_every_survivor_names_the_dead_rank(attempt):
+    """The first survivor to notice leaves naming the dead rank; the other
+    must not report that leave (PeerAbortedError) but the same death."""
+    before = ranks.shm_files()
+    out = ranks.run(3, last_rank_dies_mid_fences, 400)
+    assert sorted(out) == [0, 1], out
+    reports = {value for _, value in out.values()}
+    assert len(reports) == 1 and reports.pop()[:2] == ("PeerDeadError", 2), out
+    assert ranks.shm_files() - before == set()
+
+
 def kill_self_after_alloc(comm, backend):
     win = comm.allocate(4096, backend=backend)
     win.fence()
