@@ -817,18 +817,23 @@ def test_an_accelerated_comm_can_be_accelerated_again():
     a.shm_free()
 
 
+def run_accelerated_script(tmp_path, body, *python_flags):
+    """2 ranks of a script that accelerates COMM_WORLD (acomm) and reduces
+    ones into out, then runs body."""
+    if WORLD.size > 1:
+        pytest.skip("starts its own mpiexec")
+    script = tmp_path / "accelerated.py"
+    script.write_text("from mpi4py import MPI\nimport numpy as np, shmtopo\n"
+                      "acomm = shmtopo.accelerate(MPI.COMM_WORLD)\n"
+                      "out = np.zeros(2)\nacomm.Allreduce(np.ones(2), out)\n" + body)
+    return run_mpiexec(2, [sys.executable, *python_flags, script], timeout=120)
+
+
 def test_exit_without_free(tmp_path):
     """A script that never frees its accelerated comm exits cleanly: each rank
     drops it at exit, with no warning."""
-    if WORLD.size > 1:
-        pytest.skip("starts its own mpiexec")
-    script = tmp_path / "unfreed.py"
-    script.write_text(
-        "from mpi4py import MPI\nimport numpy as np, shmtopo\n"
-        "acomm = shmtopo.accelerate(MPI.COMM_WORLD)\n"
-        "out = np.zeros(2)\nacomm.Allreduce(np.ones(2), out)\n"
-        "assert acomm.shm_stats() == {'Allreduce': (1, 0)}\nprint('done', out[0])\n")
-    proc = run_mpiexec(2, [sys.executable, "-W", "always::ResourceWarning", script], timeout=120)
+    proc = run_accelerated_script(tmp_path, "assert acomm.shm_stats() == {'Allreduce': (1, 0)}\n"
+                                  "print('done', out[0])\n", "-W", "always::ResourceWarning")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("done") == 2 and proc.stdout.count("2.0") == 2, proc.stdout
     assert "never freed" not in proc.stderr, proc.stderr
@@ -839,15 +844,8 @@ def test_program_that_finalizes_mpi_itself_exits_cleanly(tmp_path):
     (COMM_WORLD's and a Dup): they drop their shmtopo comms as MPI_Finalize
     starts, and nothing calls into MPI after it (Open MPI aborts the job
     when a communicator is freed after MPI_Finalize)."""
-    if WORLD.size > 1:
-        pytest.skip("starts its own mpiexec")
-    script = tmp_path / "finalizes.py"
-    script.write_text(
-        "from mpi4py import MPI\nimport numpy as np, shmtopo\n"
-        "acomm = shmtopo.accelerate(MPI.COMM_WORLD)\ndup = acomm.Dup()\n"
-        "out = np.zeros(2)\nacomm.Allreduce(np.ones(2), out)\ndup.Allreduce(np.ones(2), out)\n"
-        "MPI.Finalize()\nprint('finalized', out[0], flush=True)\n")
-    proc = run_mpiexec(2, [sys.executable, script], timeout=120)
+    proc = run_accelerated_script(tmp_path, "dup = acomm.Dup()\ndup.Allreduce(np.ones(2), out)\n"
+                                  "MPI.Finalize()\nprint('finalized', out[0], flush=True)\n")
     # (after MPI_Finalize mpiexec may interleave the two ranks' lines)
     assert proc.returncode == 0 and proc.stdout.count("finalized") == proc.stdout.count("2.0") == 2, \
         proc.stdout + proc.stderr
