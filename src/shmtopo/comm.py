@@ -13,7 +13,7 @@ from ._base import Attributes, Collective, opened
 from ._native import ffi, lib
 from .coll import api, persistent
 from .errors import FreedError, ShmtopoValueError, check, last_error
-from .job import NodePlan, free_mpi_comm, job_bootstrap, job_verdict
+from .job import NodePlan, free_mpi_comm, job_bootstrap, job_verdict, split_once
 from .topology import PLACEMENT_POLICIES, held_topology, placement_policy_number, share_topology, type_name, type_number
 from .window import Window, backend_number, fence_number
 
@@ -94,9 +94,11 @@ class Comm(Collective):
         parent = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         settings = job_bootstrap(parent, node_size, timeout)
         if settings.node_size:
-            node = parent.Split(parent.Get_rank() // settings.node_size, key=parent.Get_rank())
+            node = split_once(parent, ("node", settings.node_size), lambda: parent.Split(
+                parent.Get_rank() // settings.node_size, key=parent.Get_rank()), settings.timeout)
         else:
-            node = parent.Split_type(MPI.COMM_TYPE_SHARED, key=parent.Get_rank())
+            node = split_once(parent, ("node", 0), lambda: parent.Split_type(
+                MPI.COMM_TYPE_SHARED, key=parent.Get_rank()), settings.timeout)
         comm, failure = None, None
         try:
             comm = cls(_oob.mpi_transport(node, settings.timeout), node.Get_size(), node.Get_rank(), node)

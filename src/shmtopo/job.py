@@ -55,14 +55,50 @@ def on_free(mpi_comm: Any, callback: Callable[[], None]) -> None:
 
 
 def release_at_finalize() -> None:
-    """Once per process: objects built on comms (accelerated comms) drop them
-    when MPI_Finalize runs, so that none calls into MPI after it."""
+    """Once per process: objects built on comms (accelerated comms) drop them,
+    and the splits cached below are freed, when MPI_Finalize runs, so that
+    none calls into MPI after it."""
     from mpi4py import MPI
 
     global _finalize_hooked
     if not _finalize_hooked:
         on_free(MPI.COMM_SELF, release_holders)
+        on_free(MPI.COMM_SELF, _free_splits)
         _finalize_hooked = True
+
+
+# -- splits made once per communicator ----------------------------------------------
+
+# (communicator handle, what) -> the split; COMM_NULL where this rank has no part
+_splits: dict[tuple[int, Any], Any] = {}
+
+
+def split_once(parent: Any, what: Any, split: Callable[[], Any], timeout: float) -> Any:
+    """Collective over ``parent``: a new communicator equal to ``split()``
+    (COMM_NULL where that gives none). ``split()`` runs once per communicator
+    and ``what``; later calls duplicate its result with a polled Idup. MPICH
+    spins in blocking calls, and with more ranks than cores a Split_type
+    takes 85 ms at 4 ranks on 2 cores, which every Comm.from_mpi paid."""
+    from mpi4py import MPI
+
+    handle = parent.handle
+    cached = _splits.get((handle, what))
+    if cached is None:
+        if not any(h == handle for h, _ in _splits):
+            release_at_finalize()
+            on_free(parent, lambda: _free_splits(handle))
+        cached = _splits[(handle, what)] = split()
+    if cached == MPI.COMM_NULL:
+        return MPI.COMM_NULL
+    dup, request = cached.Idup()
+    _oob.wait(request, timeout, "Comm.from_mpi's copy of a split")
+    return dup
+
+
+def _free_splits(handle: int | None = None) -> None:
+    """Free the splits cached for one communicator (all of them: None)."""
+    for key in [k for k in _splits if handle is None or k[0] == handle]:
+        free_mpi_comm(_splits.pop(key))
 
 
 def _run_on_free(mpi_comm: Any, keyval: Any, callbacks: list[Callable[[], None]]) -> None:
@@ -178,7 +214,8 @@ def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: 
                     [node_of.count(n) for n in range(len(leaders))],
                     sorted(range(world_size), key=lambda w: (node_of[w], local_of[w])), timeout=timeout)
     if plan.nnodes > 1:
-        plan.world = parent.Dup()
-        leaders = plan.world.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, key=world_rank)
+        plan.world = split_once(parent, "world", parent.Dup, timeout)
+        leaders = split_once(parent, ("leaders", tuple(node_of)), lambda: parent.Split(
+            0 if node.Get_rank() == 0 else MPI.UNDEFINED, key=world_rank), timeout)
         plan.leaders = None if leaders == MPI.COMM_NULL else leaders
     return plan
