@@ -235,9 +235,10 @@ int shmtopo_sc_probe(const shmtopo_comm_t *comm, const uint64_t *words, const ui
 int shmtopo_sc_read(const shmtopo_comm_t *comm, int peer, void *dst, uint64_t src, size_t n, const char *what);
 int shmtopo_sc_write(const shmtopo_comm_t *comm, int peer, uint64_t dst, const void *src, size_t n,
                      const char *what);
-/* After a failed copy with `peer`: 1 when the peer is gone (EOWNERDEAD):
+/* After a failed copy with `peer`: 1 when the peer is gone (EOWNERDEAD) or
+ * left after a failure (ECONNABORTED, or EOWNERDEAD for the death it saw):
  * the comm is then broken and this rank has left it, as after a wait that
- * found the peer dead, and the call must end; 0 when the failure is to be
+ * found the same, and the call must end; 0 when the failure is to be
  * posted in the step that ends the round, so that every rank raises it. */
 int shmtopo_sc_gone(shmtopo_comm_t *comm, int peer);
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "wait.h"
 
 #define PROBE_MAGIC 0x73686d746f706f31ull /* "shmtopo1" */
 /* One call copies at most this much: the kernel caps a call near 2 GiB. */
@@ -116,6 +117,14 @@ static int copy(const shmtopo_comm_t *comm, int peer, int write, char *local, ui
             continue;
         const int err = k < 0 ? errno : EFAULT;
         const int me = shmtopo_world(comm, comm->rank), them = shmtopo_world(comm, peer);
+        /* A peer that left after a failure (its own, or a death it saw) may
+         * be exiting, its memory half gone: that failure is the cause, as
+         * every survivor names it. */
+        const int origin = comm->chan.win ? shmtopo_left_because(comm->chan.win, peer) : -1;
+        if (origin >= 0) {
+            shmtopo_sweep_stale_files(comm->config.topo_dir);
+            return shmtopo_fail_left(comm->chan.win, origin, what, "copied memory");
+        }
         if (err == ESRCH || !shmtopo_process_alive(pid, comm->starttimes[peer])) {
             /* the peer is gone: what a wait that finds it dead reports */
             shmtopo_sweep_stale_files(comm->config.topo_dir);
@@ -145,14 +154,16 @@ int shmtopo_sc_write(const shmtopo_comm_t *comm, int peer, uint64_t dst, const v
 
 int shmtopo_sc_gone(shmtopo_comm_t *comm, int peer)
 {
-    if (errno != EOWNERDEAD)
+    const int err = errno;
+    if (err != EOWNERDEAD && err != ECONNABORTED)
         return 0;
     /* A failure posted in the step would name the poster, and the step
      * could even succeed (the peer may have posted before it died): leave,
      * as a failed wait does, so peers fail naming the dead rank. */
+    const int origin = comm->chan.win ? shmtopo_left_because(comm->chan.win, peer) : -1;
     comm->broken = 1;
-    shmtopo_chan_leave(comm, peer);
-    errno = EOWNERDEAD;
+    shmtopo_chan_leave(comm, origin >= 0 ? origin : peer); /* the rank copy() named */
+    errno = err;
     return 1;
 }
 

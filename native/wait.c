@@ -74,6 +74,26 @@ void shmtopo_set_interrupt_hook(int (*hook)(void))
     interrupt_hook = hook;
 }
 
+int shmtopo_fail_left(const shmtopo_win_t *win, int origin, const char *what, const char *doing)
+{
+    const shmtopo_comm_t *comm = win->comm;
+    const int me = shmtopo_world(comm, comm->rank), them = shmtopo_world(comm, origin);
+    /* A survivor that left because a rank died names that rank; the dead
+     * rank itself never left (its own word is empty). Every survivor then
+     * tells the same story, the death, whichever of them noticed first. */
+    if (origin != comm->rank && !atomic_load_explicit(&win->ctrl[origin]->abandoned, memory_order_relaxed) &&
+        !shmtopo_process_alive(comm->pids[origin], comm->starttimes[origin]))
+        return shmtopo_fail(EOWNERDEAD, them, "rank %d (pid %d) exited while rank %d %s in %s", them,
+                            (int)comm->pids[origin], me, doing, what);
+    return shmtopo_fail(ECONNABORTED, them, "rank %d left %s after an error while rank %d %s in %s", them,
+                        win->label, me, doing, what);
+}
+
+int shmtopo_left_because(const shmtopo_win_t *win, int rank)
+{
+    return (int)atomic_load_explicit(&win->ctrl[rank]->abandoned, memory_order_relaxed) - 1;
+}
+
 /* Why the wait cannot go on, or 0: a peer left, died, the time is up, or
  * the binding was interrupted (Ctrl-C). Sets the failure and, for the
  * leave that follows, the rank whose failure caused ours. */
@@ -81,25 +101,11 @@ static int check(shmtopo_win_t *win, int peer, const char *what, uint64_t waited
                  int *originp)
 {
     const shmtopo_comm_t *comm = win->comm;
-    const char *where = win->label;
     const int me = shmtopo_world(comm, comm->rank);
     int gone = find_abandoned(win, peer, full);
-    /* A survivor that left because a rank died names that rank; the dead
-     * rank itself never left (its own word is empty). Every survivor then
-     * tells the same story, the death, whichever of them noticed first. */
-    if (gone >= 0 && gone != comm->rank &&
-        !atomic_load_explicit(&win->ctrl[gone]->abandoned, memory_order_relaxed) &&
-        !shmtopo_process_alive(comm->pids[gone], comm->starttimes[gone])) {
-        *originp = gone;
-        return shmtopo_fail(EOWNERDEAD, shmtopo_world(comm, gone),
-                            "rank %d (pid %d) exited while rank %d waited in %s",
-                            shmtopo_world(comm, gone), (int)comm->pids[gone], me, what);
-    }
     if (gone >= 0) {
         *originp = gone;
-        return shmtopo_fail(ECONNABORTED, shmtopo_world(comm, gone),
-                            "rank %d left %s after an error while rank %d waited in %s",
-                            shmtopo_world(comm, gone), where, me, what);
+        return shmtopo_fail_left(win, gone, what, "waited");
     }
     if (!full)
         return 0;

@@ -45,4 +45,14 @@ static inline int shmtopo_wait(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomi
     return shmtopo_wait_slow(win, seq, waiters, target, peer, what, originp);
 }
 
+/* The rank whose failure made `rank` leave `win` (itself, or the peer it
+ * named), or -1 while it has not left. */
+int shmtopo_left_because(const shmtopo_win_t *win, int rank);
+
+/* Fail (-1) for a leave of `win` that names `origin`: PeerDead (EOWNERDEAD)
+ * when origin is a peer that never left and no longer runs, so that every
+ * survivor names the death, else ECONNABORTED for origin's error. `doing`
+ * and `what` say what this rank was doing ("waited", "fence"). */
+int shmtopo_fail_left(const shmtopo_win_t *win, int origin, const char *what, const char *doing);
+
 #endif /* SHMTOPO_WAIT_H */
