@@ -443,3 +443,14 @@ int shmtopo_comm_broken(const shmtopo_comm_t *comm)
 {
     return comm ? comm->broken : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
 }
+
+int shmtopo_comm_claim(shmtopo_comm_t *comm)
+{
+    return comm ? shmtopo_claim(&comm->claim, "the comm") : 0;
+}
+
+void shmtopo_comm_unclaim(shmtopo_comm_t *comm)
+{
+    if (comm)
+        shmtopo_unclaim(&comm->claim);
+}

@@ -77,8 +77,16 @@ typedef struct shmtopo_ctrl {
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t peer_seq[]; /* [p]: peer fences done with p */
 } shmtopo_ctrl_t;
 
+/* Which thread is inside a call on an object (0: none), and how deep
+ * (state.c: shmtopo_claim). */
+typedef struct shmtopo_claim {
+    _Atomic uintptr_t user;
+    int depth;
+} shmtopo_claim_t;
+
 struct shmtopo_win {
     shmtopo_comm_t *comm;
+    shmtopo_claim_t claim;   /* shmtopo_win_claim */
     uint64_t id;             /* per comm, in allocation order */
     const char *label;       /* how messages name it: "the window", or as its owner calls it */
     /* the owner's part of this rank's leaving (waking its own sleepers), or NULL */
@@ -163,6 +171,7 @@ struct shmtopo_comm {
     /* the agreement its windows allocate and free through (set with the
      * channel by comm.c, which stands above them) */
     shmtopo_exchange_fn agree;
+    shmtopo_claim_t claim;           /* shmtopo_comm_claim */
 };
 
 /* The job rank of a local rank (for messages and roots). */

@@ -104,6 +104,15 @@ int shmtopo_comm_set_timeout(shmtopo_comm_t *comm, double seconds);
 double shmtopo_comm_timeout(const shmtopo_comm_t *comm);
 /* 1 when a failed wait left the comm unusable (only free/abandon work). */
 int shmtopo_comm_broken(const shmtopo_comm_t *comm);
+/* A comm takes one thread at a time in its collectives, and each window in
+ * its fences (MPI_THREAD_SERIALIZED per object). A caller whose threads may
+ * share them claims the object around each call (a window's collectives
+ * and its free: the comm and the window): -1 with EBUSY when another
+ * thread holds it, instead of a free racing a wait. The holder's claims
+ * nest; NULL (a freed handle) claims nothing, and the call itself then
+ * says EBADF. */
+int shmtopo_comm_claim(shmtopo_comm_t *comm);
+void shmtopo_comm_unclaim(shmtopo_comm_t *comm);
 int shmtopo_comm_rank(const shmtopo_comm_t *comm);
 int shmtopo_comm_size(const shmtopo_comm_t *comm);
 /* Process id of a rank; -1/EINVAL for a rank out of range. */
@@ -310,6 +319,10 @@ int shmtopo_win_huge_pages(const shmtopo_win_t *win, size_t *page_sizep);
 /* Algorithm and backend actually in use (after DEFAULT/AUTO resolution). */
 int shmtopo_win_fence_alg(const shmtopo_win_t *win);
 int shmtopo_win_backend(const shmtopo_win_t *win);
+/* As shmtopo_comm_claim, for the window's fences: the comm's collectives
+ * and each of its windows' fences may each have a thread of their own. */
+int shmtopo_win_claim(shmtopo_win_t *win);
+void shmtopo_win_unclaim(shmtopo_win_t *win);
 int shmtopo_win_set_timeout(shmtopo_win_t *win, double seconds);
 /* Mappings this process holds for the window (one per segment). */
 int shmtopo_win_nmappings(const shmtopo_win_t *win);

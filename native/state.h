@@ -24,4 +24,9 @@ static inline int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *wh
     return shmtopo_comm_unusable(comm, what);
 }
 
+/* This thread's calls only, until shmtopo_unclaim (claims nest): 0, or -1
+ * with EBUSY when another thread holds it; `what` names the object. */
+int shmtopo_claim(shmtopo_claim_t *claim, const char *what);
+void shmtopo_unclaim(shmtopo_claim_t *claim);
+
 #endif /* SHMTOPO_STATE_H */

@@ -379,6 +379,17 @@ int shmtopo_win_backend(const shmtopo_win_t *win)
     return win ? win->backend : shmtopo_fail(EBADF, -1, "window is NULL or freed");
 }
 
+int shmtopo_win_claim(shmtopo_win_t *win)
+{
+    return win ? shmtopo_claim(&win->claim, win->label) : 0;
+}
+
+void shmtopo_win_unclaim(shmtopo_win_t *win)
+{
+    if (win)
+        shmtopo_unclaim(&win->claim);
+}
+
 int shmtopo_win_set_timeout(shmtopo_win_t *win, double seconds)
 {
     if (!win)

@@ -43,6 +43,10 @@ static struct {
  * and retaking it costs more than a fence whose peer is already there. The
  * core drops it through release_gil at the first wait that lasts
  * (shmtopo_release_while_waiting); CORE_CALL takes it back after the call.
+ * It claims the comm and the window first (shmtopo_comm_claim), still
+ * holding the GIL: a thread that frees either claims it too, and clears
+ * the handles this module is given before it goes, so no call here meets
+ * a freed one.
  * `rc` and `err` (errno, read before the GIL is retaken) are the caller's. */
 static _Thread_local PyThreadState *released;
 
@@ -51,8 +55,13 @@ static void release_gil(void)
     released = PyEval_SaveThread();
 }
 
-#define CORE_CALL(call)                                 \
+#define CORE_CALL(comm, win, call)                      \
     do {                                                \
+        if (claim_both(comm, win) < 0) {                \
+            rc = -1;                                    \
+            err = errno;                                \
+            break;                                      \
+        }                                               \
         shmtopo_release_while_waiting(release_gil);     \
         rc = call;                                      \
         err = errno;                                    \
@@ -62,7 +71,24 @@ static void release_gil(void)
             released = NULL;                            \
             PyEval_RestoreThread(state);                \
         }                                               \
+        shmtopo_win_unclaim(win);                       \
+        shmtopo_comm_unclaim(comm);                     \
     } while (0)
+
+/* The comm (collectives) and the window (fences, window collectives), either
+ * may be NULL; neither is held when -1. */
+static int claim_both(shmtopo_comm_t *comm, shmtopo_win_t *win)
+{
+    if (shmtopo_comm_claim(comm) < 0)
+        return -1;
+    if (shmtopo_win_claim(win) < 0) {
+        int err = errno;
+        shmtopo_comm_unclaim(comm);
+        errno = err;
+        return -1;
+    }
+    return 0;
+}
 
 static PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
 {
@@ -243,11 +269,11 @@ static int reduce_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *win,
     int rc, err;
     const size_t n = count_of(in, code);
     if (place == WINDOWED)
-        CORE_CALL(shmtopo_win_reduce(win, offset, out, n, code, op, root, SHMTOPO_COLL_AUTO));
+        CORE_CALL(comm, win, shmtopo_win_reduce(win, offset, out, n, code, op, root, SHMTOPO_COLL_AUTO));
     else if (root < 0)
-        CORE_CALL(shmtopo_allreduce(comm, in->buf, out, n, code, op, SHMTOPO_COLL_AUTO));
+        CORE_CALL(comm, NULL, shmtopo_allreduce(comm, in->buf, out, n, code, op, SHMTOPO_COLL_AUTO));
     else
-        CORE_CALL(shmtopo_reduce(comm, in->buf, out, n, code, op, root, SHMTOPO_COLL_AUTO));
+        CORE_CALL(comm, NULL, shmtopo_reduce(comm, in->buf, out, n, code, op, root, SHMTOPO_COLL_AUTO));
     errno = err;
     return rc;
 }
@@ -257,9 +283,9 @@ static int bcast_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *win, 
 {
     int rc, err;
     if (place == WINDOWED)
-        CORE_CALL(shmtopo_win_bcast(win, offset, buf->buf, count_of(buf, code), code, root));
+        CORE_CALL(comm, win, shmtopo_win_bcast(win, offset, buf->buf, count_of(buf, code), code, root));
     else
-        CORE_CALL(shmtopo_bcast(comm, buf->buf, count_of(buf, code), code, root));
+        CORE_CALL(comm, NULL, shmtopo_bcast(comm, buf->buf, count_of(buf, code), code, root));
     errno = err;
     return rc;
 }
@@ -270,9 +296,9 @@ static int allgather_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *w
 {
     int rc, err;
     if (place == WINDOWED)
-        CORE_CALL(shmtopo_win_allgather(win, offset, out->buf, count_of(in, code), code));
+        CORE_CALL(comm, win, shmtopo_win_allgather(win, offset, out->buf, count_of(in, code), code));
     else
-        CORE_CALL(shmtopo_allgather(comm, in->buf, out->buf, count_of(in, code), code));
+        CORE_CALL(comm, NULL, shmtopo_allgather(comm, in->buf, out->buf, count_of(in, code), code));
     errno = err;
     return rc;
 }
@@ -409,10 +435,31 @@ static PyObject *fast_barrier(PyObject *self, PyObject *handle)
     if (!comm)
         Py_RETURN_NONE;
     int rc, err;
-    CORE_CALL(shmtopo_barrier(comm));
+    CORE_CALL(comm, NULL, shmtopo_barrier(comm));
     if (rc < 0)
         return failed(NULL, err);
     Py_RETURN_TRUE;
+}
+
+/* claim(comm, win), unclaim(comm, win): the general path's calls hold the
+ * comm and the window (either address may be 0) as the fast entries do, and
+ * take them here, with the GIL, for the reason given at CORE_CALL. */
+static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "claim takes 2 arguments"), NULL;
+    if (claim_both(comm_of(args[0]), (shmtopo_win_t *)comm_of(args[1])) < 0)
+        return failed(NULL, errno);
+    Py_RETURN_NONE;
+}
+
+static PyObject *unclaim(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "unclaim takes 2 arguments"), NULL;
+    shmtopo_win_unclaim((shmtopo_win_t *)comm_of(args[1]));
+    shmtopo_comm_unclaim(comm_of(args[0]));
+    Py_RETURN_NONE;
 }
 
 /* place(handle, windows, array) -> (window, offset) | None: the window of
@@ -676,7 +723,7 @@ static PyObject *accel_barrier(PyObject *self, PyObject *handle)
     if (!comm)
         Py_RETURN_NONE;
     int rc, err;
-    CORE_CALL(shmtopo_barrier(comm));
+    CORE_CALL(comm, NULL, shmtopo_barrier(comm));
     return accel_done(rc, err);
 }
 
@@ -714,7 +761,8 @@ static PyObject *bind_accelerate(PyObject *self, PyObject *const *args, Py_ssize
 static PyObject *window_fence(PyObject *self, PyObject *unused)
 {
     int rc, err;
-    CORE_CALL(shmtopo_win_fence(((NativeWindow *)self)->win));
+    shmtopo_win_t *win = ((NativeWindow *)self)->win;
+    CORE_CALL(NULL, win, shmtopo_win_fence(win));
     if (rc < 0)
         return failed(NULL, err);
     Py_RETURN_NONE;
@@ -751,7 +799,8 @@ static PyObject *window_peer_fence(PyObject *self, PyObject *rank)
         return NULL;
     }
     int rc, err;
-    CORE_CALL(shmtopo_win_peer_fence(((NativeWindow *)self)->win, (int)peer));
+    shmtopo_win_t *win = ((NativeWindow *)self)->win;
+    CORE_CALL(NULL, win, shmtopo_win_peer_fence(win, (int)peer));
     if (rc < 0)
         return failed(NULL, err);
     Py_RETURN_NONE;
@@ -804,6 +853,9 @@ static PyMethodDef methods[] = {
     {"bcast", (PyCFunction)(void (*)(void))fast_bcast, METH_FASTCALL, "bcast(handle, windows, array, root)"},
     {"allgather", (PyCFunction)(void (*)(void))fast_allgather, METH_FASTCALL, "allgather(handle, windows, array, out, nranks)"},
     {"barrier", fast_barrier, METH_O, "barrier(handle) -> True | None"},
+    {"claim", (PyCFunction)(void (*)(void))claim, METH_FASTCALL,
+     "claim(comm, win): this thread's calls only, until unclaim (EBUSY otherwise)"},
+    {"unclaim", (PyCFunction)(void (*)(void))unclaim, METH_FASTCALL, "unclaim(comm, win)"},
     {"place", (PyCFunction)(void (*)(void))fast_place, METH_FASTCALL, "place(handle, windows, array) -> (window, offset) | None"},
     {"bind_accelerate", (PyCFunction)(void (*)(void))bind_accelerate, METH_FASTCALL,
      "Bind the drop-in's op objects and per-type masks (shmtopo.accelerate internal)."},

@@ -16,11 +16,13 @@ the objects built on a comm (an accelerated comm) drop theirs.
 from __future__ import annotations
 
 import atexit
+import functools
 import warnings
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, cast
 
+from . import _fastpath
 from ._native import ffi, lib
 from .errors import ShmtopoValueError, check
 
@@ -97,6 +99,68 @@ class Collective:
                           "call it on every rank)", ResourceWarning, stacklevel=2)
 
 
+# -- one thread at a time --------------------------------------------------------
+#
+# A comm takes one collective call at a time, and each window one fence
+# (MPI_THREAD_SERIALIZED per object): each call holds the native object
+# (shmtopo_comm_claim, shmtopo_win_claim, taken with the GIL), so that a
+# second thread's call raises ShmtopoError (EBUSY) instead of running beside
+# it, and a free never releases memory a wait still reads. The fast entries
+# hold them themselves; the general paths hold them here, by address (0:
+# nothing to hold).
+
+class Held:
+    """``with Held(comm.address, win.address):`` this thread holds the comm
+    and the window (either may be 0) for the block."""
+
+    __slots__ = ("comm", "win")
+
+    def __init__(self, comm: int, win: int = 0):
+        self.comm, self.win = comm, win
+
+    def __enter__(self) -> None:
+        _fastpath.claim(self.comm, self.win)
+
+    def __exit__(self, *exc: object) -> None:
+        _fastpath.unclaim(self.comm, self.win)
+
+
+def hold_all(comm: int, windows: list[int]) -> None:
+    """Hold a comm and all its windows (to free or abandon them), or none:
+    ShmtopoError (EBUSY) when another thread holds any."""
+    _fastpath.claim(comm, 0)
+    taken: list[int] = []
+    try:
+        for win in windows:
+            _fastpath.claim(0, win)
+            taken.append(win)
+    except BaseException:
+        release_all(comm, taken)
+        raise
+
+
+def release_all(comm: int, windows: list[int]) -> None:
+    for win in windows:
+        _fastpath.unclaim(0, win)
+    _fastpath.unclaim(comm, 0)
+
+
+Call = TypeVar("Call", bound=Callable[..., Any])
+
+
+def holding_comm(call: Call) -> Call:
+    """A collective whose first argument is a comm holds it while it runs."""
+    @functools.wraps(call)
+    def held(comm: Any, *args: Any, **kwargs: Any) -> Any:
+        address = comm.address
+        _fastpath.claim(address, 0)
+        try:
+            return call(comm, *args, **kwargs)
+        finally:
+            _fastpath.unclaim(address, 0)
+    return cast(Call, held)
+
+
 def number_of_name(parse: Callable[[bytes, Any], int], name: Any, what: str, expected: str = "a name") -> int:
     """The native enum number of a name, through the core's parser for it
     (``lib.shmtopo_*_from_name``): ShmtopoValueError for an unknown name or
@@ -149,6 +213,7 @@ class CommLike(Protocol):
     plan: Any                 #: job.NodePlan: where this rank sits in the job
     attributes: Attributes    #: what higher layers attached to the comm
     fast_handle: int          #: the native comm as a number for the fast entries (0: not to be taken)
+    address: int              #: the native comm as a number, to hold it (Held); 0 once freed
     fast_windows: Any         #: the windows list the fast entries search, None while levels may take large calls
     windows: list[Any]        #: the comm's open windows, in creation order (the comm keeps it)
 

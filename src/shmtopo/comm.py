@@ -9,7 +9,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from . import _oob, agreement
-from ._base import Attributes, Collective, opened
+from ._base import Attributes, Collective, hold_all, holding_comm, opened, release_all
 from ._native import ffi, lib
 from .coll import api, persistent
 from .errors import FreedError, ShmtopoValueError, check, last_error
@@ -61,14 +61,23 @@ class Comm(Collective):
         #: the handle as a number for the fast entries (0 when they must not
         #: be taken: freed, or collectives span nodes)
         self.fast_handle = 0
+        #: the handle as a number, to hold the comm for one thread's call
+        #: (_base.Held); 0 once freed
+        self.address = 0
         #: the windows the fast entries may find large arrays in: None until
         #: the levels say they take no large calls (allow_fast_windows)
         self.fast_windows: list[Window] | None = None
         handle = ffi.new("shmtopo_comm_t **")
         check(lib.shmtopo_comm_create(size, rank, transport.oob, handle))
-        self._h = handle[0]
+        self._h = ffi.NULL
+        self._set_handle(handle[0])
         opened(self)
-        self.fast_handle = int(ffi.cast("uintptr_t", self._h))
+
+    def _set_handle(self, handle: Any) -> None:
+        """The native comm (NULL: gone), and the numbers standing for it."""
+        self._h = handle
+        self.address = int(ffi.cast("uintptr_t", handle))
+        self.fast_handle = self.address if self.plan.nnodes == 1 else 0
 
     # -- construction -----------------------------------------------------
     @classmethod
@@ -122,7 +131,7 @@ class Comm(Collective):
         self.plan = plan
         if plan.nnodes == 1:
             return
-        self.fast_handle = 0
+        self._set_handle(self._h)  # collectives span nodes: the fast entries stand aside
         self._leaders_transport = (_oob.mpi_transport(plan.leaders, plan.timeout)
                                    if plan.leaders is not None else None)
         world_ranks = ffi.new("int[]", [w for w in plan.world_order if plan.node_of[w] == plan.node_index])
@@ -242,6 +251,7 @@ class Comm(Collective):
         return bool(self._h == ffi.NULL)
 
     # -- windows ----------------------------------------------------------
+    @holding_comm
     def allocate(
         self,
         nbytes: int | None = None,
@@ -339,6 +349,7 @@ class Comm(Collective):
     scan = api.scan
     exscan = api.exscan
 
+    @holding_comm
     def allreduce_init(self, send: Any, recv: Any, op: str = "sum", *,
                        algorithm: str | None = None) -> persistent.Request:
         """Collective: a persistent allreduce of ``send`` into ``recv``
@@ -346,11 +357,13 @@ class Comm(Collective):
         argument handling."""
         return persistent.allreduce_init(self, send, recv, op, algorithm)
 
+    @holding_comm
     def bcast_init(self, buf: Any, root: int = 0) -> persistent.Request:
         """Collective: a persistent in-place bcast of ``buf`` from ``root``
         (node-local comms)."""
         return persistent.bcast_init(self, buf, root)
 
+    @holding_comm
     def alltoall_init(self, send: Any, recv: Any) -> persistent.Request:
         """Collective: a persistent alltoall (node-local comms)."""
         return persistent.alltoall_init(self, send, recv)
@@ -359,22 +372,29 @@ class Comm(Collective):
     def free(self) -> None:
         """Collective: free the windows still open (in creation order), then
         the comm. Freeing twice is a no-op. If a rank calls something else
-        meanwhile, every rank raises and the comm stays."""
+        meanwhile, every rank raises and the comm stays. A call of another
+        thread still inside makes it raise ShmtopoError (EBUSY) at once."""
         if self._h == ffi.NULL:
             return
-        for win in list(self.windows):
-            win.free()
-        self.attributes.free_all()
+        hold_all(self.address, [win.address for win in self.windows])
+        try:
+            for win in list(self.windows):
+                win.free()
+            self.attributes.free_all()
+        except BaseException:
+            release_all(self.address, [win.address for win in self.windows])
+            raise
         handle = ffi.new("shmtopo_comm_t **", self._h)
+        self._set_handle(ffi.NULL)  # no other thread reaches the comm while it goes
         if lib.shmtopo_comm_destroy(handle) < 0:
             exc = last_error()
             if handle[0] != ffi.NULL:  # a mismatch: the comm stays
+                self._set_handle(handle[0])
+                release_all(self.address, [])
                 raise exc
-            self._h, self.fast_handle = ffi.NULL, 0
             self.plan.free()
             self._free_mpi()
             raise exc
-        self._h, self.fast_handle = ffi.NULL, 0
         self.plan.free()
         self._free_mpi()
 
@@ -384,10 +404,16 @@ class Comm(Collective):
         raise PeerAbortedError. No-op once freed."""
         if self._h == ffi.NULL:
             return
-        for win in list(self.windows):
-            win.abandon(_origin)
-        self.attributes.abandon_all()
-        handle, self._h, self.fast_handle = self._h, ffi.NULL, 0
+        hold_all(self.address, [win.address for win in self.windows])  # not while another thread is inside
+        try:
+            for win in list(self.windows):
+                win.abandon(_origin)
+            self.attributes.abandon_all()
+        except BaseException:
+            release_all(self.address, [win.address for win in self.windows])
+            raise
+        handle = self._h
+        self._set_handle(ffi.NULL)
         check(lib.shmtopo_comm_abandon(handle))
         self.plan.free()
         self._free_mpi()
@@ -402,6 +428,7 @@ class Comm(Collective):
             return "<shmtopo.Comm freed>"
         return f"<shmtopo.Comm rank {self.rank} of {self.size}>"
 
+    @holding_comm
     def bind(self, to: str = "core", policy: str = "compact", *, overload: bool = False) -> list[Placement]:
         """Collective: bind every rank of this node (the whole process, all
         its threads) to one object of type ``to`` ("core", "numa",
@@ -458,6 +485,7 @@ class Comm(Collective):
         on it)."""
         return self._split_colored(by)[0]
 
+    @holding_comm
     def _split_colored(self, by: str) -> "tuple[Comm, int]":
         """:meth:`split`, also returning this rank's color (for unbound ranks
         it is only known at the moment of the split)."""
@@ -477,6 +505,7 @@ class Comm(Collective):
         assert sub is not None
         return sub, color
 
+    @holding_comm
     def split_by_color(self, color: int | None) -> "Comm | None":
         """Collective over the comm (made with from_mpi): the comm of the
         ranks that pass the same color, from a split of its MPI communicator;

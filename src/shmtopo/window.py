@@ -8,7 +8,8 @@ from typing import Any, Callable
 import numpy as np
 import numpy.typing as npt
 
-from ._base import Collective, CommLike, number_of_name
+from ._base import Collective, CommLike, Held, number_of_name
+from . import _fastpath
 from ._fastpath import NativeWindow
 from ._native import ffi, lib
 from .bitmap import Bitmap
@@ -224,10 +225,12 @@ class Window(NativeWindow, Collective):
 
     def fence_loop(self, count: int) -> None:
         """Fence ``count`` times inside the native core (for benchmarks)."""
-        check(lib.shmtopo_win_fence_loop(self._h, int(count)))
+        with Held(0, self._fast):
+            check(lib.shmtopo_win_fence_loop(self._h, int(count)))
 
     def peer_fence_loop(self, rank: int, count: int) -> None:
-        check(lib.shmtopo_win_peer_fence_loop(self._h, int(rank), int(count)))
+        with Held(0, self._fast):
+            check(lib.shmtopo_win_peer_fence_loop(self._h, int(rank), int(count)))
 
     # -- properties -----------------------------------------------------
     @property
@@ -261,6 +264,11 @@ class Window(NativeWindow, Collective):
         """The native window (cffi pointer) for the core's C API; NULL once freed."""
         return self._h
 
+    @property
+    def address(self) -> int:
+        """The native window as a number, to hold it (_base.Held); 0 once freed."""
+        return self._fast
+
     def _check_open(self) -> None:
         if self._h == ffi.NULL:
             raise FreedError("the window has been freed", 9)
@@ -273,13 +281,21 @@ class Window(NativeWindow, Collective):
         rank raises and the window stays."""
         if self._h == ffi.NULL:
             return
-        if lib.shmtopo_win_free(self._h) < 0:
+        comm, win = self.comm.address, self._fast
+        _fastpath.claim(comm, win)  # not while another thread fences on it
+        handle = self._h
+        self._h, self._fast = ffi.NULL, 0  # no other thread reaches it while it goes
+        if lib.shmtopo_win_free(handle) < 0:
             exc = last_error()
             if not lib.shmtopo_comm_broken(self.comm.handle):
+                self._h, self._fast = handle, win
+                _fastpath.unclaim(comm, win)
                 raise exc  # a rank called something else: the window stays
             self._forget()  # a wait failed: freed here anyway
+            _fastpath.unclaim(comm, 0)
             raise exc
         self._forget()
+        _fastpath.unclaim(comm, 0)
 
     def abandon(self, _origin: int | None = None) -> None:
         """Local: leave the window after an error on this rank, without
@@ -287,10 +303,15 @@ class Window(NativeWindow, Collective):
         instead of hanging. No-op on a freed window."""
         if self._h == ffi.NULL:
             return
+        comm = self.comm.address
+        _fastpath.claim(comm, self._fast)
         handle = self._h
         self._forget()
         origin = _origin if isinstance(_origin, int) else -1
-        check(lib.shmtopo_win_abandon_because(handle, origin))
+        try:
+            check(lib.shmtopo_win_abandon_because(handle, origin))
+        finally:
+            _fastpath.unclaim(comm, 0)  # the window's claim went with it
 
     def _forget(self) -> None:
         self._h, self._fast = ffi.NULL, 0

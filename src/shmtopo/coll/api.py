@@ -28,7 +28,7 @@ import numpy.typing as npt
 from .._native import ffi, lib
 from .._types import (ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, COUNTS, EXSCAN, GATHER,
                       GATHERV, OWN_COUNT, REDUCE, REDUCE_SCATTER, SCAN, SCATTER, SCATTERV, SIZES, Array)
-from .._base import CommLike
+from .._base import CommLike, Held, holding_comm
 from ..agreement import agree, counts_digest, counts_verdict, normalised, pairs_verdict, signature
 from . import levels
 from .across import (hier_allgather, hier_allreduce, hier_bcast, hier_reduce, run_across_nodes, world_allgatherv,
@@ -49,10 +49,11 @@ def barrier(comm: CommLike) -> None:
     """Collective: no rank leaves before every rank arrived."""
     if fast_barrier(comm.fast_handle):
         return
-    if comm.nnodes == 1:
-        checked(native_barrier(comm.handle))  # a freed comm raises FreedError here
-    else:
-        agree(comm, BARRIER)  # an agreement over the job is a barrier over it
+    with Held(comm.address):
+        if comm.nnodes == 1:
+            checked(native_barrier(comm.handle))  # a freed comm raises FreedError here
+        else:
+            agree(comm, BARRIER)  # an agreement over the job is a barrier over it
 
 
 def allreduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Array | None = None,
@@ -68,18 +69,19 @@ def allreduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Arr
         fast: Array | None = fast_allreduce(comm.fast_handle, comm.fast_windows, array, out, op)
         if fast is not None:
             return fast
-    a, code, opc, alg, _, result = normalised(comm, ALLREDUCE, reduce_args, comm, "allreduce",
-                                               array, op, out, algorithm, None)
-    if comm.nnodes == 1:
-        if levels.wanted_for(comm, a.nbytes, alg) and not window_of(comm, a):
-            agree(comm, ALLREDUCE, a.size, code, opc, -1, alg, extra=levels.LEVELLED_MARK)
-            if levels.allreduce(comm, a, _on_every_rank(result), opc):
-                return _on_every_rank(result)
-        node_reduce(comm, a, result, opc, -1, alg)
+    with Held(comm.address):
+        a, code, opc, alg, _, result = normalised(comm, ALLREDUCE, reduce_args, comm, "allreduce",
+                                                   array, op, out, algorithm, None)
+        if comm.nnodes == 1:
+            if levels.wanted_for(comm, a.nbytes, alg) and not window_of(comm, a):
+                agree(comm, ALLREDUCE, a.size, code, opc, -1, alg, extra=levels.LEVELLED_MARK)
+                if levels.allreduce(comm, a, _on_every_rank(result), opc):
+                    return _on_every_rank(result)
+            node_reduce(comm, a, result, opc, -1, alg)
+            return _on_every_rank(result)
+        agree(comm, ALLREDUCE, a.size, code, opc, -1, alg)
+        run_across_nodes(comm, hier_allreduce, a, result, opc, alg)
         return _on_every_rank(result)
-    agree(comm, ALLREDUCE, a.size, code, opc, -1, alg)
-    run_across_nodes(comm, hier_allreduce, a, result, opc, alg)
-    return _on_every_rank(result)
 
 
 def reduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", root: int = 0, *, out: Array | None = None,
@@ -91,18 +93,19 @@ def reduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", root: int = 0,
         if fast is not NotImplemented:
             done: Array | None = fast  # None on ranks other than root
             return done
-    a, code, opc, alg, r, result = normalised(comm, REDUCE, reduce_args, comm, "reduce",
-                                               array, op, out, algorithm, root)
-    if comm.nnodes == 1:
-        if levels.wanted_for(comm, a.nbytes, alg) and not window_of(comm, a):
-            agree(comm, REDUCE, a.size, code, opc, r, alg, extra=levels.LEVELLED_MARK)
-            if levels.reduce(comm, a, result, opc, r):
-                return result
-        node_reduce(comm, a, result, opc, r, alg)
-        return result
-    agree(comm, REDUCE, a.size, code, opc, r, alg)
-    run_across_nodes(comm, hier_reduce, a, result, opc, r, alg)
-    return result if comm.world_rank == r else None
+    with Held(comm.address):
+        a, code, opc, alg, r, result = normalised(comm, REDUCE, reduce_args, comm, "reduce",
+                                                   array, op, out, algorithm, root)
+        if comm.nnodes == 1:
+            if levels.wanted_for(comm, a.nbytes, alg) and not window_of(comm, a):
+                agree(comm, REDUCE, a.size, code, opc, r, alg, extra=levels.LEVELLED_MARK)
+                if levels.reduce(comm, a, result, opc, r):
+                    return result
+            node_reduce(comm, a, result, opc, r, alg)
+            return result
+        agree(comm, REDUCE, a.size, code, opc, r, alg)
+        run_across_nodes(comm, hier_reduce, a, result, opc, r, alg)
+        return result if comm.world_rank == r else None
 
 
 def bcast(comm: CommLike, array: npt.ArrayLike, root: int = 0, *, out: Array | None = None) -> Array:
@@ -112,24 +115,25 @@ def bcast(comm: CommLike, array: npt.ArrayLike, root: int = 0, *, out: Array | N
         fast: Array | None = fast_bcast(comm.fast_handle, comm.fast_windows, array, root)
         if fast is not None:
             return fast
-    a, code, r, result = normalised(comm, BCAST, bcast_args, comm, array, root, out)
-    if comm.nnodes == 1:
-        if window_of(comm, a):
-            node_bcast(comm, result, r, source=a)
+    with Held(comm.address):
+        a, code, r, result = normalised(comm, BCAST, bcast_args, comm, array, root, out)
+        if comm.nnodes == 1:
+            if window_of(comm, a):
+                node_bcast(comm, result, r, source=a)
+                return result
+            if result is not a and comm.world_rank == r:
+                result[...] = a
+            if levels.wanted_for(comm, a.nbytes, lib.SHMTOPO_COLL_AUTO):
+                agree(comm, BCAST, a.size, code, -1, r, extra=levels.LEVELLED_MARK)
+                if levels.bcast(comm, result, r):
+                    return result
+            node_bcast(comm, result, r)
             return result
+        agree(comm, BCAST, a.size, code, -1, r)
         if result is not a and comm.world_rank == r:
             result[...] = a
-        if levels.wanted_for(comm, a.nbytes, lib.SHMTOPO_COLL_AUTO):
-            agree(comm, BCAST, a.size, code, -1, r, extra=levels.LEVELLED_MARK)
-            if levels.bcast(comm, result, r):
-                return result
-        node_bcast(comm, result, r)
+        run_across_nodes(comm, hier_bcast, result, r)
         return result
-    agree(comm, BCAST, a.size, code, -1, r)
-    if result is not a and comm.world_rank == r:
-        result[...] = a
-    run_across_nodes(comm, hier_bcast, result, r)
-    return result
 
 
 def allgather(comm: CommLike, array: npt.ArrayLike, *, out: Array | None = None) -> Array:
@@ -138,15 +142,17 @@ def allgather(comm: CommLike, array: npt.ArrayLike, *, out: Array | None = None)
         fast: Array | None = fast_allgather(comm.fast_handle, comm.windows, array, out, comm.world_size)
         if fast is not None:
             return fast
-    a, code, result = normalised(comm, ALLGATHER, allgather_args, comm, array, out)
-    if comm.nnodes > 1:
-        agree(comm, ALLGATHER, a.size, code)
-        run_across_nodes(comm, hier_allgather, a, result)
+    with Held(comm.address):
+        a, code, result = normalised(comm, ALLGATHER, allgather_args, comm, array, out)
+        if comm.nnodes > 1:
+            agree(comm, ALLGATHER, a.size, code)
+            run_across_nodes(comm, hier_allgather, a, result)
+            return result
+        node_allgather(comm, a, result)
         return result
-    node_allgather(comm, a, result)
-    return result
 
 
+@holding_comm
 def reduce_scatter(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, counts: Any = None,
                    out: Array | None = None) -> Array:
     """Collective: array's first axis splits into nranks equal blocks; rank r
@@ -170,6 +176,7 @@ def reduce_scatter(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, cou
     return result
 
 
+@holding_comm
 def alltoall(comm: CommLike, array: npt.ArrayLike, *, out: Array | None = None) -> Array:
     """Collective: block p of the result is block `rank` of rank p's array
     (first axis split into nranks equal blocks)."""
@@ -194,6 +201,7 @@ def _own_counts(comm: CommLike, count: int) -> Array:
     return allgather(comm, np.array([count], SIZES)).reshape(-1)
 
 
+@holding_comm
 def gather(comm: CommLike, array: Any, root: int = 0, *, out: Array | None = None) -> Array | None:
     """Collective: on rank `root`, shape (nranks, *array.shape) with row r
     from rank r (out, if given); None elsewhere. Every rank passes the same
@@ -210,6 +218,7 @@ def gather(comm: CommLike, array: Any, root: int = 0, *, out: Array | None = Non
     return result
 
 
+@holding_comm
 def scatter(comm: CommLike, array: Any, root: int = 0, *, out: Array | None = None) -> Array:
     """Collective: rank r gets block r of the root's array (shape (nranks,
     *block)); returns it (out, or a new array). Elsewhere array may be None,
@@ -226,6 +235,7 @@ def scatter(comm: CommLike, array: Any, root: int = 0, *, out: Array | None = No
     return result
 
 
+@holding_comm
 def gatherv(comm: CommLike, array: Any, counts: Any = None, displs: Any = None, root: int = 0, *,
             out: Array | None = None) -> Array | None:
     """Collective: rank r's array (flattened, of counts[r] elements) lands in
@@ -247,6 +257,7 @@ def gatherv(comm: CommLike, array: Any, counts: Any = None, displs: Any = None, 
     return ret
 
 
+@holding_comm
 def scatterv(comm: CommLike, array: Any, counts: Any = None, displs: Any = None, root: int = 0, *,
              out: Array | None = None) -> Array:
     """Collective: rank r gets counts[r] elements of the root's array
@@ -269,6 +280,7 @@ def scatterv(comm: CommLike, array: Any, counts: Any = None, displs: Any = None,
     return ret
 
 
+@holding_comm
 def allgatherv(comm: CommLike, array: Any, counts: Any, displs: Any = None, *, out: Array | None = None) -> Array:
     """Collective: every rank's array (flattened, counts[r] elements on rank
     r) lands in every rank's out at displs[r]; returns out (a new 1-D array
@@ -284,6 +296,7 @@ def allgatherv(comm: CommLike, array: Any, counts: Any, displs: Any = None, *, o
     return ret
 
 
+@holding_comm
 def alltoallv(comm: CommLike, array: Any, sendcounts: Any, sdispls: Any, recvcounts: Any, rdispls: Any, *,
               out: Array | None = None) -> Array:
     """Collective: rank r sends sendcounts[p] elements of its array
@@ -343,6 +356,7 @@ def _scan_common(comm: CommLike, kind: int, array: Any, op: Any, out: Any) -> Ar
     return result
 
 
+@holding_comm
 def scan(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Array | None = None) -> Array:
     """Collective: on rank r, the reduction of ranks 0..r's arrays, folded in
     rank order (bit for bit what a loop over ranks 0..r computes). Returns
@@ -350,6 +364,7 @@ def scan(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Array | 
     return _scan_common(comm, SCAN, array, op, out)
 
 
+@holding_comm
 def exscan(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Array | None = None) -> Array:
     """Collective: scan of ranks 0..r-1 (exclusive). Rank 0 has none: its out
     is left as it was (MPI leaves it undefined) and returned, or a new

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._base import CommLike
+from .._fastpath import claim, unclaim
 from .._native import ffi, lib
 from .._types import ALGORITHMS, ALLREDUCE, ALLTOALL, BCAST, OPS, check_apart, checked_root, dtype_code, table_code
 from ..agreement import normalised
@@ -45,7 +46,11 @@ class Request:
         # is 0 once it is freed
         if not self._comm.fast_handle:
             raise FreedError("the request's comm has been freed", 9)
-        if _start(self._h) < 0:
+        address = self._comm.address
+        claim(address, 0)
+        failed = _start(self._h) < 0
+        unclaim(address, 0)
+        if failed:
             raise last_error()
 
     __call__ = start
