@@ -45,27 +45,28 @@ int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what)
     return 0; /* usable after all (not reached through shmtopo_comm_usable) */
 }
 
-/* Any thread's own address tells it from every other running thread. */
-static _Thread_local char this_thread;
-
+/* pthread_self, not a thread-local's address: a shared library's
+ * thread-locals cost a __tls_get_addr call, which a fence felt. */
 int shmtopo_claim(shmtopo_claim_t *claim, const char *what)
 {
-    uintptr_t me = (uintptr_t)&this_thread, none = 0;
-    if (atomic_load_explicit(&claim->user, memory_order_relaxed) == me) {
+    const uintptr_t me = (uintptr_t)pthread_self();
+    uintptr_t seen = 0;
+    if (atomic_compare_exchange_strong_explicit(&claim->user, &seen, me, memory_order_acquire,
+                                                memory_order_relaxed)) {
+        claim->depth = 1;
+        return 0;
+    }
+    if (seen == me) {
         claim->depth++;
         return 0;
     }
-    if (!atomic_compare_exchange_strong_explicit(&claim->user, &none, me, memory_order_acquire,
-                                                 memory_order_relaxed))
-        return shmtopo_fail(EBUSY, -1, "%s is in use by another thread: it takes one call at a time "
-                                       "(MPI_THREAD_SERIALIZED)", what);
-    claim->depth = 1;
-    return 0;
+    return shmtopo_fail(EBUSY, -1, "%s is in use by another thread: it takes one call at a time "
+                                   "(MPI_THREAD_SERIALIZED)", what);
 }
 
 void shmtopo_unclaim(shmtopo_claim_t *claim)
 {
-    if (atomic_load_explicit(&claim->user, memory_order_relaxed) == (uintptr_t)&this_thread &&
+    if (atomic_load_explicit(&claim->user, memory_order_relaxed) == (uintptr_t)pthread_self() &&
         --claim->depth == 0)
         atomic_store_explicit(&claim->user, 0, memory_order_release);
 }

@@ -71,23 +71,30 @@ static void release_gil(void)
             released = NULL;                            \
             PyEval_RestoreThread(state);                \
         }                                               \
-        shmtopo_win_unclaim(win);                       \
-        shmtopo_comm_unclaim(comm);                     \
+        unclaim_both(comm, win);                        \
     } while (0)
 
 /* The comm (collectives) and the window (fences, window collectives), either
  * may be NULL; neither is held when -1. */
 static int claim_both(shmtopo_comm_t *comm, shmtopo_win_t *win)
 {
-    if (shmtopo_comm_claim(comm) < 0)
+    if (comm && shmtopo_comm_claim(comm) < 0)
         return -1;
-    if (shmtopo_win_claim(win) < 0) {
+    if (win && shmtopo_win_claim(win) < 0) {
         int err = errno;
         shmtopo_comm_unclaim(comm);
         errno = err;
         return -1;
     }
     return 0;
+}
+
+static void unclaim_both(shmtopo_comm_t *comm, shmtopo_win_t *win)
+{
+    if (win)
+        shmtopo_win_unclaim(win);
+    if (comm)
+        shmtopo_comm_unclaim(comm);
 }
 
 static PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
@@ -457,8 +464,7 @@ static PyObject *unclaim(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 {
     if (nargs != 2)
         return PyErr_Format(PyExc_TypeError, "unclaim takes 2 arguments"), NULL;
-    shmtopo_win_unclaim((shmtopo_win_t *)comm_of(args[1]));
-    shmtopo_comm_unclaim(comm_of(args[0]));
+    unclaim_both(comm_of(args[0]), (shmtopo_win_t *)comm_of(args[1]));
     Py_RETURN_NONE;
 }
 
