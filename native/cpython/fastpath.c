@@ -468,6 +468,23 @@ static PyObject *unclaim(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_NONE;
 }
 
+/* start(handle, request): one start of a persistent request on the comm at
+ * handle (shmtopo_request_start), holding the comm as the entries above. */
+static PyObject *start(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "start takes 2 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    shmtopo_request_t *request = PyLong_AsVoidPtr(args[1]);
+    if (!request && PyErr_Occurred())
+        return NULL;
+    int rc, err;
+    CORE_CALL(comm, NULL, shmtopo_request_start(request));
+    if (rc < 0)
+        return failed(NULL, err);
+    Py_RETURN_NONE;
+}
+
 /* place(handle, windows, array) -> (window, offset) | None: the window of
  * `windows` whose part of this rank holds `array` (C-contiguous, from
  * bound.window_min bytes), found by the rule the fast entries follow, so
@@ -862,6 +879,7 @@ static PyMethodDef methods[] = {
     {"claim", (PyCFunction)(void (*)(void))claim, METH_FASTCALL,
      "claim(comm, win): this thread's calls only, until unclaim (EBUSY otherwise)"},
     {"unclaim", (PyCFunction)(void (*)(void))unclaim, METH_FASTCALL, "unclaim(comm, win)"},
+    {"start", (PyCFunction)(void (*)(void))start, METH_FASTCALL, "start(handle, request): a persistent request's start"},
     {"place", (PyCFunction)(void (*)(void))fast_place, METH_FASTCALL, "place(handle, windows, array) -> (window, offset) | None"},
     {"bind_accelerate", (PyCFunction)(void (*)(void))bind_accelerate, METH_FASTCALL,
      "Bind the drop-in's op objects and per-type masks (shmtopo.accelerate internal)."},

@@ -9,18 +9,16 @@ import numpy as np
 import numpy.typing as npt
 
 from .._base import CommLike
-from .._fastpath import claim, unclaim
+from .._fastpath import start
 from .._native import ffi, lib
 from .._types import ALGORITHMS, ALLREDUCE, ALLTOALL, BCAST, OPS, check_apart, checked_root, dtype_code, table_code
 from ..agreement import normalised
-from ..errors import FreedError, ShmtopoValueError, check, last_error
+from ..errors import FreedError, ShmtopoValueError, check
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from typing_extensions import Self
-
-_start = lib.shmtopo_request_start
 
 
 class Request:
@@ -31,7 +29,7 @@ class Request:
 
     def __init__(self, comm: CommLike, init: Callable[..., int], arrays: tuple[npt.NDArray[Any], ...],
                  *args: int) -> None:
-        self._h = ffi.NULL
+        self._h, self._address = ffi.NULL, 0
         self._comm = comm
         self._arrays = arrays  # keeps the buffers alive and pinned
         self._buffers = [ffi.from_buffer(a, require_writable=i > 0 or len(arrays) == 1)
@@ -39,6 +37,7 @@ class Request:
         out = ffi.new("shmtopo_request_t **")
         check(init(comm.handle, *self._buffers, *args, out))
         self._h = out[0]
+        self._address = int(ffi.cast("uintptr_t", self._h))  # for _fastpath.start
 
     def start(self) -> None:
         """Collective: run the collective once on the request's arrays."""
@@ -46,12 +45,7 @@ class Request:
         # is 0 once it is freed
         if not self._comm.fast_handle:
             raise FreedError("the request's comm has been freed", 9)
-        address = self._comm.address
-        claim(address, 0)
-        failed = _start(self._h) < 0
-        unclaim(address, 0)
-        if failed:
-            raise last_error()
+        start(self._comm.address, self._address)
 
     __call__ = start
 
@@ -63,7 +57,7 @@ class Request:
         """Local: release the request (freeing twice is a no-op)."""
         if self._h != ffi.NULL:
             lib.shmtopo_request_free(self._h)
-            self._h = ffi.NULL
+            self._h, self._address = ffi.NULL, 0
             self._buffers = []
 
     def __enter__(self) -> Self:
