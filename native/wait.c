@@ -74,17 +74,26 @@ void shmtopo_set_interrupt_hook(int (*hook)(void))
     interrupt_hook = hook;
 }
 
+#define LEFT_OR_DEAD_MS 100
+
 int shmtopo_fail_left(const shmtopo_win_t *win, int origin, const char *what, const char *doing)
 {
     const shmtopo_comm_t *comm = win->comm;
     const int me = shmtopo_world(comm, comm->rank), them = shmtopo_world(comm, origin);
     /* A survivor that left because a rank died names that rank; the dead
      * rank itself never left (its own word is empty). Every survivor then
-     * tells the same story, the death, whichever of them noticed first. */
-    if (origin != comm->rank && !atomic_load_explicit(&win->ctrl[origin]->abandoned, memory_order_relaxed) &&
-        !shmtopo_process_alive(comm->pids[origin], comm->starttimes[origin]))
-        return shmtopo_fail(EOWNERDEAD, them, "rank %d (pid %d) exited while rank %d %s in %s", them,
-                            (int)comm->pids[origin], me, doing, what);
+     * tells the same story, the death, whichever of them noticed first. A
+     * rank named so that still runs is either still being torn down (a
+     * SIGKILLed process shows as running for a few ms) or about to leave
+     * after the same error (an exception naming it ends a with block):
+     * which one shows within LEFT_OR_DEAD_MS. */
+    for (int ms = 0; origin != comm->rank && ms <= LEFT_OR_DEAD_MS &&
+                     !atomic_load_explicit(&win->ctrl[origin]->abandoned, memory_order_relaxed); ms++) {
+        if (!shmtopo_process_alive(comm->pids[origin], comm->starttimes[origin]))
+            return shmtopo_fail(EOWNERDEAD, them, "rank %d (pid %d) exited while rank %d %s in %s", them,
+                                (int)comm->pids[origin], me, doing, what);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
     return shmtopo_fail(ECONNABORTED, them, "rank %d left %s after an error while rank %d %s in %s", them,
                         win->label, me, doing, what);
 }
