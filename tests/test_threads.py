@@ -59,6 +59,9 @@ def race(comm, what):
             first, second = (lambda: comm.allreduce(np.ones(4))), comm.free
         elif what == "general allreduce":
             first, second = (lambda: comm.allreduce(np.ones(4), algorithm="flat")), comm.free
+        elif what == "persistent":
+            request = comm.allreduce_init(np.ones(4), np.zeros(4))
+            first, second = request.start, request.free
         else:  # two threads in collectives at once
             first, second = (lambda: comm.allreduce(np.ones(4))), (lambda: comm.bcast(np.ones(4)))
         if comm.rank == 0:
@@ -72,11 +75,15 @@ def race(comm, what):
             first()
         win.fence()  # the window and the comm still work on every rank
         assert float(comm.allreduce(np.ones(1))[0]) == comm.size
+        if what == "persistent":
+            request.start()  # and so does the request
+            request.free()
         win.free()
     return seen
 
 
-@pytest.mark.parametrize("what", ["fence", "peer_fence", "allreduce", "general allreduce", "two calls"])
+@pytest.mark.parametrize("what", ["fence", "peer_fence", "allreduce", "general allreduce", "two calls",
+                                  "persistent"])
 def test_a_second_thread_is_refused_and_the_first_completes(what):
     before = ranks.shm_files()
     out = ranks.run(2, race, what)

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._base import CommLike
-from .._fastpath import start
+from .._fastpath import claim, start, unclaim
 from .._native import ffi, lib
 from .._types import ALGORITHMS, ALLREDUCE, ALLTOALL, BCAST, OPS, check_apart, checked_root, dtype_code, table_code
 from ..agreement import normalised
@@ -54,10 +54,16 @@ class Request:
         check(lib.shmtopo_request_wait(self._h))
 
     def free(self) -> None:
-        """Local: release the request (freeing twice is a no-op)."""
+        """Local: release the request (freeing twice is a no-op). While
+        another thread is inside a call on the comm (its start()), raises
+        ShmtopoError (EBUSY) and keeps it."""
         if self._h != ffi.NULL:
-            lib.shmtopo_request_free(self._h)
-            self._h, self._address = ffi.NULL, 0
+            comm = self._comm.address
+            claim(comm, 0)
+            handle = self._h
+            self._h, self._address = ffi.NULL, 0  # no other thread starts it while it goes
+            lib.shmtopo_request_free(handle)
+            unclaim(comm, 0)
             self._buffers = []
 
     def __enter__(self) -> Self:
