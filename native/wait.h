@@ -50,9 +50,10 @@ static inline int shmtopo_wait(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomi
 int shmtopo_left_because(const shmtopo_win_t *win, int rank);
 
 /* Fail (-1) for a leave of `win` that names `origin`: PeerDead (EOWNERDEAD)
- * when origin is a peer that never left and no longer runs, so that every
+ * when origin is a peer that never left and no longer runs (one that still
+ * shows as running gets a short while to die or leave), so that every
  * survivor names the death, else ECONNABORTED for origin's error. `doing`
- * and `what` say what this rank was doing ("waited", "fence"). */
+ * and `what` say what this rank was doing ("waited", "copied memory"). */
 int shmtopo_fail_left(const shmtopo_win_t *win, int origin, const char *what, const char *doing);
 
 #endif /* SHMTOPO_WAIT_H */

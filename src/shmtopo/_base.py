@@ -152,12 +152,8 @@ def holding_comm(call: Call) -> Call:
     """A collective whose first argument is a comm holds it while it runs."""
     @functools.wraps(call)
     def held(comm: Any, *args: Any, **kwargs: Any) -> Any:
-        address = comm.address
-        _fastpath.claim(address, 0)
-        try:
+        with Held(comm.address):
             return call(comm, *args, **kwargs)
-        finally:
-            _fastpath.unclaim(address, 0)
     return cast(Call, held)
 
 
