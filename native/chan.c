@@ -7,6 +7,7 @@
 
 #include "chan.h"
 #include "internal.h"
+#include "state.h"
 #include "wait.h"
 
 char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which)
@@ -48,10 +49,20 @@ int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange)
     return 0;
 }
 
-/* Drop this process's hold on the channel; its window is the caller's to release. */
+shmtopo_shrink_line_t *shmtopo_chan_shrink_line(const shmtopo_comm_t *comm, int rank)
+{
+    return &chan_header(comm, rank)->shrink;
+}
+
+/* Drop this process's hold on the channel (a shrink no longer waits for
+ * this rank); its window is the caller's to release. */
 static shmtopo_win_t *detach(shmtopo_comm_t *comm)
 {
     shmtopo_win_t *win = comm->chan.win;
+    if (win && win->base[win->rank] && shmtopo_comm_same_process(comm) == 0) {
+        shmtopo_shrink_line_t *line = shmtopo_chan_shrink_line(comm, comm->rank);
+        shmtopo_post(&line->arrived, &line->waiters, SHMTOPO_SHRINK_DEPARTED);
+    }
     comm->chan.win = NULL;
     free(comm->chan.tmp);
     comm->chan.tmp = NULL;

@@ -33,6 +33,7 @@ typedef struct chan_detail {
 typedef struct chan_header {
     chan_line_t line[RING];  /* by step mod RING */
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t waiters;
+    shmtopo_shrink_line_t shrink;
     _Alignas(SHMTOPO_LINE) chan_detail_t detail[RING];
     /* the data of a call that runs ahead, beyond what its line holds */
     _Alignas(SHMTOPO_LINE) unsigned char ahead[RING][SHMTOPO_AHEAD_MAX];

@@ -46,12 +46,9 @@ typedef struct oob_status {
     char message[MESSAGE];
 } oob_status_t;
 
-/* The channel's set-up exchanges (shmtopo_exchange_fn) before the channel
- * exists: a status, then the payload, per rank. */
-static int oob_exchange(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine,
-                        void *all, size_t n)
+int shmtopo_exchange_statuses(shmtopo_comm_t *comm, int err, const void *mine, void *all, size_t n,
+                              shmtopo_setup_allgather_fn allgather)
 {
-    (void)sig; /* the records exchanged before this one agreed on everything */
     const size_t rec = sizeof(oob_status_t) + shmtopo_round_up(n, 8);
     char *send = calloc(1, rec), *recv = calloc((size_t)comm->size, rec);
     int rc = -1;
@@ -66,7 +63,7 @@ static int oob_exchange(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
         snprintf(st->message, sizeof(st->message), "rank %d: %s", comm->rank, shmtopo_last_error());
     if (n)
         memcpy(send + sizeof(*st), mine, n);
-    if (oob_allgather(comm, send, recv, rec) < 0)
+    if (allgather(comm, send, recv, rec) < 0)
         goto out;
     for (int r = 0; r < comm->size; r++) {
         const oob_status_t *theirs = (const oob_status_t *)(recv + (size_t)r * rec);
@@ -84,10 +81,18 @@ out:
     return rc;
 }
 
+/* The set-up exchanges (shmtopo_exchange_fn) of a comm made through the
+ * callbacks, before its channel exists. */
+static int oob_exchange(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine,
+                        void *all, size_t n)
+{
+    (void)sig; /* the first exchange, the records, is where ranks check that they agree */
+    return shmtopo_exchange_statuses(comm, err, mine, all, n, oob_allgather);
+}
+
 /* ---- creation ------------------------------------------------------------------ */
 
 typedef struct comm_record {
-    oob_status_t status;
     int32_t size, rank, pid, pad;
     uint64_t starttime;
     uint64_t cpumask[MASK_WORDS];
@@ -110,7 +115,9 @@ static void read_boot_id(char *buf, size_t len)
         buf[n - 1] = '\0';
 }
 
-static void fill_record(comm_record_t *rec, int size, int rank)
+/* This rank's record; 0, or the errno of its own failure (its environment,
+ * shmtopo_last_error says why), which the exchange fails every rank with. */
+static int fill_record(comm_record_t *rec, int size, int rank)
 {
     memset(rec, 0, sizeof(*rec));
     rec->size = size;
@@ -126,22 +133,14 @@ static void fill_record(comm_record_t *rec, int size, int rank)
     gethostname(rec->host, sizeof(rec->host) - 1);
     read_boot_id(rec->boot_id, sizeof(rec->boot_id));
     shmtopo_sc_publish(&rec->probe_word, &rec->probe_sink);
-    if (shmtopo_config_read(&rec->config) < 0) {
-        rec->status.err = errno;
-        rec->status.origin = rank;
-        snprintf(rec->status.message, sizeof(rec->status.message), "rank %d: %s", rank,
-                 shmtopo_last_error());
-    }
+    return shmtopo_config_read(&rec->config) < 0 ? errno : 0;
 }
 
-/* The same verdict on every rank, from the same records: a rank's own
- * failure (its environment), a size or order that does not add up, ranks on
- * different hosts, settings that must agree but differ. */
+/* The same verdict on every rank, from the same records: a size or order
+ * that does not add up, ranks on different hosts, settings that must agree
+ * but differ. */
 static int check_records(const comm_record_t *recs, int size, int rank)
 {
-    for (int r = 0; r < size; r++)
-        if (recs[r].status.err)
-            return shmtopo_fail(recs[r].status.err, r, "%.*s", MESSAGE, recs[r].status.message);
     for (int r = 0; r < size; r++) {
         if (recs[r].size != size)
             return shmtopo_fail(EINVAL, r, "rank %d was created with size %d, rank %d with %d",
@@ -221,14 +220,21 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_co
         return shmtopo_fail(EINVAL, -1, "comm_create needs allgather and barrier callbacks");
     if (size < 1 || rank < 0 || rank >= size)
         return shmtopo_fail(EINVAL, -1, "rank %d out of range for size %d", rank, size);
+    return shmtopo_comm_make(size, rank, oob_exchange, oob, NULL, commp);
+}
 
+int shmtopo_comm_make(int size, int rank, shmtopo_exchange_fn exchange, const shmtopo_oob_t *oob,
+                      void *maker, shmtopo_comm_t **commp)
+{
     shmtopo_comm_t *comm = calloc(1, sizeof(*comm));
     comm_record_t *recs = calloc((size_t)size, sizeof(*recs));
     if (!comm || !recs)
         goto out_nomem;
     comm->size = size;
     comm->rank = rank;
-    comm->oob = *oob;
+    if (oob)
+        comm->oob = *oob;
+    comm->maker = maker;
     comm->fork_generation = atomic_load(&shmtopo_fork_generation);
     comm->world_size = size;
     comm->nnodes = 1;
@@ -238,9 +244,10 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_co
         goto out_nomem;
 
     comm_record_t mine;
-    fill_record(&mine, size, rank);
+    const int err = fill_record(&mine, size, rank);
     shmtopo_sweep_stale_files(mine.config.topo_dir);
-    if (oob_allgather(comm, &mine, recs, sizeof(mine)) < 0 || check_records(recs, size, rank) < 0)
+    shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_COMM_CREATE);
+    if (exchange(comm, &sig, err, &mine, recs, sizeof(mine)) < 0 || check_records(recs, size, rank) < 0)
         goto out_with_comm;
 
     uint64_t mask[MASK_WORDS] = {0};
@@ -257,9 +264,10 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob, shmtopo_co
     comm->oversubscribed = size > comm->ncpus;
     comm->config = mine.config;
     comm->timeout = mine.config.timeout;
-    if (shmtopo_chan_create(comm, oob_exchange) < 0)
+    if (shmtopo_chan_create(comm, exchange) < 0)
         goto out_with_comm;
     comm->agree = shmtopo_agree;
+    comm->maker = NULL;
     if (agree_single_copy(comm, recs) < 0)
         goto out_with_chan;
     free(recs);

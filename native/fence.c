@@ -141,6 +141,8 @@ static int usable(shmtopo_win_t *win)
 {
     if (!win)
         return shmtopo_fail(EBADF, -1, "window is NULL or freed");
+    if (win->comm->shrunk)
+        return shmtopo_fail(EPIPE, -1, "the window's comm was shrunk: the window can only be freed");
     if (win->broken)
         return shmtopo_fail(EPIPE, -1, "window is unusable after a failed wait; free it");
     return shmtopo_comm_same_process(win->comm);

@@ -120,6 +120,16 @@ struct shmtopo_win {
 typedef int (*shmtopo_exchange_fn)(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
                                    const void *mine, void *all, size_t n);
 
+/* An allgather of nbytes per rank of a comm being made: 0, or -1 with the
+ * failure on every rank that could not complete it. */
+typedef int (*shmtopo_setup_allgather_fn)(shmtopo_comm_t *comm, const void *send, void *recv, size_t nbytes);
+/* comm.c: a set-up exchange (shmtopo_exchange_fn) over an allgather, before
+ * the comm's channel exists: each rank sends its status (err, and then the
+ * message of its failure) with its n bytes, and all raise the first
+ * failure, in rank order. */
+int shmtopo_exchange_statuses(shmtopo_comm_t *comm, int err, const void *mine, void *all, size_t n,
+                              shmtopo_setup_allgather_fn allgather);
+
 /* ---- chan.c: the comm's channel ------------------------------------------- */
 
 /* The comm's own shared memory, made with the comm: per rank a header of
@@ -136,6 +146,23 @@ typedef struct shmtopo_chan {
     size_t sc_tmp_size;
 } shmtopo_chan_t;
 
+/* A rank's part of shrink's rendezvous of the survivors (shrink.c), in its
+ * part of the channel; the channel posts SHMTOPO_SHRINK_DEPARTED in this
+ * rank's `arrived` when it frees or abandons the comm. Its own buffers: the
+ * scratch buffers may still be read by a rank finishing its last call. */
+#define SHMTOPO_SHRINK_DEPARTED UINT64_MAX
+#define SHMTOPO_SHRINK_CHUNK 4096
+typedef struct shmtopo_shrink_line {
+    _Alignas(SHMTOPO_LINE) _Atomic uint64_t arrived; /* the attempt this rank is in, from 1 */
+    _Atomic uint64_t sealed;   /* the attempt whose members this rank chose */
+    _Atomic uint64_t round;    /* attempt << 32 | exchange rounds posted in it */
+    _Atomic uint64_t gave_up;  /* attempt << 32 | 1 + the rank whose failure ended it here */
+    _Alignas(SHMTOPO_LINE) _Atomic uint32_t waiters;
+    _Alignas(SHMTOPO_LINE) unsigned char members[SHMTOPO_SHRINK_CHUNK]; /* a bit per rank */
+    unsigned char data[2][SHMTOPO_SHRINK_CHUNK]; /* rounds' chunks, in turn */
+} shmtopo_shrink_line_t;
+shmtopo_shrink_line_t *shmtopo_chan_shrink_line(const shmtopo_comm_t *comm, int rank);
+
 /* Scratch buffer `which` (0..2) of a rank. */
 char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);
 /* Make / release the channel (comm_create, comm_destroy, comm_abandon). */
@@ -151,6 +178,8 @@ void shmtopo_chan_leave(shmtopo_comm_t *comm, int origin);
 struct shmtopo_comm {
     int size, rank;
     shmtopo_oob_t oob;               /* used by comm_create only */
+    void *maker;                     /* while the comm is made: the state of the exchange it is
+                                        made through, when not the callbacks (shrink.c) */
     pid_t *pids;                     /* per rank */
     unsigned long long *starttimes;  /* per rank, from /proc/PID/stat: tells pid reuse apart */
     int ncpus;                       /* CPUs in the union of all affinity masks */
@@ -160,6 +189,7 @@ struct shmtopo_comm {
     shmtopo_config_t config;         /* the environment, read at creation */
     double timeout;                  /* seconds, 0 = forever */
     int broken;                      /* a wait failed: only free/abandon work */
+    int shrunk;                      /* shrink made the survivors' comm: windows only free */
     unsigned fork_generation;        /* of the process that made the comm */
     /* the job this node belongs to (shmtopo_comm_set_span) */
     int world_size;
@@ -173,6 +203,13 @@ struct shmtopo_comm {
     shmtopo_exchange_fn agree;
     shmtopo_claim_t claim;           /* shmtopo_comm_claim */
 };
+
+/* Collective: make a comm of `size` ranks whose set-up exchanges go
+ * through `exchange` (the callbacks' for shmtopo_comm_create; oob: those
+ * callbacks, or NULL), which finds its own state in comm->maker while the
+ * comm is made. size and rank are checked by the caller. */
+int shmtopo_comm_make(int size, int rank, shmtopo_exchange_fn exchange, const shmtopo_oob_t *oob,
+                      void *maker, shmtopo_comm_t **commp);
 
 /* The job rank of a local rank (for messages and roots). */
 static inline int shmtopo_world(const shmtopo_comm_t *comm, int rank)

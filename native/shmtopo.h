@@ -83,6 +83,16 @@ int shmtopo_comm_create(int size, int rank, const shmtopo_oob_t *oob,
  * else) the comm stays as it was and *commp keeps it; when the agreement
  * broke the comm it is freed anyway and *commp is NULL. */
 int shmtopo_comm_destroy(shmtopo_comm_t **commp);
+/* Collective over the ranks still running (ULFM's MPIX_Comm_shrink on one
+ * node): after a rank died, or at any time, every survivor calls it and
+ * gets a new comm (*newp) of the survivors, ranked in their old order, with
+ * the old comm's timeout. The old comm is then unusable (EPIPE): its
+ * windows and itself can only be freed (locally); ranks still waiting in
+ * it fail instead of waiting for this one. The survivors wait for every
+ * rank to call it, exit, or free the comm (under the timeout); a member
+ * dying meanwhile is left out on every member. ENOTSUP across nodes (the
+ * MPI communicator itself must shrink); EPIPE when called twice. */
+int shmtopo_comm_shrink(shmtopo_comm_t *old, shmtopo_comm_t **newp);
 /* Local: free without the agreement, after an error on this rank; peers
  * waiting on the comm fail with ECONNABORTED (abandon its windows first). */
 int shmtopo_comm_abandon(shmtopo_comm_t *comm);

@@ -39,6 +39,9 @@ int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
     if (shmtopo_comm_same_process(comm) < 0)
         return -1;
+    if (comm->shrunk)
+        return shmtopo_fail(EPIPE, -1, "%s: the comm was shrunk: use the comm shrink made, and free this one",
+                            what);
     if (comm->broken)
         return shmtopo_fail(EPIPE, -1, "%s: the comm is unusable after a failed wait or a failed call ranks "
                             "ran ahead of; free it", what);

@@ -103,34 +103,31 @@ int shmtopo_left_because(const shmtopo_win_t *win, int rank)
     return (int)atomic_load_explicit(&win->ctrl[rank]->abandoned, memory_order_relaxed) - 1;
 }
 
-/* Why the wait cannot go on, or 0: a peer left, died, the time is up, or
- * the binding was interrupted (Ctrl-C). Sets the failure and, for the
- * leave that follows, the rank whose failure caused ours. */
-static int check(shmtopo_win_t *win, int peer, const char *what, uint64_t waited, int full,
-                 int *originp)
+/* The window's part of a wait's checks: a peer left (checked at every
+ * pause: it costs a few loads), or died (every LIVENESS_PERIOD). */
+typedef struct win_waiting {
+    shmtopo_win_t *win;
+    int peer;
+    const char *what;
+} win_waiting_t;
+
+static int win_gone(const void *ctx, int full, int *originp)
 {
-    const shmtopo_comm_t *comm = win->comm;
-    const int me = shmtopo_world(comm, comm->rank);
-    int gone = find_abandoned(win, peer, full);
+    const win_waiting_t *w = ctx;
+    const shmtopo_comm_t *comm = w->win->comm;
+    int gone = find_abandoned(w->win, w->peer, full);
     if (gone >= 0) {
         *originp = gone;
-        return shmtopo_fail_left(win, gone, what, "waited");
+        return shmtopo_fail_left(w->win, gone, w->what, "waited");
     }
-    if (!full)
-        return 0;
-    int dead = shmtopo_comm_find_dead(comm);
+    int dead = full ? shmtopo_comm_find_dead(comm) : -1;
     if (dead >= 0) {
         *originp = dead;
         return shmtopo_fail(EOWNERDEAD, shmtopo_world(comm, dead),
                             "rank %d (pid %d) exited while rank %d waited in %s",
-                            shmtopo_world(comm, dead), (int)comm->pids[dead], me, what);
+                            shmtopo_world(comm, dead), (int)comm->pids[dead], shmtopo_world(comm, comm->rank),
+                            w->what);
     }
-    if (win->timeout > 0 && (double)waited * 1e-9 >= win->timeout)
-        return shmtopo_fail(ETIMEDOUT, shmtopo_world(comm, peer),
-                            "rank %d timed out after %.3g s in %s waiting for rank %d",
-                            me, win->timeout, what, shmtopo_world(comm, peer));
-    if (interrupt_hook && interrupt_hook())
-        return shmtopo_fail(EINTR, -1, "rank %d was interrupted while it waited in %s", me, what);
     return 0;
 }
 
@@ -138,13 +135,45 @@ int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_
                       uint64_t target, int peer, const char *what, int *originp)
 {
     const shmtopo_comm_t *comm = win->comm;
+    const win_waiting_t ctx = {win, peer, what};
+    shmtopo_wait_rule_t rule = {
+        .gone = win_gone, .ctx = &ctx, .timeout = win->timeout, .me = shmtopo_world(comm, comm->rank),
+        .peer = shmtopo_world(comm, peer), .what = what,
+    };
+    shmtopo_wait_spin_of(comm, &rule);
+    return shmtopo_wait_for(seq, waiters, target, &rule, originp);
+}
+
+void shmtopo_wait_spin_of(const shmtopo_comm_t *comm, shmtopo_wait_rule_t *rule)
+{
     /* Oversubscribed, the awaited rank may need our CPU: yield at once (the
      * inline spin of shmtopo_wait came first), measured best at 3-8 ranks on
      * 2 cores; otherwise spin long, as a rank on its own core answers fast.
      * SHMTOPO_SPIN_NS and SHMTOPO_YIELD_NS override both (tuning). */
     const int64_t spin_env = comm->config.spin_ns, yield_env = comm->config.yield_ns;
-    const uint64_t spin_ns = spin_env >= 0 ? (uint64_t)spin_env : comm->oversubscribed ? 0 : 200000;
-    const uint64_t yield_ns = yield_env >= 0 ? (uint64_t)yield_env : comm->oversubscribed ? 200000 : 2000000;
+    rule->spin_ns = spin_env >= 0 ? (uint64_t)spin_env : comm->oversubscribed ? 0 : 200000;
+    rule->yield_ns = yield_env >= 0 ? (uint64_t)yield_env : comm->oversubscribed ? 200000 : 2000000;
+}
+
+/* Why the wait cannot go on, or 0: the rule's own reason (a peer left or
+ * died), the time is up, or the binding was interrupted (Ctrl-C). */
+static int check(const shmtopo_wait_rule_t *rule, uint64_t waited, int full, int *originp)
+{
+    if (rule->gone(rule->ctx, full, originp) < 0)
+        return -1;
+    if (!full)
+        return 0;
+    if (rule->timeout > 0 && (double)waited * 1e-9 >= rule->timeout)
+        return shmtopo_fail(ETIMEDOUT, rule->peer, "rank %d timed out after %.3g s in %s waiting for rank %d",
+                            rule->me, rule->timeout, rule->what, rule->peer);
+    if (interrupt_hook && interrupt_hook())
+        return shmtopo_fail(EINTR, -1, "rank %d was interrupted while it waited in %s", rule->me, rule->what);
+    return 0;
+}
+
+int shmtopo_wait_for(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t target,
+                     const shmtopo_wait_rule_t *rule, int *originp)
+{
     const uint64_t start = now_ns();
     uint64_t next_check = start + LIVENESS_PERIOD_NS;
     void (*release)(void) = release_hook;
@@ -163,7 +192,7 @@ int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_
         uint64_t waited = now - start;
         const int full = now >= next_check;
         int origin = -1;
-        if (check(win, peer, what, waited, full, &origin) < 0) {
+        if (check(rule, waited, full, &origin) < 0) {
             int err = errno;
             /* A peer that posted this word and then left or died (a rank
              * that raised right after this very step) did post it: the wait
@@ -174,16 +203,16 @@ int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_
             if ((err == ECONNABORTED || err == EOWNERDEAD) &&
                 atomic_load_explicit(seq, memory_order_acquire) >= target)
                 return 0;
-            /* the waiter leaves the window, naming this cause */
+            /* the waiter leaves, naming this cause */
             *originp = origin;
             errno = err;
             return -1;
         }
         if (full)
             next_check = now + LIVENESS_PERIOD_NS;
-        if (waited < spin_ns)
+        if (waited < rule->spin_ns)
             continue;
-        if (waited < yield_ns)
+        if (waited < rule->yield_ns)
             sched_yield();
         else
             sleep_on(seq, waiters, target);

@@ -25,6 +25,29 @@ static inline void shmtopo_cpu_relax(void)
 #endif
 }
 
+/* How a wait goes on and when it gives up (shmtopo_wait_for). */
+typedef struct shmtopo_wait_rule {
+    /* 0 while the awaited rank may still post, else -1 with the failure set
+     * and *originp the rank whose failure it is; `full` every 20 ms of
+     * waiting (time for the costlier checks: is a process still there?) */
+    int (*gone)(const void *ctx, int full, int *originp);
+    const void *ctx;
+    double timeout;          /* seconds, 0: forever */
+    int me, peer;            /* job ranks, for the timeout's message */
+    const char *what;        /* the call, for messages */
+    uint64_t spin_ns, yield_ns; /* spin, then yield, then sleep on the word */
+} shmtopo_wait_rule_t;
+
+/* The spin and yield budgets of waits on this comm's words. */
+void shmtopo_wait_spin_of(const shmtopo_comm_t *comm, shmtopo_wait_rule_t *rule);
+
+/* Wait until *seq >= target under the rule: 0, or -1 with why (errno, the
+ * message) and *originp: the rule's, ETIMEDOUT, or EINTR when the interrupt
+ * hook says so (Ctrl-C). A word posted before its poster failed counts as
+ * posted. */
+int shmtopo_wait_for(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t target,
+                     const shmtopo_wait_rule_t *rule, int *originp);
+
 int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
                       uint64_t target, int peer, const char *what, int *originp);
 

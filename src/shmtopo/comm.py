@@ -9,7 +9,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from . import _oob, agreement
-from ._base import Attributes, Collective, hold_all, holding_comm, opened, release_all
+from ._base import Attributes, Collective, Held, hold_all, holding_comm, opened, release_all
 from ._native import ffi, lib
 from .coll import api, persistent
 from .errors import FreedError, ShmtopoValueError, check, last_error
@@ -49,15 +49,16 @@ class Comm(Collective):
     freeing needs every rank.
     """
 
-    def __init__(self, transport: _oob.Transport, size: int, rank: int, mpi_comm: Any = None):
-        # Use from_mpi or from_callbacks: they agree on the options first.
+    def __init__(self, create: Callable[[Any], int], transport: _oob.Transport | None = None,
+                 mpi_comm: Any = None):
+        # Use from_mpi, from_callbacks or shrink: they agree on the options
+        # first. create(out) makes the native comm into out[0].
         self._transport = transport
         self._mpi = mpi_comm
         #: the open windows, in creation order (read-only for the layers below)
         self.windows: list[Window] = []
         #: what higher layers attached (the levels of coll/levels.py)
         self.attributes = Attributes()
-        self.plan = NodePlan.single(rank, size)
         #: the handle as a number for the fast entries (0 when they must not
         #: be taken: freed, or collectives span nodes)
         self.fast_handle = 0
@@ -68,10 +69,15 @@ class Comm(Collective):
         #: the levels say they take no large calls (allow_fast_windows)
         self.fast_windows: list[Window] | None = None
         handle = ffi.new("shmtopo_comm_t **")
-        check(lib.shmtopo_comm_create(size, rank, transport.oob, handle))
+        check(create(handle))
+        self.plan = NodePlan.single(lib.shmtopo_comm_rank(handle[0]), lib.shmtopo_comm_size(handle[0]))
         self._h = ffi.NULL
         self._set_handle(handle[0])
         opened(self)
+
+    @staticmethod
+    def _created_by(transport: _oob.Transport, size: int, rank: int) -> Callable[[Any], int]:
+        return lambda handle: lib.shmtopo_comm_create(size, rank, transport.oob, handle)
 
     def _set_handle(self, handle: Any) -> None:
         """The native comm (NULL: gone), and the numbers standing for it."""
@@ -110,7 +116,8 @@ class Comm(Collective):
                 MPI.COMM_TYPE_SHARED, key=parent.Get_rank()), settings.timeout)
         comm, failure = None, None
         try:
-            comm = cls(_oob.mpi_transport(node, settings.timeout), node.Get_size(), node.Get_rank(), node)
+            transport = _oob.mpi_transport(node, settings.timeout)
+            comm = cls(cls._created_by(transport, node.Get_size(), node.Get_rank()), transport, node)
             check(lib.shmtopo_comm_set_timeout(comm._h, settings.timeout))
         except BaseException as exc:  # noqa: BLE001 - every rank learns of it below
             failure = exc
@@ -158,7 +165,8 @@ class Comm(Collective):
         """
         if not callable(allgather) or not callable(barrier):
             raise ShmtopoValueError("allgather and barrier must be callables")
-        comm = cls(_oob.Transport(int(size), allgather, barrier), int(size), int(rank))
+        transport = _oob.Transport(int(size), allgather, barrier)
+        comm = cls(cls._created_by(transport, int(size), int(rank)), transport)
         # The options are agreed like any call: a bad one on one rank fails all.
         try:
             seconds = agreement.normalised(comm, lib.SHMTOPO_KIND_COMM_CREATE,
@@ -418,6 +426,25 @@ class Comm(Collective):
         self.plan.free()
         self._free_mpi()
 
+    def shrink(self) -> "Comm":
+        """Collective over the ranks still running, as ULFM's
+        ``MPI_Comm_shrink`` is for MPI: after a PeerDeadError (or at any
+        time) every survivor calls it and gets a new comm of the survivors,
+        ranked in their old order, with this comm's timeout and no MPI
+        communicator (``mpi`` is None: MPI cannot shrink one without ULFM).
+        The dead ranks' files are swept. Every rank still running must call
+        it, exit, or free the comm: the others wait for it, under the
+        timeout. A rank dying during the shrink is left out on every
+        survivor. This comm is left only to free (its windows too; freeing
+        is local then); calls on it raise BrokenWindowError.
+
+        One node only: across nodes every rank raises BackendUnavailableError
+        (ENOTSUP); with an MPI that can shrink (ULFM), shrink the MPI
+        communicator instead and make a comm of it:
+        ``Comm.from_mpi(mpi_comm.Shrink())``."""
+        with Held(self.address):
+            return Comm(lambda handle: lib.shmtopo_comm_shrink(self.handle, handle))
+
     def _free_mpi(self) -> None:
         if self._mpi is not None:
             free_mpi_comm(self._mpi)
@@ -516,7 +543,8 @@ class Comm(Collective):
         if color is None:
             return None
         try:
-            return Comm(_oob.mpi_transport(sub, self.timeout), sub.Get_size(), sub.Get_rank(), sub)
+            transport = _oob.mpi_transport(sub, self.timeout)
+            return Comm(Comm._created_by(transport, sub.Get_size(), sub.Get_rank()), transport, sub)
         except BaseException:
             sub.Free()
             raise
