@@ -165,6 +165,22 @@ static int choose(shrink_t *s)
     return read_members(s, old->rank);
 }
 
+/* The time ran out waiting for the chooser, which waits for the rank that
+ * is late: name that one, as the chooser does. */
+static int late(const shrink_t *s)
+{
+    const int err = errno;
+    for (int r = 0; r < s->old->size; r++) {
+        const uint64_t arrived = atomic_load_explicit(&line_of(s, r)->arrived, memory_order_acquire);
+        if (arrived < s->attempt && running(s, r))
+            return shmtopo_fail(ETIMEDOUT, world(s, r), "rank %d timed out after %.3g s in shrink waiting for "
+                                "rank %d, which has not called it", world(s, s->old->rank), s->old->timeout,
+                                world(s, r));
+    }
+    errno = err;
+    return -1;
+}
+
 /* Arrive at the attempt, and learn its members: from the lowest-ranked
  * rank that runs (a chooser that died after posting them still did). */
 static int meet(shrink_t *s)
@@ -180,6 +196,8 @@ static int meet(shrink_t *s)
         int origin;
         if (await(s, c, 0, &line_of(s, c)->sealed, s->attempt, &origin) == 0)
             return read_members(s, c);
+        if (errno == ETIMEDOUT)
+            return late(s);
         if (errno != EOWNERDEAD && errno != ECONNABORTED)
             return -1;
     }

@@ -27,8 +27,8 @@ CALLBACKS = None
 
 
 class Transport:
-    def __init__(self, size: int):
-        ctx = mp.get_context("spawn")
+    def __init__(self, size: int, ctx=None):
+        ctx = ctx or mp.get_context("spawn")
         self.size = size
         self.barrier = ctx.Barrier(size, timeout=TIMEOUT)
         self.buffer = ctx.RawArray("B", CAPACITY)
