@@ -22,8 +22,11 @@ import shmtopo
 from conftest import CLEAN_ENV, WORLD, mpiexec_command
 
 HERE = Path(__file__).resolve().parent
+# Under ./dev sanitize the sanitizers check the memory of each path, which
+# a few rounds reach; the races the loops look for are the plain runs' task.
+SANITIZED = "libasan" in Path("/proc/self/maps").read_text()
 #: rounds of the kill-and-shrink loops (SHMTOPO_SHRINK_ROUNDS to run more)
-ROUNDS = int(os.environ.get("SHMTOPO_SHRINK_ROUNDS", "50"))
+ROUNDS = int(os.environ.get("SHMTOPO_SHRINK_ROUNDS", "10" if SANITIZED else "50"))
 SEED = int(os.environ.get("SHMTOPO_SHRINK_SEED", str(int(time.time()))))
 
 
@@ -281,7 +284,7 @@ def test_a_rank_that_dropped_the_comm_is_left_out():
 
 def one_rank_never_shrinks(comm):
     if comm.rank == 2:
-        time.sleep(2.5)
+        time.sleep(1.5)
         comm.abandon()
         return None
     start = time.monotonic()
@@ -289,14 +292,14 @@ def one_rank_never_shrinks(comm):
         comm.shrink()
     except shmtopo.ShmtopoError as exc:
         comm.free()
-        return type(exc).__name__, exc.rank, time.monotonic() - start < 2
+        return type(exc).__name__, exc.rank, time.monotonic() - start < 1.2
     return "no error", None, False
 
 
 @pytest.mark.serial
 @pytest.mark.no_mpi
 def test_a_rank_that_never_shrinks_times_the_others_out():
-    os.environ["SHMTOPO_TIMEOUT"] = "0.5"
+    os.environ["SHMTOPO_TIMEOUT"] = "0.3"
     try:
         out = ranks.run(3, one_rank_never_shrinks)
     finally:
@@ -335,7 +338,7 @@ def test_kill_anywhere_then_shrink_under_mpiexec():
     """Comm.from_mpi under Open MPI's mpiexec told to keep going when a rank
     dies: the survivors shrink and run everything (script: scripts/shrink_kill.py)."""
     rng = random.Random(SEED)
-    rounds = max(1, ROUNDS // 10)
+    rounds = max(1, ROUNDS // 16)  # a job per round: 2-3 s each
     env = dict(CLEAN_ENV, OMPI_MCA_orte_abort_on_non_zero_status="0")
     before = ranks.shm_files()
     for _ in range(rounds):
