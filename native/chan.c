@@ -54,15 +54,23 @@ shmtopo_shrink_line_t *shmtopo_chan_shrink_line(const shmtopo_comm_t *comm, int 
     return &chan_header(comm, rank)->shrink;
 }
 
-/* Drop this process's hold on the channel (a shrink no longer waits for
- * this rank); its window is the caller's to release. */
+void shmtopo_chan_depart(shmtopo_comm_t *comm)
+{
+    const shmtopo_win_t *win = comm->chan.win;
+    if (!win || !win->base[win->rank] || shmtopo_comm_same_process(comm) < 0)
+        return; /* set-up had not got that far, or a fork child's copy */
+    const int err = errno;
+    shmtopo_shrink_line_t *line = shmtopo_chan_shrink_line(comm, comm->rank);
+    shmtopo_post(&line->arrived, &line->waiters, SHMTOPO_SHRINK_DEPARTED);
+    errno = err;
+}
+
+/* Drop this process's hold on the channel (no shrink waits for this rank
+ * any more); its window is the caller's to release. */
 static shmtopo_win_t *detach(shmtopo_comm_t *comm)
 {
     shmtopo_win_t *win = comm->chan.win;
-    if (win && win->base[win->rank] && shmtopo_comm_same_process(comm) == 0) {
-        shmtopo_shrink_line_t *line = shmtopo_chan_shrink_line(comm, comm->rank);
-        shmtopo_post(&line->arrived, &line->waiters, SHMTOPO_SHRINK_DEPARTED);
-    }
+    shmtopo_chan_depart(comm);
     comm->chan.win = NULL;
     free(comm->chan.tmp);
     comm->chan.tmp = NULL;

@@ -162,6 +162,9 @@ typedef struct shmtopo_shrink_line {
     unsigned char data[2][SHMTOPO_SHRINK_CHUNK]; /* rounds' chunks, in turn */
 } shmtopo_shrink_line_t;
 shmtopo_shrink_line_t *shmtopo_chan_shrink_line(const shmtopo_comm_t *comm, int rank);
+/* Post SHMTOPO_SHRINK_DEPARTED: this rank takes part in no shrink of the
+ * comm (it drops the comm, or its shrink failed). Keeps errno. */
+void shmtopo_chan_depart(shmtopo_comm_t *comm);
 
 /* Scratch buffer `which` (0..2) of a rank. */
 char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);

@@ -206,9 +206,9 @@ static int meet(shrink_t *s)
 
 /* ---- the new comm's set-up exchanges ---------------------------------------------- */
 
-/* Through the members' scratch buffers 0 and 1 in turn, a chunk per round:
- * a member reuses a buffer two rounds on, when every member has posted the
- * round in between, having read this one. */
+/* Through the members' shrink lines, a chunk per round in their two data
+ * buffers in turn: a member reuses a buffer two rounds on, when every
+ * member has posted the round in between, having read this one. */
 static int allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t nbytes)
 {
     shrink_t *s = comm->maker;
@@ -282,20 +282,16 @@ int shmtopo_comm_shrink(shmtopo_comm_t *old, shmtopo_comm_t **newp)
             shmtopo_comm_set_timeout(*newp, old->timeout);
             break;
         }
-        if (!s.again && errno != EOWNERDEAD)
+        if (s.again)
+            continue; /* a member died or left in an exchange: this rank gave up the attempt there */
+        if (errno != EOWNERDEAD)
             break;
-        if (!s.again) { /* it failed on the new channel, naming a rank of the new comm */
-            const int cause = shmtopo_last_error_rank();
-            give_up(&s, cause >= 0 && cause < s.n ? s.members[cause] : -1);
-        }
+        /* it died on the new channel, which names it by its rank in the new comm */
+        const int cause = shmtopo_last_error_rank();
+        give_up(&s, cause >= 0 && cause < s.n ? s.members[cause] : -1);
     }
     free(s.members);
-    if (rc < 0) {
-        /* nobody waits for this rank any more */
-        const int err = errno;
-        shmtopo_shrink_line_t *me = shmtopo_chan_shrink_line(old, old->rank);
-        shmtopo_post(&me->arrived, &me->waiters, SHMTOPO_SHRINK_DEPARTED);
-        errno = err;
-    }
+    if (rc < 0)
+        shmtopo_chan_depart(old);
     return rc;
 }
