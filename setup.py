@@ -59,6 +59,7 @@ class build_ext_with_c_library(build_ext):
         super().build_extensions()
 
     def build_c_library(self, target: Path):
+        build_ffi.require_hwloc()
         core = build_ffi.flags()
         objects = self.compiler.compile(
             build_ffi.CORE_SOURCES, output_dir=str(Path(self.build_temp) / "libshmtopo"),
@@ -67,7 +68,8 @@ class build_ext_with_c_library(build_ext):
         target.parent.mkdir(parents=True, exist_ok=True)
         self.compiler.link_shared_object(
             objects, str(target), libraries=core["libraries"], library_dirs=core["library_dirs"],
-            extra_postargs=core["extra_link_args"] + [f"-Wl,-soname,{build_ffi.SONAME}"])
+            extra_postargs=core["extra_link_args"] + build_ffi.library_link_args()
+            + [f"-Wl,-soname,{build_ffi.SONAME}"])
 
     def get_outputs(self):
         return super().get_outputs() + [str(self.c_library_path())]
@@ -79,5 +81,9 @@ class build_ext_with_c_library(build_ext):
 fastpath = Extension("shmtopo._fastpath", ["native/cpython/fastpath.c"],
                      depends=["native/shmtopo.h"], **build_ffi.linked_flags())
 
+# Run-time dependencies. The hwloc wheel is one only when the build used it
+# (build_ffi.hwloc), pinned: every rank of a node must run the same libhwloc.
+hwloc_wheel = build_ffi.hwloc().requirement
 setup(cffi_modules=["build_ffi.py:ffibuilder"], ext_modules=[fastpath],
+      install_requires=["cffi>=1.16", "numpy>=1.22"] + ([hwloc_wheel] if hwloc_wheel else []),
       cmdclass={"build_ext": build_ext_with_c_library})

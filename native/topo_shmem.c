@@ -1,6 +1,7 @@
 /* hwloc topology glue: load locally or from XML, and share one copy through
  * hwloc's shmem API (a leader writes a file, every rank adopts it read-only
  * at the same virtual address). */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -415,4 +416,21 @@ int shmtopo_hwloc_api_versions(char *runp, char *builtp, size_t len)
     api_string(hwloc_get_api_version(), runp, len);
     api_string(HWLOC_API_VERSION, builtp, len);
     return 0;
+}
+
+#ifndef SHMTOPO_HWLOC_ORIGIN
+#define SHMTOPO_HWLOC_ORIGIN "unknown (built without build_ffi.py)"
+#endif
+
+const char *shmtopo_hwloc_origin(void)
+{
+    return SHMTOPO_HWLOC_ORIGIN;
+}
+
+const char *shmtopo_hwloc_library_path(void)
+{
+    Dl_info info;
+    if (dladdr((void *)hwloc_get_api_version, &info) && info.dli_fname)
+        return info.dli_fname;
+    return "";
 }

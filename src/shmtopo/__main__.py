@@ -22,6 +22,13 @@ def _need(module: str, extra: str, what: str) -> Any:
         sys.exit(f"python -m shmtopo {what} needs {module.split('.')[0]}: pip install 'shmtopo[{extra}]'")
 
 
+def _hwloc_file() -> str:
+    from shmtopo._native import ffi, lib
+
+    path = ffi.string(lib.shmtopo_hwloc_library_path()).decode()
+    return os.path.realpath(path) if path else "file unknown"
+
+
 def _info_lines(comm: Any) -> list[tuple[str, str]]:
     """(field, value) rows describing this rank's view of the machine."""
     import shmtopo
@@ -32,7 +39,8 @@ def _info_lines(comm: Any) -> list[tuple[str, str]]:
     check(lib.shmtopo_hwloc_api_versions(run, built, 32))
     rows = [("shmtopo", shmtopo.__version__),
             ("hwloc", f"{ffi.string(lib.shmtopo_hwloc_version()).decode()} "
-                      f"(API {ffi.string(run).decode()}, built against API {ffi.string(built).decode()})")]
+                      f"(API {ffi.string(run).decode()}, built against API {ffi.string(built).decode()})"),
+            ("hwloc from", f"{ffi.string(lib.shmtopo_hwloc_origin()).decode()}: {_hwloc_file()}")]
     try:
         from .bench import mpi_library
 
