@@ -328,9 +328,6 @@ void shmtopo_seg_place(void *addr, size_t length, int placement, const uint64_t 
 int shmtopo_seg_populate(void *addr, size_t length, int fd, size_t offset);
 /* Topology files are named SHMTOPO_TOPO_PREFIX "<pid>.<n>.hwloc-<version>". */
 #define SHMTOPO_TOPO_PREFIX "shmtopo-topo."
-/* Remove posix segment names and topology files (in /dev/shm and topo_dir)
- * left by creators that no longer run; returns how many. */
-int shmtopo_sweep_stale_files(const char *topo_dir);
 /* Create a segment of `length` bytes (a multiple of its page size), mapped
  * but not populated (shmtopo_seg_populate), with huge pages of kind `huge`. */
 int shmtopo_seg_create(int backend, size_t length, uint64_t win_id, int huge, shmtopo_seg_t *seg);

@@ -515,11 +515,6 @@ static int sweep(const char *dir, const char *prefix)
     return removed;
 }
 
-int shmtopo_sweep_stale_segments(void)
-{
-    return sweep("/dev/shm", "shmtopo.");
-}
-
 int shmtopo_sweep_stale_files(const char *topo_dir)
 {
     int removed = sweep("/dev/shm", "shmtopo.") + sweep("/dev/shm", SHMTOPO_TOPO_PREFIX);

@@ -581,10 +581,12 @@ const char *shmtopo_fence_alg_name(int alg);
 const char *shmtopo_topo_source_name(int source);
 /* 0 when the backend can be used on this machine, else -1 with the reason. */
 int shmtopo_backend_probe(int backend);
-/* Unlink the /dev/shm names of posix segments whose creator process no
- * longer exists (left by a kill during allocation); returns how many. Run
- * by comm_create and when a wait finds a dead peer. */
-int shmtopo_sweep_stale_segments(void);
+/* Unlink the posix segment names and topology files (in /dev/shm and
+ * topo_dir, NULL: /dev/shm only) whose creator process no longer exists
+ * (left by a kill during allocation or sharing); returns how many. Run by
+ * comm_create, when a wait finds a dead peer, and by the launcher
+ * (python -m shmtopo run) once a job's ranks are gone. */
+int shmtopo_sweep_stale_files(const char *topo_dir);
 /* CPUs in this process's affinity mask. */
 int shmtopo_affinity_ncpus(void);
 

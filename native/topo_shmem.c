@@ -1,7 +1,6 @@
 /* hwloc topology glue: load locally or from XML, and share one copy through
  * hwloc's shmem API (a leader writes a file, every rank adopts it read-only
  * at the same virtual address). */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -425,12 +424,4 @@ int shmtopo_hwloc_api_versions(char *runp, char *builtp, size_t len)
 const char *shmtopo_hwloc_origin(void)
 {
     return SHMTOPO_HWLOC_ORIGIN;
-}
-
-const char *shmtopo_hwloc_library_path(void)
-{
-    Dl_info info;
-    if (dladdr((void *)hwloc_get_api_version, &info) && info.dli_fname)
-        return info.dli_fname;
-    return "";
 }

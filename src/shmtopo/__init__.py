@@ -18,13 +18,14 @@ from .errors import (
     ShmtopoValueError,
     ShmtopoArgumentError,
 )
+from .launch import spawn
 from .window import BACKENDS, FENCE_ALGORITHMS, Window
 from .topology import Topology, share_topology
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Comm", "Window", "accelerate", "AcceleratedComm", "Topology", "share_topology", "Bitmap", "Placement", "pair_dtype", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
+    "Comm", "Window", "spawn", "accelerate", "AcceleratedComm", "Topology", "share_topology", "Bitmap", "Placement", "pair_dtype", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
     "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",

@@ -1,5 +1,6 @@
 """python -m shmtopo: what this machine offers shmtopo, benchmarks, the shared
-topology, and the compiler flags of C programs written for the KUPL API.
+topology, the compiler flags of C programs written for the KUPL API, and a
+launcher for jobs without MPI (run -n N script.py).
 
 Run info, bench and topo under mpiexec to see a whole node (mpi4py needed:
 pip install 'shmtopo[mpi]'; as root, Open MPI also wants
@@ -23,10 +24,13 @@ def _need(module: str, extra: str, what: str) -> Any:
 
 
 def _hwloc_file() -> str:
-    from shmtopo._native import ffi, lib
-
-    path = ffi.string(lib.shmtopo_hwloc_library_path()).decode()
-    return os.path.realpath(path) if path else "file unknown"
+    """The libhwloc file this process has mapped."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split(maxsplit=5)[5:]
+            if path and "/libhwloc.so" in path[0]:
+                return os.path.realpath(path[0].strip())
+    return "file unknown"
 
 
 def _info_lines(comm: Any) -> list[tuple[str, str]]:
@@ -167,6 +171,35 @@ def c_flags(args: argparse.Namespace) -> None:
         sys.exit(f"python -m shmtopo: {exc}")
 
 
+def run(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    """python -m shmtopo run: the launcher (shmtopo.launch)."""
+    from shmtopo.errors import ShmtopoValueError
+    from shmtopo.launch import run as run_job
+
+    if args.module:
+        command = ["-m", args.module, *args.program]
+    elif not args.program:
+        p.error("run: name a Python script (or -m module) to run")
+    elif not os.path.isfile(args.program[0]):
+        p.error(f"run: no such script: {args.program[0]}")
+    else:
+        command = args.program
+    try:
+        sys.exit(run_job(args.n, command, bind=args.bind, tag_output=args.tag_output))
+    except ShmtopoValueError as exc:
+        p.error(f"run: {exc}")
+
+
+def _ranks(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"the number of ranks must be a whole number >= 1, not {text!r}")
+    return n
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m shmtopo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -196,6 +229,16 @@ def parser() -> argparse.ArgumentParser:
     b.set_defaults(fn=bench)
     sub.add_parser("topo", help="share the hwloc topology and time it against a load; run under mpiexec"
                    ).set_defaults(fn=topo)
+    r = sub.add_parser("run", help="run a Python program as N ranks of one job on this node, without MPI "
+                       "(inside, shmtopo.Comm.from_env() joins it)")
+    r.add_argument("-n", "--np", dest="n", type=_ranks, required=True, help="number of ranks")
+    r.add_argument("--bind", choices=["none", "core", "numa"], default="none",
+                   help="bind each rank to a core, or to the NUMA nodes in turn (default: none)")
+    r.add_argument("--tag-output", action="store_true", help="prefix every line a rank prints with [rank]")
+    r.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
+    r.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args ...]",
+                   help="the script and its arguments (or the module's arguments after -m)")
+    r.set_defaults(fn=lambda args: run(args, r))
     return p
 
 

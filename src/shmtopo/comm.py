@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _oob, agreement
+from . import _oob, agreement, rendezvous
 from ._base import Attributes, Collective, Held, hold_all, holding_comm, opened, release_all
 from ._native import ffi, lib
 from .coll import api, persistent
@@ -33,6 +34,20 @@ class Placement(NamedTuple):
     def __str__(self) -> str:
         where = f"{self.type} L#{self.logical_index}" + ("" if self.os_index is None else f" P#{self.os_index}")
         return f"rank {self.rank} (pid {self.pid}): {where}, cpus {self.cpuset}, numa {self.nodeset}"
+
+
+# Set in the processes of mpiexec / mpirun / srun by Open MPI, MPICH's Hydra,
+# PMIx and Slurm's PMI.
+_MPI_LAUNCHER_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS")
+
+
+def _under_mpi() -> bool:
+    """True in a process of an MPI job: started by an MPI launcher, or with
+    mpi4py's MPI initialised already."""
+    if any(v in os.environ for v in _MPI_LAUNCHER_VARIABLES):
+        return True
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and bool(mpi.Is_initialized())
 
 
 def _packed(name: str) -> int:
@@ -178,6 +193,25 @@ class Comm(Collective):
         if seconds is not None:
             check(lib.shmtopo_comm_set_timeout(comm._h, seconds))
         return comm
+
+    @classmethod
+    def from_env(cls, *, timeout: float | None = None) -> "Comm":
+        """Collective: this process's comm in the job that started it, so that
+        one script runs under every launcher. Under ``python -m shmtopo run``
+        or :func:`shmtopo.spawn`, the launcher's ranks (no MPI needed); under
+        mpiexec (or once mpi4py's MPI is initialised), ``from_mpi(COMM_WORLD)``;
+        in a process started alone, a comm of one rank. timeout: as in
+        :meth:`from_mpi`."""
+        if rendezvous.in_environment():
+            client = rendezvous.joined()
+            return cls.from_callbacks(
+                client.size, client.rank, timeout=timeout,
+                allgather=lambda send, recv: client.allgather(send, recv, timeout),
+                barrier=lambda: client.barrier(timeout))
+        if _under_mpi():
+            return cls.from_mpi(timeout=timeout)
+        return cls.from_callbacks(1, 0, timeout=timeout, allgather=lambda send, recv: recv.__setitem__(
+            slice(None), send), barrier=lambda: None)
 
     # -- plumbing ---------------------------------------------------------
     @property

@@ -1,0 +1,325 @@
+"""Jobs on one node without MPI: ``python -m shmtopo run -n N script.py`` and
+``shmtopo.spawn(fn, n, *args)``.
+
+Both start N processes, give each its rank and the launcher's rendezvous
+(rendezvous.py) in its environment, and watch them: inside, ``Comm.from_env()``
+joins the job. When a rank fails (a non-zero exit, an exception, a signal) the
+others get GRACE seconds to end by themselves (a rank waiting for the dead
+one raises PeerDeadError, naming it), then SIGTERM, then SIGKILL; the
+``/dev/shm`` names the job's ranks left are swept. Ctrl-C reaches every rank;
+a second one kills them.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import multiprocessing
+import multiprocessing.connection
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import IO, Any, Callable, Sequence
+
+from . import rendezvous
+from ._native import ffi, lib
+from .errors import PeerDeadError, ShmtopoValueError
+from .topology import Topology
+
+BIND_CHOICES = ("none", "core", "numa")
+GRACE = 0.5  # seconds the other ranks get after a failure, and again after SIGTERM
+_PR_SET_PDEATHSIG = 1
+
+
+def cpu_sets(n: int, bind: str) -> list[set[int]] | None:
+    """The CPUs of each of n ranks: a core each, or the NUMA nodes in turn
+    (ranks beyond them wrap round); None for no binding. Only CPUs this
+    process may use count. ShmtopoValueError for more ranks than cores."""
+    if bind not in BIND_CHOICES:
+        raise ShmtopoValueError(f"bind must be one of {', '.join(BIND_CHOICES)}, not {bind!r}")
+    if bind == "none":
+        return None
+    allowed = os.sched_getaffinity(0)
+    with Topology.load() as topo:
+        sets = [set(o.cpuset) & allowed for o in topo.objects("core" if bind == "core" else "numanode")]
+    sets = [s for s in sets if s]
+    if bind == "core" and n > len(sets):
+        raise ShmtopoValueError(f"--bind core: {n} ranks but {len(sets)} core(s) to bind them to "
+                                "(use --bind numa or none)")
+    return [sets[r % len(sets)] for r in range(n)]
+
+
+def status_text(code: int) -> str:
+    """A process's end as Popen's returncode (negative: the signal) says it."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def exit_status(code: int) -> int:
+    """The shell's form of a returncode: 128 + the signal for a signal."""
+    return 128 - code if code < 0 else code
+
+
+def sweep() -> None:
+    """Remove the /dev/shm names (and topology files) of processes that are
+    gone: what a killed rank created and nobody unlinked."""
+    cfg = ffi.new("shmtopo_config_t *")
+    topo_dir = cfg.topo_dir if lib.shmtopo_config_read(cfg) == 0 else ffi.NULL
+    lib.shmtopo_sweep_stale_files(topo_dir)
+
+
+def _end(pids: Sequence[int], gone: Callable[[float], bool]) -> None:
+    """After a failure: let the ranks in pids end by themselves for GRACE
+    seconds, then SIGTERM them, then SIGKILL. gone(timeout) waits up to
+    timeout seconds for every one to have ended and says whether they have."""
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            for pid in pids:
+                _signal(pid, sig)
+        if gone(GRACE if sig != signal.SIGKILL else 10.0):
+            return
+
+
+def _signal(pid: int, sig: int) -> None:
+    """Signal a rank and whatever it started (each rank leads its group)."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class _Signals:
+    """While a job runs: SIGINT, SIGTERM and SIGHUP go on to every rank; a
+    second one of them kills the ranks."""
+
+    def __init__(self, pids: Callable[[], Sequence[int]]):
+        self.pids, self.count, self.previous = pids, 0, {}
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                self.previous[sig] = signal.signal(sig, self.forward)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def forward(self, sig: int, frame: Any) -> None:
+        self.count += 1
+        for pid in self.pids():
+            _signal(pid, sig if self.count == 1 else signal.SIGKILL)
+
+
+def become_rank(launcher: int, cpus: set[int] | None) -> None:
+    """What a rank's process does first: lead a process group of its own (the
+    launcher forwards signals to it, and only once), die with the launcher,
+    take its CPUs."""
+    os.setpgid(0, 0)
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != launcher:  # it died before the line above
+        os._exit(1)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
+# ---- python -m shmtopo run -------------------------------------------------------
+
+def _tag(rank: int, source: IO[bytes], sink: IO[bytes], lock: threading.Lock) -> None:
+    prefix = f"[{rank}] ".encode()
+    for line in iter(source.readline, b""):
+        with lock:
+            sink.write(prefix + line)
+            sink.flush()
+    source.close()
+
+
+def run(n: int, command: list[str], bind: str = "none", tag_output: bool = False) -> int:
+    """Run ``command`` (a Python program: ``[script, args...]`` or ``["-m",
+    module, args...]``) as ranks 0..n-1 and return the job's exit status:
+    0, or the status of the first rank that failed."""
+    cpus = cpu_sets(n, bind)
+    server = rendezvous.Server(n)
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    readers: list[threading.Thread] = []
+    try:
+        # every fork before any thread (the rendezvous, the readers) starts
+        for rank in range(n):
+            env = dict(os.environ, **rendezvous.rank_environment(server.path, rank, n))
+            stdin = None if rank == 0 and not sys.stdin.isatty() else subprocess.DEVNULL
+            out = subprocess.PIPE if tag_output else None
+            procs[rank] = subprocess.Popen([sys.executable, *command], env=env, stdin=stdin, stdout=out,
+                                           stderr=out, preexec_fn=functools.partial(
+                                               become_rank, os.getpid(), cpus[rank] if cpus else None))
+        if tag_output:
+            lock = threading.Lock()
+            for rank, proc in procs.items():
+                for source, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
+                    assert source is not None
+                    readers.append(threading.Thread(target=_tag, args=(rank, source, sink, lock), daemon=True))
+                    readers[-1].start()
+        server.start()
+        return _watch(procs, server)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                _signal(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for reader in readers:
+            reader.join()
+        server.close()
+        sweep()
+
+
+def _watch(procs: dict[int, subprocess.Popen[bytes]], server: rendezvous.Server) -> int:
+    fds = {os.pidfd_open(p.pid): rank for rank, p in procs.items()}
+    live = dict(procs)
+    failure: tuple[int, int] | None = None
+
+    def reap(timeout: float | None) -> None:
+        nonlocal failure
+        ready, _, _ = select.select(list(fds), [], [], timeout)
+        for fd in ready:
+            rank = fds.pop(fd)
+            os.close(fd)
+            code = live.pop(rank).wait()
+            server.rank_ended(rank)
+            if code != 0 and failure is None:
+                failure = (rank, code)
+                print(f"shmtopo run: rank {rank} (pid {procs[rank].pid}) {status_text(code)}; "
+                      "ending the job", file=sys.stderr, flush=True)
+
+    def gone(timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while live and time.monotonic() < deadline:
+            reap(max(0.0, deadline - time.monotonic()))
+        return not live
+
+    with _Signals(lambda: [p.pid for p in live.values()]):
+        while live and failure is None:
+            reap(None)
+        if live:
+            _end([p.pid for p in live.values()], gone)
+    for fd in fds:
+        os.close(fd)
+    return 0 if failure is None else exit_status(failure[1])
+
+
+# ---- shmtopo.spawn ---------------------------------------------------------------
+
+def _spawned(fn: Callable[..., Any], args: tuple[Any, ...], env: dict[str, str], launcher: int,
+             cpus: set[int] | None, results: multiprocessing.connection.Connection) -> None:
+    become_rank(launcher, cpus)
+    os.environ.update(env)
+    rendezvous.forget_joined()  # a forked child must not use its parent's connection
+    try:
+        outcome: tuple[Any, ...] = ("ok", fn(*args))
+    except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+        outcome = ("error", exc, traceback.format_exc())
+    try:
+        results.send(outcome)
+    except Exception as exc:  # noqa: BLE001 - a result or exception that does not pickle
+        what = "result" if outcome[0] == "ok" else "exception"
+        text = outcome[2] if outcome[0] == "error" else ""
+        results.send(("error", RuntimeError(f"the rank's {what} could not be sent to the parent: {exc!r}"), text))
+    results.close()
+    if outcome[0] == "error":
+        sys.exit(1)
+
+
+def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
+          start_method: str | None = None) -> list[Any]:
+    """Run ``fn(*args)`` in ``n`` new processes, ranks 0..n-1 of one job
+    (inside, ``shmtopo.Comm.from_env()`` joins it), and return their results
+    in rank order. The first rank to fail raises its exception here, with
+    the rank's traceback as a note; the other ranks are then ended (each gets
+    GRACE seconds first) and nothing is left in /dev/shm. A rank that dies
+    raises PeerDeadError naming it. start_method: multiprocessing's ("fork"
+    runs functions defined in a notebook; "spawn" and "forkserver" need fn
+    importable); bind: as ``python -m shmtopo run --bind``."""
+    if not isinstance(n, int) or n < 1:
+        raise ShmtopoValueError(f"spawn needs n >= 1 processes, not {n!r}")
+    if not callable(fn):
+        raise ShmtopoValueError(f"spawn needs a callable, not {fn!r}")
+    cpus = cpu_sets(n, bind)
+    ctx = multiprocessing.get_context(start_method)
+    server = rendezvous.Server(n)
+    procs: dict[int, Any] = {}
+    pipes: dict[int, multiprocessing.connection.Connection] = {}
+    results: dict[int, Any] = {}
+    first: tuple[int, BaseException, str] | None = None
+    try:
+        for rank in range(n):
+            receiver, sender = ctx.Pipe(duplex=False)
+            env = rendezvous.rank_environment(server.path, rank, n)
+            procs[rank] = ctx.Process(target=_spawned, args=(fn, args, env, os.getpid(),
+                                                                 cpus[rank] if cpus else None, sender),
+                                      name=f"shmtopo-rank-{rank}")
+            procs[rank].start()
+            sender.close()
+            pipes[rank] = receiver
+        server.start()
+        live = dict(procs)
+
+        def collect(timeout: float | None) -> None:
+            nonlocal first
+            waiting = {pipes[r]: r for r in live if r in pipes}
+            waiting.update({procs[r].sentinel: r for r in live})
+            for ready in multiprocessing.connection.wait(list(waiting), timeout):
+                rank = waiting[ready]
+                if rank not in live:
+                    continue
+                outcome: tuple[Any, ...] | None = None
+                if rank in pipes:
+                    try:
+                        outcome = pipes.pop(rank).recv()
+                    except EOFError:
+                        outcome = None
+                live.pop(rank).join()
+                server.rank_ended(rank)
+                if outcome is None:
+                    outcome = ("error", PeerDeadError(f"rank {rank} (pid {procs[rank].pid}) "
+                                                      f"{status_text(procs[rank].exitcode)} without a result",
+                                                      rank=rank), "")
+                if outcome[0] == "ok":
+                    results[rank] = outcome[1]
+                elif first is None:
+                    first = (rank, outcome[1], outcome[2])
+
+        def gone(timeout: float) -> bool:
+            deadline = time.monotonic() + timeout
+            while live and time.monotonic() < deadline:
+                collect(max(0.0, deadline - time.monotonic()))
+            return not live
+
+        with _Signals(lambda: [p.pid for p in live.values()]):
+            while live and first is None:
+                collect(None)
+            if live:
+                _end([p.pid for p in live.values()], gone)
+    finally:
+        for proc in procs.values():
+            if proc.is_alive():
+                _signal(proc.pid, signal.SIGKILL)
+            proc.join()
+        for pipe in pipes.values():
+            pipe.close()
+        server.close()
+        sweep()
+    if first is not None:
+        rank, exc, text = first
+        if text and hasattr(exc, "add_note"):
+            exc.add_note(f"raised on rank {rank} of {n}:\n{text.rstrip()}")
+        raise exc
+    return [results[r] for r in range(n)]
