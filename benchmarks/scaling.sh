@@ -38,7 +38,7 @@ launcher() {
     [ "$2" -gt "$CORES" ] && bound=0
     case $1 in
         openmpi) [ $bound = 1 ] && echo "mpiexec.openmpi --bind-to core --map-by core" || echo "mpiexec.openmpi --bind-to none" ;;
-        mpich) [ $bound = 1 ] && echo "mpiexec.mpich -bind-to core" || echo "mpiexec.mpich" ;;
+        mpich) [ $bound = 1 ] && echo "mpiexec -bind-to core" || echo "mpiexec" ;;  # the wheel's, on PATH
     esac
 }
 

@@ -1,4 +1,5 @@
-"""shmtopo demo: run with `mpiexec -n 4 python examples/demo.py`.
+"""shmtopo demo: run with `mpiexec -n 4 python examples/demo.py`, or without
+MPI with `python -m shmtopo run -n 4 examples/demo.py`.
 
 1. Every rank writes into rank 0's part of a shared window at its own index;
    after a fence rank 0 sees all the values.
@@ -6,11 +7,10 @@
    parts, synchronised by a peer fence between the two only.
 """
 import numpy as np
-from mpi4py import MPI
 
 import shmtopo
 
-with shmtopo.Comm.from_mpi(MPI.COMM_WORLD) as comm:
+with shmtopo.Comm.from_env() as comm:   # under mpiexec: Comm.from_mpi(MPI.COMM_WORLD)
     rank, size = comm.rank, comm.size
 
     # 1. all ranks -> rank 0, then one fence over everybody

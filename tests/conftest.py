@@ -1,8 +1,9 @@
-"""Runs the same tests on 1 rank (plain pytest) and under mpiexec -n N.
+"""Runs the same tests on 1 rank (plain pytest), under mpiexec -n N, and
+(the files that use no MPI) under python -m shmtopo run -n N.
 
-Under mpiexec every rank runs every test in the same order. A failure on any
-rank prints its report and aborts the whole MPI job, so one rank's failed
-assertion fails the run instead of leaving the others waiting in a fence.
+Every rank runs every test in the same order. A failure on any rank prints
+its report and aborts the whole job, so one rank's failed assertion fails the
+run instead of leaving the others waiting in a fence.
 """
 import os
 import sys
@@ -15,11 +16,31 @@ import pytest
 # variables that would make a nested mpiexec think it runs inside this job.
 CLEAN_ENV = dict(os.environ)
 
-from mpi4py import MPI  # noqa: E402
+import shmtopo  # noqa: E402
+from shmtopo import rendezvous  # noqa: E402
 
-import shmtopo
 
-WORLD = MPI.COMM_WORLD
+class LauncherWorld:
+    """The job of python -m shmtopo run, where no MPI is used: what these
+    hooks need of MPI.COMM_WORLD. Abort ends this rank, and the launcher
+    then ends the others."""
+
+    def Get_size(self):
+        return int(os.environ[rendezvous.SIZE_VARIABLE])
+
+    def Get_rank(self):
+        return int(os.environ[rendezvous.RANK_VARIABLE])
+
+    def Abort(self, code):
+        os._exit(code)
+
+
+if rendezvous.in_environment():
+    WORLD = LauncherWorld()
+else:
+    from mpi4py import MPI
+
+    WORLD = MPI.COMM_WORLD
 
 
 def pytest_collection_modifyitems(config, items):
@@ -43,8 +64,9 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture
 def comm():
-    """This node's shmtopo comm over all ranks of the job."""
-    c = shmtopo.Comm.from_mpi(MPI.COMM_WORLD)
+    """This node's shmtopo comm over all ranks of the job (under mpiexec
+    from_mpi(COMM_WORLD), under the launcher its ranks)."""
+    c = shmtopo.Comm.from_env()
     yield c
     c.free()
 

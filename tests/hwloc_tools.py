@@ -205,8 +205,9 @@ def info_blocks(text: str) -> list[dict]:
             blocks.append(cur)
         elif cur is not None and " = " in line:
             key, value = line.strip().split(" = ", 1)
-            # hwloc 2.10+ names a bridge's buses "attr PCI secondary bus bus"
-            key = key.replace(" bus bus", " bus")
+            # hwloc-info 2.10+ prints "attr PCI secondary bus bus" and
+            # "attr cache line ways" for what 2.9 named as shmtopo does
+            key = key.replace(" bus bus", " bus").replace("cache line ways", "cache ways")
             cur.setdefault(key, value)  # the first of repeated infos, as hwloc's lookups
     return blocks
 

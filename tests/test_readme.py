@@ -1,18 +1,20 @@
 """Every code block of the README and of docs/*.md runs as written.
 
-Python blocks run under mpiexec: the README's at 1, 2 and 3 ranks, the docs'
+Python blocks run under mpiexec: the README's at 1, 2 and 3 ranks (and
+those that use no MPI under python -m shmtopo run at 1 to 4), the docs'
 at 1 and 2 (a docs block about more ranks says so on the line before it:
 ``<!-- ranks: 1 2 3 4 -->``). C blocks are built against the installed
 headers and library: a program (one with ``main``) runs at the same rank
 counts, declarations alone are compiled against ``kupl.h``, so the page's
 signatures are the header's."""
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import run_mpiexec
+from conftest import CLEAN_ENV, run_mpiexec
 from test_kupl import build, mpicc
 
 pytestmark = pytest.mark.serial
@@ -68,6 +70,28 @@ def test_python_block_runs(tmp_path, block, n):
     script.write_text(block.text)
     proc = run_mpiexec(n, [sys.executable, script], timeout=120)
     assert proc.returncode == 0, f"{block.name} at {n} ranks:\n{proc.stdout}\n{proc.stderr}"
+
+
+def without_mpi() -> list:
+    """The README's blocks that use no MPI, at 1 to 4 ranks of the launcher."""
+    return [pytest.param(b, n, id=f"{b.name}-n{n}") for b in blocks("python")
+            if b.page == README and "mpi4py" not in b.text for n in (1, 2, 3, 4)]
+
+
+@pytest.mark.no_mpi
+@pytest.mark.parametrize("block, n", without_mpi())
+def test_python_block_runs_under_the_launcher(tmp_path, block, n):
+    script = tmp_path / f"{block.stem}.py"
+    script.write_text(block.text)
+    env = {k: v for k, v in CLEAN_ENV.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_"))}
+    proc = subprocess.run([sys.executable, "-m", "shmtopo", "run", "-n", str(n), str(script)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{block.name} at {n} ranks:\n{proc.stdout}\n{proc.stderr}"
+    assert "mpi4py" not in proc.stderr
+
+
+def test_the_readme_shows_a_program_without_mpi():
+    assert len(without_mpi()) >= 4 * 3, "most tour blocks should run without MPI"
 
 
 def is_program(block: Block) -> bool:

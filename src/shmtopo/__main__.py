@@ -44,7 +44,7 @@ def _info_lines(comm: Any) -> list[tuple[str, str]]:
     rows = [("shmtopo", shmtopo.__version__),
             ("hwloc", f"{ffi.string(lib.shmtopo_hwloc_version()).decode()} "
                       f"(API {ffi.string(run).decode()}, built against API {ffi.string(built).decode()})"),
-            ("hwloc from", f"{ffi.string(lib.shmtopo_hwloc_origin()).decode()}: {_hwloc_file()}")]
+            ("libhwloc", f"{ffi.string(lib.shmtopo_hwloc_origin()).decode()}: {_hwloc_file()}")]
     try:
         from .bench import mpi_library
 
@@ -171,23 +171,37 @@ def c_flags(args: argparse.Namespace) -> None:
         sys.exit(f"python -m shmtopo: {exc}")
 
 
+RUN_OPTIONS_WITH_VALUES = ("-n", "--np", "--bind")
+
+
+def split_run_arguments(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``run``'s own options, and the program with its arguments: from the
+    first word that is not an option of run (the script), or from -m
+    (python's own spelling), everything is the program's."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "-m" or not word.startswith("-"):
+            break
+        i += 2 if word in RUN_OPTIONS_WITH_VALUES else 1
+    return argv[:i], argv[i:]
+
+
 def run(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
     """python -m shmtopo run: the launcher (shmtopo.launch)."""
     from shmtopo.errors import ShmtopoValueError
     from shmtopo.launch import run as run_job
 
-    if args.module:
-        command = ["-m", args.module, *args.program]
-    elif not args.program:
-        p.error("run: name a Python script (or -m module) to run")
-    elif not os.path.isfile(args.program[0]):
-        p.error(f"run: no such script: {args.program[0]}")
-    else:
-        command = args.program
+    command = args.program
+    if not command or command == ["-m"]:
+        p.error("name a Python script (or -m module) to run")
+    if command[0] != "-m" and not os.path.isfile(command[0]):
+        p.error(f"no such script: {command[0]}")
     try:
-        sys.exit(run_job(args.n, command, bind=args.bind, tag_output=args.tag_output))
+        sys.exit(run_job(args.n, command, bind=args.bind, tag_output=args.tag_output,
+                         keep_going=args.keep_going))
     except ShmtopoValueError as exc:
-        p.error(f"run: {exc}")
+        p.error(str(exc))
 
 
 def _ranks(text: str) -> int:
@@ -235,16 +249,25 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--bind", choices=["none", "core", "numa"], default="none",
                    help="bind each rank to a core, or to the NUMA nodes in turn (default: none)")
     r.add_argument("--tag-output", action="store_true", help="prefix every line a rank prints with [rank]")
-    r.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
-    r.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args ...]",
-                   help="the script and its arguments (or the module's arguments after -m)")
+    r.add_argument("--keep-going", action="store_true",
+                   help="a rank that fails does not end the others, which may carry on with comm.shrink() "
+                        "(the job's status is still the first failure's)")
+    r.add_argument("program", nargs="*", metavar="script.py [args ...] | -m module [args ...]",
+                   help="the program and its arguments, as python takes them")
     r.set_defaults(fn=lambda args: run(args, r))
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     p = parser()
+    argv = sys.argv[1:] if argv is None else argv
+    program: list[str] | None = None
+    if argv[:1] == ["run"]:  # the program's own options are not run's
+        options, program = split_run_arguments(argv[1:])
+        argv = ["run", *options]
     args = p.parse_args(argv)
+    if program is not None:
+        args.program = program
     if args.cflags or args.libs:
         if args.command:
             p.error("--cflags/--libs take no command")

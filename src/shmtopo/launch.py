@@ -27,7 +27,7 @@ from typing import IO, Any, Callable, Sequence
 
 from . import rendezvous
 from ._native import ffi, lib
-from .errors import PeerDeadError, ShmtopoValueError
+from .errors import PeerAbortedError, PeerDeadError, ShmtopoValueError
 from .topology import Topology
 
 BIND_CHOICES = ("none", "core", "numa")
@@ -104,7 +104,8 @@ class _Signals:
     second one of them kills the ranks."""
 
     def __init__(self, pids: Callable[[], Sequence[int]]):
-        self.pids, self.count, self.previous = pids, 0, {}
+        self.pids, self.count = pids, 0
+        self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_Signals":
         if threading.current_thread() is threading.main_thread():
@@ -136,8 +137,9 @@ def become_rank(launcher: int, cpus: set[int] | None) -> None:
 
 # ---- python -m shmtopo run -------------------------------------------------------
 
-def _tag(rank: int, source: IO[bytes], sink: IO[bytes], lock: threading.Lock) -> None:
-    prefix = f"[{rank}] ".encode()
+def _forward(prefix: bytes, source: IO[bytes], sink: IO[bytes], lock: threading.Lock) -> None:
+    """A rank's output, line by line: lines of different ranks never mix
+    (an unbuffered Python writes a print's text and its newline apart)."""
     for line in iter(source.readline, b""):
         with lock:
             sink.write(prefix + line)
@@ -145,10 +147,12 @@ def _tag(rank: int, source: IO[bytes], sink: IO[bytes], lock: threading.Lock) ->
     source.close()
 
 
-def run(n: int, command: list[str], bind: str = "none", tag_output: bool = False) -> int:
+def run(n: int, command: list[str], bind: str = "none", tag_output: bool = False,
+        keep_going: bool = False) -> int:
     """Run ``command`` (a Python program: ``[script, args...]`` or ``["-m",
     module, args...]``) as ranks 0..n-1 and return the job's exit status:
-    0, or the status of the first rank that failed."""
+    0, or the status of the first rank that failed. keep_going: a failed
+    rank does not end the others (they may shrink their comm)."""
     cpus = cpu_sets(n, bind)
     server = rendezvous.Server(n)
     procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -158,19 +162,19 @@ def run(n: int, command: list[str], bind: str = "none", tag_output: bool = False
         for rank in range(n):
             env = dict(os.environ, **rendezvous.rank_environment(server.path, rank, n))
             stdin = None if rank == 0 and not sys.stdin.isatty() else subprocess.DEVNULL
-            out = subprocess.PIPE if tag_output else None
-            procs[rank] = subprocess.Popen([sys.executable, *command], env=env, stdin=stdin, stdout=out,
-                                           stderr=out, preexec_fn=functools.partial(
-                                               become_rank, os.getpid(), cpus[rank] if cpus else None))
-        if tag_output:
-            lock = threading.Lock()
-            for rank, proc in procs.items():
-                for source, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
-                    assert source is not None
-                    readers.append(threading.Thread(target=_tag, args=(rank, source, sink, lock), daemon=True))
-                    readers[-1].start()
+            procs[rank] = subprocess.Popen([sys.executable, *command], env=env, stdin=stdin,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           preexec_fn=functools.partial(become_rank, os.getpid(),
+                                                                        cpus[rank] if cpus else None))
+        lock = threading.Lock()
+        for rank, proc in procs.items():
+            prefix = f"[{rank}] ".encode() if tag_output else b""
+            for source, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
+                assert source is not None
+                readers.append(threading.Thread(target=_forward, args=(prefix, source, sink, lock), daemon=True))
+                readers[-1].start()
         server.start()
-        return _watch(procs, server)
+        return _watch(procs, server, keep_going)
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -182,7 +186,7 @@ def run(n: int, command: list[str], bind: str = "none", tag_output: bool = False
         sweep()
 
 
-def _watch(procs: dict[int, subprocess.Popen[bytes]], server: rendezvous.Server) -> int:
+def _watch(procs: dict[int, subprocess.Popen[bytes]], server: rendezvous.Server, keep_going: bool) -> int:
     fds = {os.pidfd_open(p.pid): rank for rank, p in procs.items()}
     live = dict(procs)
     failure: tuple[int, int] | None = None
@@ -197,8 +201,8 @@ def _watch(procs: dict[int, subprocess.Popen[bytes]], server: rendezvous.Server)
             server.rank_ended(rank)
             if code != 0 and failure is None:
                 failure = (rank, code)
-                print(f"shmtopo run: rank {rank} (pid {procs[rank].pid}) {status_text(code)}; "
-                      "ending the job", file=sys.stderr, flush=True)
+                print(f"shmtopo run: rank {rank} (pid {procs[rank].pid}) {status_text(code)}"
+                      + ("" if keep_going else "; ending the job"), file=sys.stderr, flush=True)
 
     def gone(timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -207,7 +211,7 @@ def _watch(procs: dict[int, subprocess.Popen[bytes]], server: rendezvous.Server)
         return not live
 
     with _Signals(lambda: [p.pid for p in live.values()]):
-        while live and failure is None:
+        while live and (failure is None or keep_going):
             reap(None)
         if live:
             _end([p.pid for p in live.values()], gone)
@@ -238,13 +242,31 @@ def _spawned(fn: Callable[..., Any], args: tuple[Any, ...], env: dict[str, str],
         sys.exit(1)
 
 
+def _cause(errors: dict[int, tuple[BaseException, str]]) -> int:
+    """The rank whose failure the others' stem from: from the first to fail,
+    follow the ranks their PeerDeadError or PeerAbortedError names, while
+    those failed with an exception of their own (a rank raising on its own
+    abandons its windows, and a peer waiting there may report that first)."""
+    rank = next(iter(errors))
+    seen = {rank}
+    while True:
+        exc = errors[rank][0]
+        named = getattr(exc, "rank", None)
+        if not isinstance(exc, (PeerDeadError, PeerAbortedError)) or named not in errors or named in seen:
+            return rank
+        rank = named
+        seen.add(rank)
+
+
 def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
           start_method: str | None = None) -> list[Any]:
     """Run ``fn(*args)`` in ``n`` new processes, ranks 0..n-1 of one job
     (inside, ``shmtopo.Comm.from_env()`` joins it), and return their results
     in rank order. The first rank to fail raises its exception here, with
-    the rank's traceback as a note; the other ranks are then ended (each gets
-    GRACE seconds first) and nothing is left in /dev/shm. A rank that dies
+    the rank's traceback as a note (a peer's PeerAbortedError or
+    PeerDeadError gives way to the exception of the rank it names); the other
+    ranks are then ended (each gets GRACE seconds first) and nothing is left
+    in /dev/shm. A rank that dies
     raises PeerDeadError naming it. start_method: multiprocessing's ("fork"
     runs functions defined in a notebook; "spawn" and "forkserver" need fn
     importable); bind: as ``python -m shmtopo run --bind``."""
@@ -253,12 +275,12 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
     if not callable(fn):
         raise ShmtopoValueError(f"spawn needs a callable, not {fn!r}")
     cpus = cpu_sets(n, bind)
-    ctx = multiprocessing.get_context(start_method)
+    ctx: Any = multiprocessing.get_context(start_method)
     server = rendezvous.Server(n)
     procs: dict[int, Any] = {}
     pipes: dict[int, multiprocessing.connection.Connection] = {}
     results: dict[int, Any] = {}
-    first: tuple[int, BaseException, str] | None = None
+    errors: dict[int, tuple[BaseException, str]] = {}  # in the order they came
     try:
         for rank in range(n):
             receiver, sender = ctx.Pipe(duplex=False)
@@ -273,8 +295,7 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
         live = dict(procs)
 
         def collect(timeout: float | None) -> None:
-            nonlocal first
-            waiting = {pipes[r]: r for r in live if r in pipes}
+            waiting: dict[Any, int] = {pipes[r]: r for r in live if r in pipes}
             waiting.update({procs[r].sentinel: r for r in live})
             for ready in multiprocessing.connection.wait(list(waiting), timeout):
                 rank = waiting[ready]
@@ -294,8 +315,8 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
                                                       rank=rank), "")
                 if outcome[0] == "ok":
                     results[rank] = outcome[1]
-                elif first is None:
-                    first = (rank, outcome[1], outcome[2])
+                else:
+                    errors[rank] = (outcome[1], outcome[2])
 
         def gone(timeout: float) -> bool:
             deadline = time.monotonic() + timeout
@@ -304,7 +325,7 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
             return not live
 
         with _Signals(lambda: [p.pid for p in live.values()]):
-            while live and first is None:
+            while live and not errors:
                 collect(None)
             if live:
                 _end([p.pid for p in live.values()], gone)
@@ -317,8 +338,9 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
             pipe.close()
         server.close()
         sweep()
-    if first is not None:
-        rank, exc, text = first
+    if errors:
+        rank = _cause(errors)
+        exc, text = errors[rank]
         if text and hasattr(exc, "add_note"):
             exc.add_note(f"raised on rank {rank} of {n}:\n{text.rstrip()}")
         raise exc

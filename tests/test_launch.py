@@ -1,0 +1,344 @@
+"""python -m shmtopo run and shmtopo.spawn: jobs on one node without MPI.
+The programs run with mpi4py hidden (a package of that name that fails to
+import comes first on their path), as on a machine without it."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ranks
+import shmtopo
+
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def no_mpi_env(tmp_path_factory):
+    """The environment of a machine without mpi4py or an MPI launcher."""
+    hidden = tmp_path_factory.mktemp("hidden") / "mpi4py"
+    hidden.mkdir()
+    (hidden / "__init__.py").write_text("raise ImportError('mpi4py is hidden from this test')\n")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPI_", "SHMTOPO_RANK", "SHMTOPO_SIZE",
+                                "SHMTOPO_RENDEZVOUS"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(hidden.parent)] + env.get("PYTHONPATH", "").split(os.pathsep))
+    return env
+
+
+def launch(env, *args, timeout=120, **kw):
+    return subprocess.run([sys.executable, "-m", "shmtopo", "run", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def script(tmp_path, body: str) -> Path:
+    path = tmp_path / "rank_program.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_the_demo_runs_without_mpi(no_mpi_env, n):
+    before = ranks.shm_files()
+    proc = launch(no_mpi_env, "-n", n, ROOT / "examples" / "demo.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "demo ok" in proc.stdout and f"from {n} ranks" in proc.stdout, proc.stdout
+    assert proc.stdout.count("after a peer fence") == n - n % 2
+    assert ranks.shm_files() - before == set()
+
+
+PROGRAM = """
+    import sys
+    import numpy as np
+    import shmtopo
+
+    with shmtopo.Comm.from_env() as comm:
+        assert "mpi4py.MPI" not in sys.modules and comm.mpi is None
+        total = comm.allreduce(np.full(3, comm.rank + 1.0))
+        with comm.allocate(shape=(comm.size,), dtype=np.int64) as win:
+            win.query(0)[comm.rank] = comm.rank
+            win.fence()
+            seen = win.query(0).tolist()
+        with shmtopo.share_topology(comm) as topo:
+            source = topo.source
+        print(f"rank {comm.rank}/{comm.size} total {total[0]:g} seen {seen} topology {source} "
+              f"args {sys.argv[1:]}", flush=True)
+"""
+
+
+def test_every_rank_joins_with_collectives_windows_and_topology(no_mpi_env, tmp_path):
+    proc = launch(no_mpi_env, "-n", 3, "--tag-output", script(tmp_path, PROGRAM), "-v", "--x=1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = sorted(proc.stdout.splitlines())
+    assert lines == [f"[{r}] rank {r}/3 total 6 seen [0, 1, 2] topology shmem args ['-v', '--x=1']"
+                     for r in range(3)], proc.stdout
+
+
+def test_a_module_runs_as_python_m_would(no_mpi_env, tmp_path):
+    """-m and a module's own options (which are not run's)."""
+    (tmp_path / "rank_module.py").write_text(textwrap.dedent(PROGRAM))
+    env = dict(no_mpi_env, PYTHONPATH=f"{tmp_path}{os.pathsep}{no_mpi_env['PYTHONPATH']}")
+    proc = launch(env, "-n", 2, "-m", "rank_module", "-n", "7")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("args ['-n', '7']") == 2, proc.stdout
+
+
+def test_a_test_suite_slice_under_the_launcher(no_mpi_env):
+    """The suite's conftest runs under run as under mpiexec: the window and
+    fence tests at 3 ranks, a failure on one rank failing the job."""
+    proc = launch(no_mpi_env, "-n", 3, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                  ROOT / "tests" / "test_window.py", ROOT / "tests" / "test_fence.py", cwd=ROOT / "tests",
+                  timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count(" passed") == 3 and " failed" not in proc.stdout, proc.stdout[-3000:]
+
+
+KILLED = """
+    import os, signal, sys, time
+    import shmtopo
+
+    victim, step = int(sys.argv[1]), int(sys.argv[2])
+    with shmtopo.Comm.from_env() as comm:
+        with comm.allocate(4096) as win:
+            for i in range(1_000_000):
+                if comm.rank == victim and i == step:
+                    print(f"killed at {time.monotonic()!r}", flush=True)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                win.fence()
+"""
+
+
+@pytest.mark.parametrize("n,victim", [(2, 0), (3, 1), (4, 3)])
+def test_a_killed_rank_ends_the_job_within_2s_and_nothing_is_left(no_mpi_env, tmp_path, n, victim):
+    before = ranks.shm_files()
+    proc = launch(no_mpi_env, "-n", n, script(tmp_path, KILLED), victim, 200)
+    ended = time.monotonic()
+    assert proc.returncode == 128 + signal.SIGKILL, proc.stdout + proc.stderr
+    killed = float(proc.stdout.split("killed at ")[1].split()[0])
+    assert ended - killed < 2.0
+    assert f"rank {victim} (pid " in proc.stderr and "was killed by SIGKILL" in proc.stderr, proc.stderr
+    # the survivors that were waiting name the dead rank
+    assert "PeerDeadError" in proc.stderr, proc.stderr
+    assert ranks.shm_files() - before == set()
+
+
+def test_a_rank_killed_while_allocating_leaves_nothing(no_mpi_env, tmp_path):
+    """Killed between creating its segment's name and the unlink that
+    follows everyone's mapping: the launcher sweeps the name."""
+    body = """
+        import os, signal
+        import shmtopo
+
+        with shmtopo.Comm.from_env() as comm:
+            for i in range(200):
+                if comm.rank == 1 and i == 100:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                comm.allocate(1 << 16, backend="posix").free()
+    """
+    before = ranks.shm_files()
+    proc = launch(no_mpi_env, "-n", 3, script(tmp_path, body))
+    assert proc.returncode == 137, proc.stderr
+    assert ranks.shm_files() - before == set()
+
+
+def test_the_first_failing_rank_s_status_is_the_job_s(no_mpi_env, tmp_path):
+    body = """
+        import os, time
+        import shmtopo
+
+        comm = shmtopo.Comm.from_env()
+        win = comm.allocate(64)
+        if comm.rank == 2:
+            time.sleep(0.2)
+            os._exit(7)  # the first to end; its peers, waiting in the fence, end after it
+        win.fence()
+    """
+    proc = launch(no_mpi_env, "-n", 4, script(tmp_path, body))
+    assert proc.returncode == 7, proc.stderr
+    assert "rank 2 (pid" in proc.stderr and "exited with status 7" in proc.stderr, proc.stderr
+
+
+def test_a_rank_that_ends_before_joining_fails_the_others_join(no_mpi_env, tmp_path):
+    """Rank 0 exits before from_env: the others' join raises, naming it,
+    instead of waiting for it."""
+    body = """
+        import sys
+        import shmtopo
+
+        if shmtopo.launch.rendezvous.in_environment() and __import__("os").environ["SHMTOPO_RANK"] == "0":
+            sys.exit(0)
+        try:
+            shmtopo.Comm.from_env()
+        except shmtopo.ShmtopoError as exc:
+            print(f"raised {type(exc).__name__}: {exc}", flush=True)
+            sys.exit(3)
+    """
+    start = time.monotonic()
+    proc = launch(no_mpi_env, "-n", 3, script(tmp_path, body))
+    assert time.monotonic() - start < 30
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "rank 0 left the job" in proc.stdout, proc.stdout
+
+
+def test_ctrl_c_ends_every_rank(no_mpi_env, tmp_path):
+    body = """
+        import shmtopo
+
+        with shmtopo.Comm.from_env() as comm:
+            with comm.allocate(64) as win:
+                print("running", flush=True)
+                while True:
+                    win.fence()
+    """
+    before = ranks.shm_files()
+    proc = subprocess.Popen([sys.executable, "-m", "shmtopo", "run", "-n", "3", str(script(tmp_path, body))],
+                            env=no_mpi_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(3):
+        assert proc.stdout.readline() == "running\n"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode != 0
+    assert err.count("KeyboardInterrupt") >= 1, err
+    assert ranks.shm_files() - before == set()
+
+
+def test_keep_going_lets_the_survivors_shrink(no_mpi_env, tmp_path):
+    """--keep-going (mpiexec's --enable-recovery): a dead rank does not end
+    the job; the survivors carry on with comm.shrink()."""
+    body = """
+        import os, signal
+        import numpy as np
+        import shmtopo
+
+        with shmtopo.Comm.from_env() as comm:
+            try:
+                for i in range(1000):
+                    if comm.rank == 2 and i == 20:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    comm.allreduce(np.ones(4))
+            except shmtopo.PeerDeadError as dead:
+                with comm.shrink() as survivors:
+                    total = survivors.allreduce(np.array([1.0]))[0]
+                    print(f"rank {comm.rank}: rank {dead.rank} died, {survivors.size} left, sum {total:g}",
+                          flush=True)
+    """
+    before = ranks.shm_files()
+    proc = launch(no_mpi_env, "-n", 4, "--keep-going", script(tmp_path, body))
+    assert proc.returncode == 137, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.splitlines()) == [f"rank {r}: rank 2 died, 3 left, sum 3" for r in (0, 1, 3)], \
+        proc.stdout + proc.stderr
+    assert ranks.shm_files() - before == set()
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "the following arguments are required: -n"),
+    (["-n", "0", "x.py"], "whole number >= 1"),
+    (["-n", "two", "x.py"], "whole number >= 1"),
+    (["-n", "2"], "name a Python script"),
+    (["-n", "2", "-m"], "name a Python script"),
+    (["-n", "2", "no/such/script.py"], "no such script: no/such/script.py"),
+    (["-n", "2", "--bind", "socket", "x.py"], "invalid choice: 'socket'"),
+    (["-n", "99", "--bind", "core", "{script}"], "99 ranks but"),
+])
+def test_bad_arguments_exit_2_with_a_message(no_mpi_env, tmp_path, args, message):
+    path = script(tmp_path, "print('ran')\n")
+    proc = launch(no_mpi_env, *[a.format(script=path) for a in args])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and "ran" not in proc.stdout, proc.stderr
+
+
+def test_bind_core_gives_each_rank_a_core_of_its_own(no_mpi_env, tmp_path):
+    n = min(2, len(shmtopo.Topology.load().objects("core")))
+    want = shmtopo.launch.cpu_sets(n, "core")
+    body = """
+        import os
+        import shmtopo
+
+        with shmtopo.Comm.from_env() as comm:
+            print(comm.rank, sorted(os.sched_getaffinity(0)), flush=True)
+    """
+    proc = launch(no_mpi_env, "-n", n, "--bind", "core", script(tmp_path, body))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.splitlines()) == [f"{r} {sorted(want[r])}" for r in range(n)], proc.stdout
+    assert n == 1 or want[0] != want[1]
+
+
+def test_from_env_alone_is_a_comm_of_one(no_mpi_env, tmp_path):
+    body = """
+        import sys
+        import numpy as np
+        import shmtopo
+
+        with shmtopo.Comm.from_env() as comm:
+            assert (comm.rank, comm.size, comm.mpi) == (0, 1, None)
+            assert comm.allreduce(np.ones(2)).tolist() == [1.0, 1.0]
+            print("alone ok", "mpi4py.MPI" in sys.modules)
+    """
+    proc = subprocess.run([sys.executable, str(script(tmp_path, body))], env=no_mpi_env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "alone ok False" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---- shmtopo.spawn ---------------------------------------------------------------
+
+def sum_of_ranks(scale):
+    with shmtopo.Comm.from_env() as comm:
+        return comm.rank, float(comm.allreduce(np.array([scale * comm.rank]))[0])
+
+
+def test_spawn_returns_every_rank_s_result_in_rank_order():
+    for start_method in ("fork", "spawn"):
+        out = shmtopo.spawn(sum_of_ranks, 3, 2.0, start_method=start_method)
+        assert out == [(0, 6.0), (1, 6.0), (2, 6.0)], (start_method, out)
+
+
+def middle_rank_raises():
+    with shmtopo.Comm.from_env() as comm:
+        with comm.allocate(64) as win:
+            if comm.rank == 1:
+                raise KeyError("only on rank 1")
+            win.fence()
+    return "no error"
+
+
+def test_spawn_raises_the_first_failing_rank_s_exception():
+    before = ranks.shm_files()
+    with pytest.raises(KeyError, match="only on rank 1") as info:
+        shmtopo.spawn(middle_rank_raises, 3)
+    assert any("raised on rank 1 of 3" in note for note in getattr(info.value, "__notes__", [])), info.value
+    assert ranks.shm_files() - before == set()
+
+
+def killed_mid_allreduce(victim):
+    import signal as sig
+
+    with shmtopo.Comm.from_env() as comm:
+        for i in range(1000):
+            if comm.rank == victim and i == 20:
+                os.kill(os.getpid(), sig.SIGKILL)
+            comm.allreduce(np.ones(4))
+    return "no error"
+
+
+def test_spawn_names_a_dead_rank():
+    before = ranks.shm_files()
+    with pytest.raises(shmtopo.PeerDeadError, match="rank 2 .* was killed by SIGKILL") as info:
+        shmtopo.spawn(killed_mid_allreduce, 4, 2)
+    assert info.value.rank == 2
+    assert ranks.shm_files() - before == set()
+
+
+def test_spawn_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="n >= 1"):
+        shmtopo.spawn(sum_of_ranks, 0)
+    with pytest.raises(ValueError, match="callable"):
+        shmtopo.spawn("sum_of_ranks", 2)
+    with pytest.raises(ValueError, match="bind must be one of"):
+        shmtopo.spawn(sum_of_ranks, 2, bind="socket")
