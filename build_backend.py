@@ -10,18 +10,19 @@ from setuptools.build_meta import *  # noqa: F401,F403 (the other hooks, unchang
 import build_ffi
 
 
-def _hwloc() -> list[str]:
+def hwloc_requirements() -> list[str]:
+    """The hwloc wheel, where neither SHMTOPO_HWLOC_PREFIX nor pkg-config has hwloc."""
     return [] if build_ffi.hwloc_outside_wheels() else [build_ffi.HWLOC_WHEEL]
 
 
 def get_requires_for_build_wheel(config_settings=None):
-    return build_meta.get_requires_for_build_wheel(config_settings) + _hwloc()
+    return build_meta.get_requires_for_build_wheel(config_settings) + hwloc_requirements()
 
 
 def get_requires_for_build_editable(config_settings=None):
-    return build_meta.get_requires_for_build_editable(config_settings) + _hwloc()
+    return build_meta.get_requires_for_build_editable(config_settings) + hwloc_requirements()
 
 
 def get_requires_for_build_sdist(config_settings=None):
     # an sdist's metadata names its run-time dependencies, hwloc's among them
-    return build_meta.get_requires_for_build_sdist(config_settings) + _hwloc()
+    return build_meta.get_requires_for_build_sdist(config_settings) + hwloc_requirements()
