@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from shmtopo import rendezvous
-from shmtopo.errors import PeerDeadError, ShmtopoTimeoutError, ShmtopoValueError
+from shmtopo.errors import PeerDeadError, ShmtopoOSError, ShmtopoTimeoutError, ShmtopoValueError
 
 pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
 
@@ -97,3 +97,8 @@ def test_a_rank_out_of_range_is_refused():
     with rendezvous.Server(2) as server:
         with pytest.raises(ShmtopoValueError, match="rank 2 out of range for a job of 2"):
             rendezvous.Client(server.path, 2, 2)
+
+
+def test_a_launcher_that_is_gone(tmp_path):
+    with pytest.raises(ShmtopoOSError, match="cannot reach the launcher's rendezvous at .*/gone"):
+        rendezvous.Client(str(tmp_path / "gone"), 0, 2)

@@ -24,7 +24,7 @@ import threading
 from collections import deque
 from typing import Mapping
 
-from .errors import PeerDeadError, ShmtopoTimeoutError, ShmtopoValueError
+from .errors import PeerDeadError, ShmtopoOSError, ShmtopoTimeoutError, ShmtopoValueError
 
 RANK_VARIABLE = "SHMTOPO_RANK"
 SIZE_VARIABLE = "SHMTOPO_SIZE"
@@ -66,8 +66,13 @@ class Client:
         self.rank, self.size = rank, size
         self.lock = threading.Lock()  # one exchange at a time
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.sock.sendall(_LENGTH.pack(rank))
+        try:
+            self.sock.connect(path)
+            self.sock.sendall(_LENGTH.pack(rank))
+        except OSError as exc:
+            self.sock.close()
+            raise ShmtopoOSError(f"cannot reach the launcher's rendezvous at {path} ({exc.strerror}): "
+                                 f"{SOCKET_VARIABLE} names a job that has ended?", exc.errno or 0) from None
 
     def exchange(self, data: bytes, timeout: float | None = None) -> bytes:
         """Every rank's ``data`` (all of one length), concatenated in rank
@@ -136,7 +141,10 @@ class Server:
         self._rank: dict[socket.socket, int | None] = {}
         self._unread: dict[socket.socket, bytearray] = {}
         self._conn: dict[int, socket.socket] = {}
-        self._parts: dict[int, deque[bytes]] = {r: deque() for r in range(size)}
+        # per rank, its parts not yet answered, each with its exchange's
+        # number (the rank's count of parts sent)
+        self._parts: dict[int, deque[tuple[int, bytes]]] = {r: deque() for r in range(size)}
+        self._sent = [0] * size
         self._left: set[int] = set()
         self._lock = threading.Lock()
         self._ended: list[int] = []
@@ -216,7 +224,8 @@ class Server:
                 return
             part = bytes(buf[_LENGTH.size:_LENGTH.size + value])
             del buf[:_LENGTH.size + value]
-            self._parts[rank].append(part)
+            self._sent[rank] += 1
+            self._parts[rank].append((self._sent[rank], part))
             self._progress()
 
     def _departed(self, sock: socket.socket) -> None:
@@ -228,13 +237,13 @@ class Server:
             self._progress()
 
     def _progress(self) -> None:
-        """Answer every exchange that can be answered now."""
+        """Answer every exchange that can be answered now, in order."""
         while True:
             waiting = [r for r in range(self.size) if self._parts[r]]
             if not waiting:
                 return
             if len(waiting) == self.size:
-                parts = [self._parts[r].popleft() for r in range(self.size)]
+                parts = [self._parts[r].popleft()[1] for r in range(self.size)]
                 if len({len(p) for p in parts}) > 1:
                     sizes = ", ".join(f"rank {r}: {len(p)}" for r, p in enumerate(parts))
                     self._reply(range(self.size), self._error(0, f"ranks sent parts of different lengths "
@@ -242,14 +251,16 @@ class Server:
                 else:
                     self._reply(range(self.size), _LENGTH.pack(sum(map(len, parts))) + b"".join(parts))
                 continue
-            gone = sorted(r for r in self._left if not self._parts[r])
-            if not gone:
+            # The exchange the waiting ranks are in, and who left before it.
+            number = self._parts[waiting[0]][0][0]
+            missing = sorted(r for r in self._left if self._sent[r] < number)
+            if not missing:
                 return
-            # The exchange the waiting ranks are in can never complete.
             for r in waiting:
                 self._parts[r].popleft()
-            self._reply(waiting, self._error(_FAILED_BY_DEPARTURE, f"rank {gone[0]} left the job (it exited "
-                                                                   "or died) before an exchange it takes part in"))
+            self._reply(waiting, self._error(_FAILED_BY_DEPARTURE, f"rank {missing[0]} left the job (it "
+                                                                   "exited or died) before an exchange it "
+                                                                   "takes part in"))
 
     @staticmethod
     def _error(kind: int, message: str) -> bytes:
