@@ -199,11 +199,15 @@ def test_ctrl_c_ends_every_rank(no_mpi_env, tmp_path):
     before = ranks.shm_files()
     proc = subprocess.Popen([sys.executable, "-m", "shmtopo", "run", "-n", "3", str(script(tmp_path, body))],
                             env=no_mpi_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for _ in range(3):
-        assert proc.stdout.readline() == "running\n"
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=10)
+    try:
+        for _ in range(3):
+            assert proc.stdout.readline() == "running\n"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()  # on a failure above: its ranks die with it
+        proc.wait()
     assert proc.returncode != 0
     assert err.count("KeyboardInterrupt") >= 1, err
     assert ranks.shm_files() - before == set()
