@@ -274,6 +274,32 @@ def test_bind_core_gives_each_rank_a_core_of_its_own(no_mpi_env, tmp_path):
     assert n == 1 or want[0] != want[1]
 
 
+def test_comm_bind_and_peer_fences_under_the_launcher(no_mpi_env, tmp_path):
+    """What a program does after joining works as under mpiexec: binding
+    through the shared topology, and peer fences."""
+    body = """
+        import os
+        import numpy as np
+        import shmtopo
+
+        with shmtopo.Comm.from_env() as comm:
+            places = comm.bind("core", overload=True)
+            assert sorted(os.sched_getaffinity(0)) == sorted(places[comm.rank].cpuset)
+            with comm.allocate(shape=(1,), dtype=np.int64) as win:
+                partner = comm.rank ^ 1
+                if partner < comm.size:
+                    win.query(partner)[0] = 10 + comm.rank
+                    win.peer_fence(partner)
+                    assert win.local[0] == 10 + partner
+                win.fence()
+            print(comm.rank, [str(p.cpuset) for p in places], flush=True)
+    """
+    proc = launch(no_mpi_env, "-n", 3, script(tmp_path, body))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = sorted(proc.stdout.splitlines())
+    assert len(lines) == 3 and len({line.split(" ", 1)[1] for line in lines}) == 1, proc.stdout
+
+
 def test_from_env_alone_is_a_comm_of_one(no_mpi_env, tmp_path):
     body = """
         import sys

@@ -64,7 +64,10 @@ def _fetch(version: str, cache: Path) -> Path:
         staged = Path(tmp) / "x"
         with tarfile.open(sdists[0]) as tar:
             members = [m for m in tar.getmembers() if m.name in wanted and m.isfile()]
-            tar.extractall(staged, members=members, filter="data")
+            # the data filter where this Python has it (3.11.4+, Debian's 3.11.2 lacks it);
+            # the members are plain files of known names either way
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(staged, members=members, **safe)
         # several runs may fetch at once: the first rename wins, the others keep theirs away
         try:
             (staged / f"mpi4py-{version}").rename(cache / f"mpi4py-{version}")
