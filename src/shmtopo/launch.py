@@ -76,16 +76,28 @@ def sweep() -> None:
     lib.shmtopo_sweep_stale_files(topo_dir)
 
 
-def _end(pids: Sequence[int], gone: Callable[[float], bool]) -> None:
-    """After a failure: let the ranks in pids end by themselves for GRACE
-    seconds, then SIGTERM them, then SIGKILL. gone(timeout) waits up to
-    timeout seconds for every one to have ended and says whether they have."""
-    for sig in (None, signal.SIGTERM, signal.SIGKILL):
-        if sig is not None:
-            for pid in pids:
-                _signal(pid, sig)
-        if gone(GRACE if sig != signal.SIGKILL else 10.0):
-            return
+def _watch_ranks(live: dict[int, Any], wait_some: Callable[[float | None], None], ended: Callable[[], bool]) -> None:
+    """Wait for the ranks in live (rank -> process, with a pid), forwarding
+    signals, until none is left or ended() says the job is over; then end
+    those left: GRACE seconds to end by themselves, then SIGTERM, then
+    SIGKILL. wait_some(timeout) waits up to timeout seconds (None: until one
+    does) for ranks to end, and removes those that did from live."""
+    def gone(timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while live and time.monotonic() < deadline:
+            wait_some(max(0.0, deadline - time.monotonic()))
+        return not live
+
+    with _Signals(lambda: [p.pid for p in live.values()]):
+        while live and not ended():
+            wait_some(None)
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if not live:
+                return
+            for proc in live.values():
+                if sig is not None:
+                    _signal(proc.pid, sig)
+            gone(GRACE if sig != signal.SIGKILL else 10.0)
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -204,17 +216,7 @@ def _watch(procs: dict[int, subprocess.Popen[bytes]], server: rendezvous.Server,
                 print(f"shmtopo run: rank {rank} (pid {procs[rank].pid}) {status_text(code)}"
                       + ("" if keep_going else "; ending the job"), file=sys.stderr, flush=True)
 
-    def gone(timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while live and time.monotonic() < deadline:
-            reap(max(0.0, deadline - time.monotonic()))
-        return not live
-
-    with _Signals(lambda: [p.pid for p in live.values()]):
-        while live and (failure is None or keep_going):
-            reap(None)
-        if live:
-            _end([p.pid for p in live.values()], gone)
+    _watch_ranks(live, reap, lambda: failure is not None and not keep_going)
     for fd in fds:
         os.close(fd)
     return 0 if failure is None else exit_status(failure[1])
@@ -318,17 +320,7 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
                 else:
                     errors[rank] = (outcome[1], outcome[2])
 
-        def gone(timeout: float) -> bool:
-            deadline = time.monotonic() + timeout
-            while live and time.monotonic() < deadline:
-                collect(max(0.0, deadline - time.monotonic()))
-            return not live
-
-        with _Signals(lambda: [p.pid for p in live.values()]):
-            while live and not errors:
-                collect(None)
-            if live:
-                _end([p.pid for p in live.values()], gone)
+        _watch_ranks(live, collect, lambda: bool(errors))
     finally:
         for proc in procs.values():
             if proc.is_alive():
