@@ -90,11 +90,12 @@ def test_a_module_runs_as_python_m_would(no_mpi_env, tmp_path):
 
 
 def test_a_test_suite_slice_under_the_launcher(no_mpi_env):
-    """The suite's conftest runs under run as under mpiexec: the window and
-    fence tests at 3 ranks, a failure on one rank failing the job."""
+    """The suite's conftest runs under run as under mpiexec: the window,
+    fence and collective tests at 3 ranks, a failure on one rank failing the
+    job."""
     proc = launch(no_mpi_env, "-n", 3, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                  ROOT / "tests" / "test_window.py", ROOT / "tests" / "test_fence.py", cwd=ROOT / "tests",
-                  timeout=300)
+                  *(ROOT / "tests" / f"test_{name}.py" for name in ("window", "fence", "collectives")),
+                  cwd=ROOT / "tests", timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count(" passed") == 3 and " failed" not in proc.stdout, proc.stdout[-3000:]
 
