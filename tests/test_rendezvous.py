@@ -90,6 +90,9 @@ def test_an_exchange_times_out():
         client = rendezvous.Client(server.path, 0, 2)
         with pytest.raises(ShmtopoTimeoutError, match="timed out after 0.2 s"):
             client.exchange(b"x", timeout=0.2)
+        # the late reply would answer the next exchange: there is none
+        with pytest.raises(ShmtopoTimeoutError, match="out of step"):
+            client.exchange(b"y", timeout=0.2)
         client.sock.close()
 
 

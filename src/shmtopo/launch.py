@@ -186,7 +186,7 @@ def run(n: int, command: list[str], bind: str = "none", tag_output: bool = False
                 readers.append(threading.Thread(target=_forward, args=(prefix, source, sink, lock), daemon=True))
                 readers[-1].start()
         server.start()
-        return _watch(procs, server, keep_going)
+        return _watch_run(procs, server, keep_going)
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -198,7 +198,8 @@ def run(n: int, command: list[str], bind: str = "none", tag_output: bool = False
         sweep()
 
 
-def _watch(procs: dict[int, subprocess.Popen[bytes]], server: rendezvous.Server, keep_going: bool) -> int:
+def _watch_run(procs: dict[int, subprocess.Popen[bytes]], server: rendezvous.Server, keep_going: bool) -> int:
+    """run's ranks until the job is over: its exit status."""
     fds = {os.pidfd_open(p.pid): rank for rank, p in procs.items()}
     live = dict(procs)
     failure: tuple[int, int] | None = None
@@ -264,14 +265,17 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
           start_method: str | None = None) -> list[Any]:
     """Run ``fn(*args)`` in ``n`` new processes, ranks 0..n-1 of one job
     (inside, ``shmtopo.Comm.from_env()`` joins it), and return their results
-    in rank order. The first rank to fail raises its exception here, with
-    the rank's traceback as a note (a peer's PeerAbortedError or
-    PeerDeadError gives way to the exception of the rank it names); the other
-    ranks are then ended (each gets GRACE seconds first) and nothing is left
-    in /dev/shm. A rank that dies
-    raises PeerDeadError naming it. start_method: multiprocessing's ("fork"
-    runs functions defined in a notebook; "spawn" and "forkserver" need fn
-    importable); bind: as ``python -m shmtopo run --bind``."""
+    in rank order.
+
+    The first rank to fail raises its exception here, with the rank's
+    traceback as a note (a peer's PeerAbortedError or PeerDeadError gives way
+    to the exception of the rank it names); a rank that dies raises
+    PeerDeadError naming it. The other ranks are then ended (each gets GRACE
+    seconds first) and nothing is left in /dev/shm.
+
+    start_method: multiprocessing's ("fork" runs functions defined in a
+    notebook; "spawn" and "forkserver" need fn importable); bind: as
+    ``python -m shmtopo run --bind``."""
     if not isinstance(n, int) or n < 1:
         raise ShmtopoValueError(f"spawn needs n >= 1 processes, not {n!r}")
     if not callable(fn):

@@ -65,6 +65,7 @@ class Client:
             raise ShmtopoValueError(f"rank {rank} out of range for a job of {size}", _errno.EINVAL)
         self.rank, self.size = rank, size
         self.lock = threading.Lock()  # one exchange at a time
+        self.out_of_step = False
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.connect(path)
@@ -78,6 +79,9 @@ class Client:
         """Every rank's ``data`` (all of one length), concatenated in rank
         order; ShmtopoTimeoutError after ``timeout`` seconds (None, 0: none)."""
         with self.lock:
+            if self.out_of_step:
+                raise ShmtopoTimeoutError("an earlier exchange with the launcher timed out: this rank is out "
+                                          "of step with the job's exchanges", _errno.ETIMEDOUT)
             try:
                 self.sock.settimeout(timeout or None)
                 self.sock.sendall(_LENGTH.pack(len(data)) + data)
@@ -86,6 +90,7 @@ class Client:
             except socket.timeout:
                 # the exchange's reply may still come: this connection is
                 # out of step from here on, like a comm after a timeout
+                self.out_of_step = True
                 raise ShmtopoTimeoutError(f"the launcher's rendezvous timed out after {timeout:g} s "
                                           "(a rank did not take part)", _errno.ETIMEDOUT) from None
         if length >= 0:
@@ -95,7 +100,6 @@ class Client:
             rank = int(message.split()[1])
             raise PeerDeadError(message, _errno.EOWNERDEAD, rank)
         raise ShmtopoValueError(message, _errno.EINVAL)
-
 
     def allgather(self, send: memoryview, recv: memoryview, timeout: float | None = None) -> None:
         recv[:] = self.exchange(bytes(send), timeout)
