@@ -71,6 +71,15 @@ def comm():
     c.free()
 
 
+def environment_without_a_job(env=None):
+    """An environment (default CLEAN_ENV) with no trace of the job this
+    process belongs to: no MPI launcher's variables, no shmtopo launcher's;
+    a program started with it runs as if started alone."""
+    launchers = ("OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPI_", rendezvous.RANK_VARIABLE, rendezvous.SIZE_VARIABLE,
+                 rendezvous.SOCKET_VARIABLE)
+    return {k: v for k, v in (CLEAN_ENV if env is None else env).items() if not k.startswith(launchers)}
+
+
 def mpiexec_command():
     """The mpiexec matching the mpi4py in use (./dev sets SHMTOPO_MPIEXEC)."""
     return CLEAN_ENV.get("SHMTOPO_MPIEXEC", "mpiexec").split()

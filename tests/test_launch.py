@@ -14,6 +14,7 @@ import pytest
 
 import ranks
 import shmtopo
+from conftest import environment_without_a_job
 
 pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,9 +26,7 @@ def no_mpi_env(tmp_path_factory):
     hidden = tmp_path_factory.mktemp("hidden") / "mpi4py"
     hidden.mkdir()
     (hidden / "__init__.py").write_text("raise ImportError('mpi4py is hidden from this test')\n")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_", "MPI_", "SHMTOPO_RANK", "SHMTOPO_SIZE",
-                                "SHMTOPO_RENDEZVOUS"))}
+    env = environment_without_a_job(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(hidden.parent)] + env.get("PYTHONPATH", "").split(os.pathsep))
     return env
 

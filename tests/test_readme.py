@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLEAN_ENV, run_mpiexec
+from conftest import environment_without_a_job, run_mpiexec
 from test_kupl import build, mpicc
 
 pytestmark = pytest.mark.serial
@@ -83,8 +83,8 @@ def without_mpi() -> list:
 def test_python_block_runs_under_the_launcher(tmp_path, block, n):
     script = tmp_path / f"{block.stem}.py"
     script.write_text(block.text)
-    env = {k: v for k, v in CLEAN_ENV.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_"))}
-    proc = subprocess.run([sys.executable, "-m", "shmtopo", "run", "-n", str(n), str(script)], env=env,
+    proc = subprocess.run([sys.executable, "-m", "shmtopo", "run", "-n", str(n), str(script)],
+                          env=environment_without_a_job(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"{block.name} at {n} ranks:\n{proc.stdout}\n{proc.stderr}"
     assert "mpi4py" not in proc.stderr

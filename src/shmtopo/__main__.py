@@ -215,6 +215,8 @@ def _ranks(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from shmtopo.launch import BIND_CHOICES
+
     p = argparse.ArgumentParser(prog="python -m shmtopo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cflags", action="store_true",
@@ -246,7 +248,7 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a Python program as N ranks of one job on this node, without MPI "
                        "(inside, shmtopo.Comm.from_env() joins it)")
     r.add_argument("-n", "--np", dest="n", type=_ranks, required=True, help="number of ranks")
-    r.add_argument("--bind", choices=["none", "core", "numa"], default="none",
+    r.add_argument("--bind", choices=BIND_CHOICES, default="none",
                    help="bind each rank to a core, or to the NUMA nodes in turn (default: none)")
     r.add_argument("--tag-output", action="store_true", help="prefix every line a rank prints with [rank]")
     r.add_argument("--keep-going", action="store_true",
