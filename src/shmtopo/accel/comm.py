@@ -1,17 +1,21 @@
 """shmtopo.accel.comm: an mpi4py communicator whose upper-case buffer
 collectives run through shmtopo's shared memory, switched on with one line.
 
-``acomm = shmtopo.accelerate(comm)`` wraps an mpi4py intracommunicator.
-What it does not define is the wrapped communicator's own (attribute lookup
-falls through to it). Barrier, Bcast, Reduce, Allreduce, Allgather,
-Alltoall and Reduce_scatter_block run on a :class:`shmtopo.Comm` made with
+``acomm = shmtopo.accelerate(comm)`` is an instance of a subclass of
+``comm``'s own mpi4py class (AcceleratedIntracomm of an Intracomm,
+AcceleratedCartcomm of a Cartcomm, ...) that holds the same MPI handle, as
+``MPI.Intracomm(comm)`` would: it is an mpi4py communicator wherever mpi4py
+takes one (``MPI.Win.Allocate_shared(..., comm=acomm)``, ``MPI.File.Open``,
+``isinstance(acomm, MPI.Comm)``), and what it does not define is mpi4py's.
+Barrier, Bcast, Reduce, Allreduce, Allgather, Alltoall and
+Reduce_scatter_block run on a :class:`shmtopo.Comm` made with
 ``Comm.from_mpi(comm)`` (hierarchical across nodes) when their arguments
-allow it, and otherwise go to the wrapped communicator with the very
-arguments they were given, so that their results are MPI's. Gather,
-Scatter, their v-variants, Allgatherv, Alltoallv, Reduce_scatter, Scan and
-Exscan do the same through the core's lower-case calls. The persistent ``..._init`` calls return requests whose
-``Start`` makes the blocking call. Dup, Split and the other constructors
-return accelerated comms.
+allow it, and otherwise go to MPI with the very arguments they were given,
+so that their results are MPI's. Gather, Scatter, their v-variants,
+Allgatherv, Alltoallv, Reduce_scatter, Scan and Exscan do the same through
+the core's lower-case calls. The persistent ``..._init`` calls return
+requests whose ``Start`` makes the blocking call. Dup, Split, Create_cart and
+the other constructors return accelerated comms of their own class.
 
 Every rank must take the same path: a rank on shmtopo's path waits in
 shmtopo, a rank on MPI's waits in MPI. So each call reads its arguments on
@@ -87,23 +91,6 @@ _accel_allreduce, _accel_reduce = _fastpath.accel_allreduce, _fastpath.accel_red
 _accel_bcast, _accel_allgather = _fastpath.accel_bcast, _fastpath.accel_allgather
 _accel_barrier = _fastpath.accel_barrier
 
-_forwarded: set[type] = set()
-
-
-def _forward(cls: type) -> None:
-    """Make each public attribute of the mpi4py communicator class `cls` that
-    AcceleratedComm does not define read the wrapped communicator's. (A
-    __getattr__ would do that too, but a class with one pays for it on every
-    attribute lookup, its own collectives' included: 0.1-0.2 us a call.)"""
-    if cls in _forwarded:
-        return
-    for name in dir(cls):
-        if not name.startswith("__") and not hasattr(AcceleratedComm, name):
-            setattr(AcceleratedComm, name, property(operator.attrgetter(f"_comm.{name}"),
-                                                    doc=f"The wrapped communicator's ``{name}``."))
-    _forwarded.add(cls)
-
-
 # ---- the communicator ----------------------------------------------------------------
 
 class _Unseen:
@@ -134,33 +121,53 @@ class AcceleratedComm:
     """An mpi4py intracommunicator whose upper-case buffer collectives run
     through shmtopo's shared memory where their arguments allow it.
 
-    Make one with :func:`accelerate`. Attributes and methods it does not
-    define are the wrapped communicator's (``Get_rank``, ``Send``, ``Split``,
-    the lower-case ``bcast`` of objects...). :attr:`shm_comm` is the
-    :class:`shmtopo.Comm` its collectives run on; :meth:`Free` frees that
-    and then the wrapped communicator, :meth:`shm_free` only that.
+    The base of the accelerated classes :func:`accelerate` makes, one per
+    mpi4py communicator class (``AcceleratedIntracomm(AcceleratedComm,
+    MPI.Intracomm)``, ``AcceleratedCartcomm``, ...): an accelerated comm is
+    an instance of its mpi4py class, holding the same MPI handle as the
+    communicator it was made from (:attr:`mpi_comm`), and what it does not
+    define is mpi4py's (``Get_rank``, ``Send``, the lower-case ``bcast`` of
+    objects...). :attr:`shm_comm` is the :class:`shmtopo.Comm` its
+    collectives run on; :meth:`Free` frees that and then the MPI
+    communicator, :meth:`shm_free` only that.
     """
 
-    __slots__ = _OWN + ("__weakref__",)
+    if not TYPE_CHECKING:  # (a mixin: mypy would hold it to its own, empty, slots)
+        __slots__ = ()  # the concrete classes hold _OWN
 
-    def __init__(self, comm: Any, shm: Comm, tables: Tables, strict: bool,
-                 options: dict[str, Any] | None = None) -> None:
-        self._options = options or {}  # accelerate()'s, for the comms Dup() and the like make
+    _comm: Any
+    _shm: Comm | None
+    _tables: Tables
+    _strict: bool
+    _stats: dict[str, "list[int] | _Unseen"]
+    _options: dict[str, Any]
+
+    def _attach(self, comm: Any, shm: Comm, tables: Tables, strict: bool, options: dict[str, Any]) -> None:
+        self._options = options  # accelerate()'s, for the comms Dup() and the like make
         self._comm = comm
-        self._shm: Comm | None = shm
+        self._shm = shm
         self._tables = tables
         self._strict = strict
-        self._stats: dict[str, list[int] | _Unseen] = {}
+        self._stats = {}
         self._stats.update((name, _Unseen(self._stats, name)) for name in ACCELERATED + LOWER_CASE + MPI_ONLY)
 
-    if TYPE_CHECKING:  # for type checkers only: at run time _forward's properties do this, at no lookup cost
+    if TYPE_CHECKING:  # for type checkers only: at run time these are the mpi4py base class's
         def __getattr__(self, name: str) -> Any:
-            """The wrapped communicator's attribute (Get_rank, Send, ...)."""
+            """The mpi4py communicator's attribute (Get_rank, Send, ...)."""
+
+    def _mpi(self) -> Any:
+        """MPI's own methods on this comm's handle (the mpi4py base class's)."""
+        return super(AcceleratedComm, self)
+
+    def _plain(self) -> Any:
+        """A plain mpi4py communicator on this comm's handle, for mpi4py's
+        constructors (which make objects of their receiver's class)."""
+        return _PLAIN[type(self)](self)
 
     # -- what it is -------------------------------------------------------
     @property
     def mpi_comm(self) -> Any:
-        """The wrapped mpi4py communicator."""
+        """The mpi4py communicator this comm was made from (the same MPI handle)."""
         return self._comm
 
     @property
@@ -180,24 +187,8 @@ class AcceleratedComm:
         collective called at least once, in the order of the first calls."""
         return {name: (n[0], n[1]) for name, n in self._stats.items() if isinstance(n, list)}
 
-    def __dir__(self) -> list[str]:
-        return sorted(set(dir(type(self))) | set(dir(self._comm)))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, AcceleratedComm):
-            other = other._comm
-        return bool(self._comm == other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    __hash__ = None  # type: ignore[assignment]  # like mpi4py's communicators
-
-    def __bool__(self) -> bool:
-        return bool(self._comm)
-
     def __repr__(self) -> str:
-        return f"<shmtopo.AcceleratedComm of {self._comm!r}>"
+        return f"<shmtopo.{type(self).__name__} of {self._comm!r}>"
 
     # -- lifetime ---------------------------------------------------------
     def shm_free(self) -> None:
@@ -213,11 +204,12 @@ class AcceleratedComm:
                 self._shm = None
 
     def Free(self) -> None:
-        """Collective: free the shmtopo comm, then the wrapped communicator
-        (its ``Free()``: MPI refuses to free COMM_WORLD; :meth:`shm_free`
-        releases only shmtopo's part)."""
+        """Collective: free the shmtopo comm, then the MPI communicator
+        (mpi4py's ``Free()``: MPI refuses to free COMM_WORLD; :meth:`shm_free`
+        releases only shmtopo's part). Like every mpi4py copy of a handle,
+        :attr:`mpi_comm` then holds a freed handle."""
         self.shm_free()
-        self._comm.Free()
+        self._mpi().Free()
 
     def _release(self) -> None:
         """Local: drop the shmtopo comm without an agreement (at exit, at
@@ -279,7 +271,7 @@ class AcceleratedComm:
         except ShmtopoValueError as exc:  # bad or disagreeing arguments, the same on every rank
             raise ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank) from None
         if isinstance(plan, str):
-            getattr(self._comm, name)(*mpi_args)  # MPI's exceptions as they are
+            getattr(self._mpi(), name)(*mpi_args)  # MPI's exceptions as they are
             self._stats[name][1] += 1
             return
         self._stats[name][0] += 1
@@ -290,7 +282,7 @@ class AcceleratedComm:
         if self._strict:
             raise ShmtopoValueError(f"{name} is not accelerated (it always goes to MPI), and "
                                     f"{STRICT_VARIABLE}=1")
-        result = getattr(self._comm, name)(*args, **kwargs)
+        result = getattr(self._mpi(), name)(*args, **kwargs)
         self._stats[name][1] += 1
         return result
 
@@ -304,7 +296,7 @@ class AcceleratedComm:
             return
         if shm is None:
             self._agree_on_mpi(BARRIER, "Barrier", "the shmtopo comm has been freed")
-            self._comm.Barrier()
+            self._mpi().Barrier()
             self._stats["Barrier"][1] += 1
             return
         shm.barrier()
@@ -500,7 +492,8 @@ class AcceleratedComm:
     # -- new communicators come back accelerated ----------------------------
     def _wrapped(self, comm: Any) -> Any:
         """Collective over comm: it accelerated with this comm's options
-        (COMM_NULL, where a rank is in no new comm, as it is)."""
+        (COMM_NULL, where a rank is in no new comm, and intercommunicators
+        as they are)."""
         if comm == self._tables.MPI.COMM_NULL or not isinstance(comm, self._tables.MPI.Intracomm):
             return comm
         try:
@@ -510,33 +503,63 @@ class AcceleratedComm:
             raise
 
     def Dup(self, info: Any = None) -> Any:
-        """Collective: the wrapped communicator's ``Dup``, accelerated (free it with ``Free()``)."""
-        return self._wrapped(self._comm.Dup() if info is None else self._comm.Dup(info))
+        """Collective: mpi4py's ``Dup``, accelerated (free it with ``Free()``)."""
+        return self._wrapped(self._plain().Dup() if info is None else self._plain().Dup(info))
 
     def Dup_with_info(self, info: Any) -> Any:
-        """Collective: the wrapped communicator's ``Dup_with_info``, accelerated."""
-        return self._wrapped(self._comm.Dup_with_info(info))
+        """Collective: mpi4py's ``Dup_with_info``, accelerated."""
+        return self._wrapped(self._plain().Dup_with_info(info))
+
+    def Idup(self, info: Any = None) -> Any:
+        """Collective: mpi4py's ``Idup``. The new communicator is a plain
+        mpi4py one (it is not usable before its request completes, and
+        accelerating is collective): accelerate it after the Wait."""
+        return self._plain().Idup() if info is None else self._plain().Idup(info)
+
+    def Idup_with_info(self, info: Any) -> Any:
+        """Collective: mpi4py's ``Idup_with_info`` (a plain communicator, as :meth:`Idup`)."""
+        return self._plain().Idup_with_info(info)
 
     def Clone(self) -> Any:
-        """Collective: the wrapped communicator's ``Clone``, accelerated."""
-        return self._wrapped(self._comm.Clone())
+        """Collective: mpi4py's ``Clone``, accelerated."""
+        return self._wrapped(self._plain().Clone())
 
     def Split(self, color: int = 0, key: int = 0) -> Any:
-        """Collective: the wrapped communicator's ``Split``, accelerated (COMM_NULL as it is)."""
-        return self._wrapped(self._comm.Split(color, key))
+        """Collective: mpi4py's ``Split``, accelerated (COMM_NULL as it is)."""
+        return self._wrapped(self._mpi().Split(color, key))
 
     def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Any:
-        """Collective: the wrapped communicator's ``Split_type``, accelerated."""
+        """Collective: mpi4py's ``Split_type``, accelerated."""
         args = (split_type, key) if info is None else (split_type, key, info)
-        return self._wrapped(self._comm.Split_type(*args))
+        return self._wrapped(self._mpi().Split_type(*args))
 
     def Create(self, group: Any) -> Any:
-        """Collective: the wrapped communicator's ``Create``, accelerated."""
-        return self._wrapped(self._comm.Create(group))
+        """Collective: mpi4py's ``Create``, accelerated."""
+        return self._wrapped(self._mpi().Create(group))
 
     def Create_group(self, group: Any, tag: int = 0) -> Any:
-        """Collective over the group: the wrapped communicator's ``Create_group``, accelerated."""
-        return self._wrapped(self._comm.Create_group(group, tag))
+        """Collective over the group: mpi4py's ``Create_group``, accelerated."""
+        return self._wrapped(self._mpi().Create_group(group, tag))
+
+    def Create_cart(self, dims: Any, periods: Any = None, reorder: bool = False) -> Any:
+        """Collective: mpi4py's ``Create_cart``, an accelerated Cartcomm."""
+        return self._wrapped(self._mpi().Create_cart(dims, periods, reorder))
+
+    def Create_graph(self, index: Any, edges: Any, reorder: bool = False) -> Any:
+        """Collective: mpi4py's ``Create_graph``, an accelerated Graphcomm."""
+        return self._wrapped(self._mpi().Create_graph(index, edges, reorder))
+
+    def Create_dist_graph(self, sources: Any, degrees: Any, destinations: Any, weights: Any = None,
+                          info: Any = None, reorder: bool = False) -> Any:
+        """Collective: mpi4py's ``Create_dist_graph``, an accelerated Distgraphcomm."""
+        args = (sources, degrees, destinations, weights) + (() if info is None else (info,))
+        return self._wrapped(self._mpi().Create_dist_graph(*args, reorder=reorder))
+
+    def Create_dist_graph_adjacent(self, sources: Any, destinations: Any, sourceweights: Any = None,
+                                   destweights: Any = None, info: Any = None, reorder: bool = False) -> Any:
+        """Collective: mpi4py's ``Create_dist_graph_adjacent``, an accelerated Distgraphcomm."""
+        args = (sources, destinations, sourceweights, destweights) + (() if info is None else (info,))
+        return self._wrapped(self._mpi().Create_dist_graph_adjacent(*args, reorder=reorder))
 
 
 class AcceleratedPrequest:
@@ -620,29 +643,52 @@ def _strict_setting() -> bool:
     raise ShmtopoValueError(f"{STRICT_VARIABLE}={value!r}: expected 0 or 1 (or unset)")
 
 
+def _cart_sub(self: AcceleratedComm, remain_dims: Any) -> Any:
+    """Collective: mpi4py's ``Cartcomm.Sub``, an accelerated Cartcomm."""
+    return self._wrapped(self._mpi().Sub(remain_dims))
+
+
+# The accelerated class of each mpi4py communicator class, and back.
+_ACCELERATED: dict[type, type] = {}
+_PLAIN: dict[type, type] = {}
+
+
+def accelerated_class(cls: type) -> type:
+    """AcceleratedComm's subclass of the mpi4py communicator class `cls`
+    (made once per class: Intracomm, Cartcomm, Graphcomm, Distgraphcomm, or
+    a program's own subclass of one)."""
+    made = _ACCELERATED.get(cls)
+    if made is None:
+        namespace: dict[str, Any] = {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedComm.__doc__}
+        if hasattr(cls, "Sub"):  # a Cartcomm's
+            namespace["Sub"] = _cart_sub
+        made = type(f"Accelerated{cls.__name__}", (AcceleratedComm, cls), namespace)
+        _ACCELERATED[cls] = made
+        _PLAIN[made] = cls
+    return made
+
+
 def accelerate(comm: Any = None, *, node_size: int | None = None,
-               timeout: float | None = None) -> AcceleratedComm:
+               timeout: float | None = None) -> Any:
     """Collective over ``comm`` (an mpi4py intracommunicator, default
-    COMM_WORLD): wrap it so that its upper-case buffer collectives run
-    through shmtopo's shared memory where their arguments allow it, and go
-    to ``comm`` itself, with the same arguments, where they do not.
+    COMM_WORLD): an accelerated comm on its MPI handle, whose upper-case
+    buffer collectives run through shmtopo's shared memory where their
+    arguments allow it, and go to MPI, with the same arguments, where they
+    do not. It is an instance of ``type(comm)``'s accelerated subclass.
 
     node_size, timeout: as in :meth:`Comm.from_mpi`. SHMTOPO_ACCEL_STRICT=1
     (which must be the same on every rank) makes every call that would go
     to MPI raise ShmtopoValueError instead. Free the result with ``Free()``
-    (which also frees ``comm``) or ``shm_free()``; at exit each rank drops
-    what is left of it on its own.
+    (which also frees the MPI communicator) or ``shm_free()``; at exit each
+    rank drops what is left of it on its own.
     """
     tables = get_tables()
-    for cls in (tables.MPI.Intracomm, tables.MPI.Cartcomm, tables.MPI.Graphcomm, tables.MPI.Distgraphcomm):
-        _forward(cls)
     if isinstance(comm, AcceleratedComm):
         comm = comm.mpi_comm
     if comm is None:
         comm = tables.MPI.COMM_WORLD
     if not isinstance(comm, tables.MPI.Comm):
         raise TypeError(f"accelerate needs an mpi4py communicator, not {type(comm).__name__}")
-    _forward(type(comm))
     if comm.Is_inter():  # the same on every rank
         raise ShmtopoValueError("accelerate needs an intracommunicator, not an intercommunicator")
     shm = Comm.from_mpi(comm, node_size=node_size, timeout=timeout)
@@ -662,10 +708,11 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
     except BaseException:
         shm.abandon()
         raise
-    acomm = AcceleratedComm(comm, shm, tables, strict, {"node_size": node_size, "timeout": timeout})
+    acomm = accelerated_class(type(comm))(comm)
+    acomm._attach(comm, shm, tables, strict, {"node_size": node_size, "timeout": timeout})
     holds_comm(acomm)
     release_at_finalize()
-    # freed behind its back (acomm.mpi_comm.Free()): its calls go to MPI, which refuses them
+    # freed behind its back (acomm.mpi_comm.Free()): the shmtopo comm goes
     held = weakref.ref(acomm)
     on_free(comm, lambda: _release_if_alive(held))
     return acomm
