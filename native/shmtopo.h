@@ -498,6 +498,30 @@ int shmtopo_dtype_accumulator(int dtype);
  * shmtopo_dtype_accumulator(dtype)); a copy where that is dtype itself. */
 int shmtopo_reduce_round(void *dst, const void *acc, size_t count, int dtype);
 
+/* One-sided operations on windows' memory (rma.c: the drop-in's
+ * accelerated MPI shared windows). `ctrl` is a window of at least
+ * SHMTOPO_RMA_CTRL_BYTES per rank, zero-filled, that holds each rank's lock
+ * and guard; `target` is a rank of it, `addr` an address in memory every
+ * rank maps. Waits are the window's (timeout, a peer dead or gone). */
+#define SHMTOPO_RMA_CTRL_BYTES 2048
+/* The ops of accumulates besides enum shmtopo_op: MPI_REPLACE, MPI_NO_OP. */
+enum shmtopo_rma_op { SHMTOPO_RMA_REPLACE = 100, SHMTOPO_RMA_NO_OP = 101 };
+/* Lock target's lock, shared (any number of holders) or exclusive (one);
+ * tickets: first come, first served. */
+int shmtopo_rma_lock(shmtopo_win_t *ctrl, int target, int exclusive);
+int shmtopo_rma_unlock(shmtopo_win_t *ctrl, int target, int exclusive);
+/* result[i] = addr[i] (when result is not NULL), then addr[i] = addr[i] op
+ * origin[i], atomic per element: one CPU atomic for elements of 1, 2, 4 or
+ * 8 bytes at aligned addresses, else under target's guard. op: enum
+ * shmtopo_op, SHMTOPO_RMA_REPLACE or SHMTOPO_RMA_NO_OP (origin unread). */
+int shmtopo_rma_accumulate(shmtopo_win_t *ctrl, int target, void *addr, const void *origin, void *result,
+                           size_t count, int dtype, int op);
+/* *result = *addr, and *addr = *origin where it equalled *compare (bitwise), atomically. */
+int shmtopo_rma_compare_and_swap(shmtopo_win_t *ctrl, int target, void *addr, const void *origin,
+                                 const void *compare, void *result, size_t size);
+/* A full memory barrier (MPI_Win_sync). */
+void shmtopo_rma_sync(void);
+
 /* ---- configuration ---------------------------------------------------- */
 
 enum shmtopo_topo_source {

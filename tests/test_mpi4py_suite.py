@@ -1,7 +1,9 @@
 """mpi4py's own collective tests (test_cco_buf.py, test_cco_vec.py,
-test_cco_pr_buf.py of its source distribution) with the communicators they
-use replaced by shmtopo.accelerate'd ones, under mpiexec -n 1..4 of the MPI
-this suite runs with (tests/scripts/mpi4py_suite.py does the substituting).
+test_cco_pr_buf.py of its source distribution) and one-sided tests
+(test_win.py, test_rma.py, test_rma_nb.py) with the communicators and
+windows they use replaced by shmtopo.accelerate'd ones, under mpiexec -n
+1..4 of the MPI this suite runs with (tests/scripts/mpi4py_suite.py does
+the substituting).
 
 The files are not part of shmtopo: the source distribution of the installed
 mpi4py version is fetched from the package index at test time (pip
@@ -26,6 +28,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RUNNER = HERE / "scripts" / "mpi4py_suite.py"
 MODULES = ["test_cco_buf", "test_cco_vec", "test_cco_pr_buf"]
+# test_rma and test_rma_nb make their windows with Win.Create: the runner
+# makes those shared windows (--windows shared), so that their one-sided
+# calls run in shared memory; test_win checks each flavour as made.
+RMA_MODULES = ["test_rma", "test_rma_nb"]
+WINDOW_MODULES = ["test_win"]
+FETCHED = MODULES + RMA_MODULES + WINDOW_MODULES
 # what the modules import besides mpi4py and numpy
 HELPERS = ["mpiunittest", "arrayimpl", "mpitestutil", "dlpackimpl"]
 pytestmark = pytest.mark.serial  # each test starts its own mpiexec
@@ -45,7 +53,7 @@ SANITIZED = "libasan" in Path("/proc/self/maps").read_text()
 def _fetch(version: str, cache: Path) -> Path:
     """mpi4py's test/ folder of this version, from the cache or the index."""
     tests = cache / f"mpi4py-{version}" / "test"
-    if all((tests / f"{name}.py").exists() for name in MODULES + HELPERS):
+    if all((tests / f"{name}.py").exists() for name in FETCHED + HELPERS):
         return tests
     if os.environ.get("SHMTOPO_OFFLINE") == "1":
         pytest.skip(f"SHMTOPO_OFFLINE=1 and mpi4py {version}'s tests are not in {cache}")
@@ -60,7 +68,7 @@ def _fetch(version: str, cache: Path) -> Path:
                         f"(pip download failed; set SHMTOPO_OFFLINE=1 to skip these tests, or "
                         f"SHMTOPO_MPI4PY_TESTS to mpi4py's test/ folder):\n{proc.stdout}{proc.stderr}",
                         pytrace=False)
-        wanted = {f"mpi4py-{version}/test/{name}.py" for name in MODULES + HELPERS}
+        wanted = {f"mpi4py-{version}/test/{name}.py" for name in FETCHED + HELPERS}
         staged = Path(tmp) / "x"
         with tarfile.open(sdists[0]) as tar:
             members = [m for m in tar.getmembers() if m.name in wanted and m.isfile()]
@@ -68,13 +76,16 @@ def _fetch(version: str, cache: Path) -> Path:
             # the members are plain files of known names either way
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(staged, members=members, **safe)
-        # several runs may fetch at once: the first rename wins, the others keep theirs away
-        try:
-            (staged / f"mpi4py-{version}").rename(cache / f"mpi4py-{version}")
-        except OSError:
-            pass
-    if not all((tests / f"{name}.py").exists() for name in MODULES + HELPERS):
-        pytest.fail(f"mpi4py {version}'s source distribution lacks some of {MODULES + HELPERS}", pytrace=False)
+        # several runs may fetch at once: the first rename of each file wins (a cache of
+        # fewer files, from an earlier version of this suite, gets the missing ones)
+        tests.mkdir(parents=True, exist_ok=True)
+        for name in FETCHED + HELPERS:
+            try:
+                (staged / f"mpi4py-{version}" / "test" / f"{name}.py").rename(tests / f"{name}.py")
+            except OSError:
+                pass
+    if not all((tests / f"{name}.py").exists() for name in FETCHED + HELPERS):
+        pytest.fail(f"mpi4py {version}'s source distribution lacks some of {FETCHED + HELPERS}", pytrace=False)
     return tests
 
 
@@ -88,12 +99,12 @@ def mpi4py_tests():
     return _fetch(mpi4py.__version__, ROOT / ".venv" / "cache")
 
 
-def run_suite(tests, n, *, strict=False, node_size=0, only=""):
+def run_suite(tests, n, *, strict=False, node_size=0, only="", modules=MODULES, windows="accelerated"):
     env = dict(CLEAN_ENV)
     env["SHMTOPO_ACCEL_STRICT"] = "1" if strict else "0"
     # the outer timeout leaves the watchdog time to print every rank's stack
-    cmd = [sys.executable, RUNNER, tests, *MODULES, "--node-size", node_size, "--timeout", 60,
-           "--watchdog", TIMEOUT - 60, "--only", only]
+    cmd = [sys.executable, RUNNER, tests, *modules, "--node-size", node_size, "--timeout", 60,
+           "--watchdog", TIMEOUT - 60, "--only", only, "--windows", windows]
     try:
         proc = run_mpiexec(n, cmd, timeout=TIMEOUT, env=env)
     except subprocess.TimeoutExpired as exc:
@@ -126,3 +137,29 @@ def test_mpi4py_collective_tests_strict(mpi4py_tests, n, node_size, only):
     counts, out = run_suite(mpi4py_tests, n, strict=True, node_size=node_size, only=only)
     assert counts["ran"] > 0 and counts["failed"] == 0
     assert counts["delegations"] == 0, out
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("strict", [False, True], ids=["", "strict"])
+def test_mpi4py_one_sided_tests(mpi4py_tests, n, strict):
+    """test_rma and test_rma_nb on accelerated shared windows: every
+    synchronisation and one-sided call runs in shared memory (strict: with
+    the buffers and types shmtopo moves, none goes to MPI; else the device
+    buffers and long double go to MPI, inside an MPI lock)."""
+    if SPINS_WHEN_OVERSUBSCRIBED and not strict and n > (os.cpu_count() or 1):
+        pytest.skip(f"{n} ranks on {os.cpu_count()} cores: MPICH's spinning waits would take minutes "
+                    "(the strict runs cover these sizes under MPICH)")
+    if SANITIZED and n > 2:
+        pytest.skip("sanitized build: 1 and 2 ranks show the sanitizers what there is to see")
+    counts, out = run_suite(mpi4py_tests, n, strict=strict, modules=RMA_MODULES, windows="shared")
+    assert counts["ran"] > 0 and counts["failed"] == 0 and counts["accelerations"] > 0, out
+    if strict:
+        assert counts["delegations"] == 0, out
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_mpi4py_window_tests(mpi4py_tests, n):
+    """test_win with accelerated windows of every flavour (those not
+    shared hand every call to MPI)."""
+    counts, _ = run_suite(mpi4py_tests, n, modules=WINDOW_MODULES)
+    assert counts["ran"] > 0 and counts["failed"] == 0

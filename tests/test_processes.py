@@ -231,3 +231,32 @@ def test_stale_names_of_dead_creators_are_swept():
                                      barrier=lambda: None):
         pass  # creating a comm sweeps names of creators that are gone
     assert not [f for f in ranks.shm_files() if f.endswith(".99.abc")]
+
+
+def lock_then_die(comm):
+    """Rank 2 takes rank 0's exclusive lock (the C call accelerated windows
+    lock with) and dies holding it; the others then wait for that lock."""
+    import shmtopo
+    from shmtopo._native import lib
+    from shmtopo.errors import check
+    ctrl = comm.allocate(int(lib.SHMTOPO_RMA_CTRL_BYTES))
+    if comm.rank == 2:
+        check(lib.shmtopo_rma_lock(ctrl.handle, 0, 1))
+    ctrl.fence()
+    if comm.rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        check(lib.shmtopo_rma_lock(ctrl.handle, 0, 1))
+    except shmtopo.PeerDeadError as exc:
+        return f"PeerDeadError: {exc}"
+    return "locked"
+
+
+@pytest.mark.no_mpi
+def test_a_rank_dying_with_a_window_lock_fails_the_waiters():
+    """The waiters raise PeerDeadError naming the dead holder, instead of
+    waiting for a lock nobody will give back."""
+    out = ranks.run(3, lock_then_die, timeout=60)
+    for r in (0, 1):
+        status, text = out[r]
+        assert status == "ok" and text.startswith("PeerDeadError") and "rank 2" in text, out

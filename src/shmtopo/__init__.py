@@ -1,6 +1,6 @@
 """shmtopo: node-local shared-memory windows, fences and collectives, and a
 shared hwloc topology, for MPI programs in Python."""
-from .accel import AcceleratedComm, AcceleratedPrequest, accelerate
+from .accel import AcceleratedComm, AcceleratedPrequest, AcceleratedWin, accelerate
 from .bitmap import Bitmap
 from ._types import pair_dtype
 from .comm import Comm, Placement
@@ -29,5 +29,5 @@ __all__ = [
     "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",
-    "AcceleratedPrequest", "ShmtopoArgumentError",
+    "AcceleratedPrequest", "AcceleratedWin", "ShmtopoArgumentError",
 ]

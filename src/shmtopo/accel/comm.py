@@ -49,6 +49,7 @@ from . import plans
 from .buffers import Array
 from .plans import Call
 from .tables import SUM_DEFAULT, LeftToMPI, Tables, get_tables
+from .window import accelerate_window
 
 STRICT_VARIABLE = "SHMTOPO_ACCEL_STRICT"
 
@@ -671,7 +672,8 @@ def accelerated_class(cls: type) -> type:
 def accelerate(comm: Any = None, *, node_size: int | None = None,
                timeout: float | None = None) -> Any:
     """Collective over ``comm`` (an mpi4py intracommunicator, default
-    COMM_WORLD): an accelerated comm on its MPI handle, whose upper-case
+    COMM_WORLD; or a window, see :func:`shmtopo.accel.window.accelerate_window`):
+    an accelerated comm on its MPI handle, whose upper-case
     buffer collectives run through shmtopo's shared memory where their
     arguments allow it, and go to MPI, with the same arguments, where they
     do not. It is an instance of ``type(comm)``'s accelerated subclass.
@@ -683,6 +685,8 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
     rank drops what is left of it on its own.
     """
     tables = get_tables()
+    if isinstance(comm, tables.MPI.Win):
+        return accelerate_window(comm, timeout=timeout)
     if isinstance(comm, AcceleratedComm):
         comm = comm.mpi_comm
     if comm is None:
