@@ -85,7 +85,8 @@ def test_strict_refuses_what_would_go_to_mpi(monkeypatch):
 TYPES = [np.int64, np.int32, np.uint8, np.float64, np.float32, np.int16]
 # element-wise results that do not depend on the order ranks come in
 COMMUTATIVE = [("SUM", np.int64), ("BXOR", np.int32), ("MAX", np.int16), ("BOR", np.uint8)]
-STRIPE = 96          # bytes each origin rank owns in each target, per half
+STRIPE = 256         # bytes each origin rank owns in each target, per half
+SPAN = 48            # the most bytes one call moves
 COMMON = 64          # bytes every rank accumulates into (commutative ops)
 
 
@@ -97,10 +98,13 @@ def segment_bytes(rank):
 def random_epoch(rng, n, half):
     """One epoch's calls for every rank: [(origin rank, call)], each call a
     tuple the runner reads. A rank writes only its own stripe's `half` of
-    each target and reads only the other half (written in earlier epochs),
-    or accumulates a commutative op into the common area."""
+    each target, each call its own bytes of it (MPI leaves the order of a
+    Put and another call to the same bytes open), and reads only the other
+    half (written in earlier epochs); or it accumulates a commutative op
+    into the common area (accumulates to the same bytes are ordered)."""
     calls = []
     for origin in range(n):
+        cursor = {}  # per target: the first byte of this rank's half no call has taken
         for _ in range(int(rng.integers(1, 7))):
             target = int(rng.integers(0, n))
             kind = str(rng.choice(["Put", "Get", "Accumulate", "Get_accumulate", "Fetch_and_op",
@@ -115,11 +119,20 @@ def random_epoch(rng, n, half):
                 calls.append((origin, ("Accumulate", target, disp, values, opname)))
                 continue
             dtype = TYPES[int(rng.integers(0, len(TYPES)))]
+            if kind == "Compare_and_swap" and np.dtype(dtype).kind == "f":
+                dtype = np.int32  # MPI permits integer, logical and byte types only
             size = np.dtype(dtype).itemsize
-            count = 1 if kind in ("Fetch_and_op", "Compare_and_swap") else int(rng.integers(0, STRIPE // size))
+            count = 1 if kind in ("Fetch_and_op", "Compare_and_swap") else int(rng.integers(0, SPAN // size))
             side = half if kind != "Get" else 1 - half
             base = COMMON + (2 * origin + side) * STRIPE
-            disp = base + int(rng.integers(0, STRIPE // size - count + 1)) * size
+            if kind == "Get":
+                disp = base + int(rng.integers(0, STRIPE // size - count + 1)) * size
+            else:
+                first = cursor.get(target, base)
+                disp = first + (-(first - base)) % size + int(rng.integers(0, 2)) * size
+                if disp + count * size > base + STRIPE:
+                    continue
+                cursor[target] = disp + count * size
             values = (rng.integers(-20, 20, count) if np.dtype(dtype).kind != "u"
                       else rng.integers(0, 40, count)).astype(dtype)
             opname = str(rng.choice(["SUM", "MAX", "MIN", "REPLACE", "NO_OP"] if kind != "Accumulate"
@@ -283,6 +296,8 @@ def test_misuse_raises_mpis_error_and_writes_nothing(awin):
         awin.Fetch_and_op(x, np.zeros(2, np.int64), n - 1)
     with pytest.raises(ValueError, match="mismatch"):
         awin.Compare_and_swap(x[:1], np.zeros(1, np.int32), np.zeros(1, np.int64), n - 1)
+    f = np.ones(1)
+    raises_mpi(MPI.ERR_TYPE, lambda: awin.Compare_and_swap(f, f, np.zeros(1), n - 1))  # not an integer type
     raises_mpi(MPI.ERR_LOCKTYPE, lambda: awin.Lock(0, 12345))
     awin.Unlock(n - 1)
     raises_mpi(MPI.ERR_RMA_SYNC, lambda: awin.Rput(x, 0))  # request-based: passive epochs only

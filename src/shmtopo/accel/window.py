@@ -546,6 +546,10 @@ class AcceleratedWin:
             size = self._moved(o, "origin")
         except (LeftToMPI, _Unchecked) as why:
             return self._one_sided_to_mpi(name, str(why), r, *args)
+        if o.type is None or o.type.dtype.kind not in "iub":
+            # MPI-4.0 11.3.4: integer, logical and byte types only
+            raise _mpi_error(self._t, self._t.MPI.ERR_TYPE, f"{name}: {o.datatype.Get_name()} is not permitted "
+                             "(integer, logical or byte types only)")
         address = self._span(r, operator.index(target_disp) * self._units[r], size, name)
         check(lib.shmtopo_rma_compare_and_swap(self._ctrl_h, r, ffi.cast("void *", address),
                                                ffi.from_buffer(o.raw), ffi.from_buffer(c.raw),
