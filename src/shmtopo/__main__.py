@@ -106,12 +106,14 @@ def bench(args: argparse.Namespace) -> None:
     if args.plot and not args.collectives:
         sys.exit("python -m shmtopo bench: --plot needs --collectives")
     if args.seconds is None:
-        args.seconds = 0.1 if args.collectives else 0.02 if args.floor else 0.3
+        args.seconds = 0.1 if args.collectives or args.windows else 0.02 if args.floor else 0.3
     if args.plot:
         _need("matplotlib", "plot", "bench --plot")  # before the run, not after it
-    from shmtopo.bench import run_collective_bench, run_fence_bench, run_floor_bench
+    from shmtopo.bench import run_collective_bench, run_fence_bench, run_floor_bench, run_window_bench
 
-    if args.collectives:
+    if args.windows:
+        run_window_bench(seconds=args.seconds, repeats=args.repeats)
+    elif args.collectives:
         run_collective_bench(seconds=args.seconds, max_bytes=args.max_bytes, plot=args.plot,
                              repeats=args.repeats)
     elif args.floor:
@@ -235,6 +237,9 @@ def parser() -> argparse.ArgumentParser:
     mode = b.add_mutually_exclusive_group()
     mode.add_argument("--collectives", action="store_true",
                       help="allreduce, bcast, reduce, allgather from 8 B up (after the floor), instead of fences")
+    mode.add_argument("--windows", action="store_true",
+                      help="MPI shared windows: shmtopo.accelerate(win)'s Fence, locks, atomics, Put and Get "
+                           "against MPI's own window")
     mode.add_argument("--floor", action="store_true",
                       help="only the hardware floor: cache-line round trip, copies across cores and local, the "
                            "reduction kernel, and the floor per operation and size")

@@ -262,6 +262,86 @@ def _print_fence_table(rows: list[FenceRow], floor: Floor, repeats: int) -> None
               f"measured {fence / base:.2f} x Win.Fence(), {fence / rt:.2f} x the round trip", flush=True)
 
 
+# -- shared windows: shmtopo.accelerate(win) against MPI's own -----------------------
+
+#: (operation, mpi4py on MPI's window, the same call on the accelerated window, floor seconds)
+WindowRow = tuple[str, Stat, Stat, float]
+# The issue's targets: the accelerated call's time over MPI's, at most.
+WINDOW_TARGETS = {"Fence()": 0.5, "Fetch_and_op + Flush, 8 B": 0.3, "Lock_all() ... Unlock_all()": 0.3,
+                  "Put 8 B": 0.3, "Get 8 B": 0.3, "Put 1 MiB": 1.0, "Get 1 MiB": 1.0}
+
+
+def run_window_bench(seconds: float = 0.1, repeats: int = REPEATS) -> list[WindowRow]:
+    """Every rank calls the same thing on a window of Allocate_shared, plain
+    and accelerated (shmtopo.accelerate(win)), in interleaved rounds; the
+    one-sided calls target the next rank. Print (rank 0) and return the rows."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    comm = Comm.from_mpi(world)
+    if comm.rank == 0:
+        print_load()
+    floor = measure(comm, min(seconds, FLOOR_SECONDS), repeats, copies=True)
+    model = Model(floor)
+    rank, size = world.Get_rank(), world.Get_size()
+    target = (rank + 1) % size
+    big = 1 << 20
+    plain = MPI.Win.Allocate_shared(big, 1, comm=world)
+    fast = accelerate(MPI.Win.Allocate_shared(big, 1, comm=world))
+    one, got = np.ones(1, np.int64), np.zeros(1, np.int64)
+    small, large = np.zeros(1, np.int64), np.zeros(big, np.uint8)
+    line = 2 * model.L() if size > 1 else 0.0  # an atomic on another core's line: there and back
+
+    def epochs(win: Any) -> Callable[[int], None]:
+        return _loop(lambda: (win.Lock_all(), win.Unlock_all()))
+
+    def locked(win: Any, call: Callable[[Any], object]) -> Callable[[int], None]:
+        def body(n: int) -> None:
+            win.Lock_all()
+            for _ in range(n):
+                call(win)
+            win.Unlock_all()
+        return body
+
+    cases: list[tuple[str, Callable[[Any], Callable[[int], None]], float]] = [
+        ("Fence()", lambda w: _loop(w.Fence), model.time("fence") if size > 1 else 0.0),
+        ("Lock_all() ... Unlock_all()", epochs, 0.0),
+        ("Lock(excl) ... Unlock()", lambda w: _loop(lambda: (w.Lock(target), w.Unlock(target))), line),
+        ("Fetch_and_op + Flush, 8 B", lambda w: locked(w, lambda w: (w.Fetch_and_op(one, got, target, 8),
+                                                                     w.Flush(target))), line),
+        ("Accumulate SUM 8 B", lambda w: locked(w, lambda w: w.Accumulate(one, target, 16)), line),
+        ("Compare_and_swap 8 B", lambda w: locked(w, lambda w: w.Compare_and_swap(one, got, small, target, 24)),
+         line),
+        ("Put 8 B", lambda w: locked(w, lambda w: w.Put(small, target, 32)), 0.0),
+        ("Get 8 B", lambda w: locked(w, lambda w: w.Get(small, target, 32)), line),
+        ("Put 1 MiB", lambda w: locked(w, lambda w: w.Put(large, target)), model.X1(big) if size > 1 else 0.0),
+        ("Get 1 MiB", lambda w: locked(w, lambda w: w.Get(large, target)), model.X1(big) if size > 1 else 0.0),
+    ]
+    plain.Fence()
+    fast.Fence()
+    bodies = [make(w) for _, make, _ in cases for w in (plain, fast)]
+    try:
+        stats = interleaved(world, bodies, seconds, repeats)
+    finally:
+        plain.Free()
+        fast.Free()
+    rows = [(name, stats[2 * i], stats[2 * i + 1], fl) for i, (name, _, fl) in enumerate(cases)]
+    if rank == 0:
+        print(_title(comm, "shared-window benchmark (shmtopo.accelerate(win) against MPI's window)"))
+        print(f"\n{'operation':30} {'mpi4py us (min-max)':>24} {'accelerated us (min-max)':>26} {'ratio':>6} "
+              f"{'x floor':>8} {'target':>7}")
+        for name, mpi_stat, shm_stat, fl in rows:
+            target_ratio = WINDOW_TARGETS.get(name)
+            print(f"{name:30} {_us(mpi_stat):>24} {_us(shm_stat):>26} {shm_stat.median / mpi_stat.median:6.2f} "
+                  f"{_times_floor(shm_stat.median, fl):>8} {'' if target_ratio is None else target_ratio:>7}")
+        print(f"median (min-max) of {repeats} interleaved repetitions, per call, from Python on both sides; "
+              "ratio < 1: the\naccelerated window is faster; the one-sided calls target the next rank inside "
+              "Lock_all; floor: an atomic\nor a small Get, one cache line there and back; 1 MiB, one core "
+              "copying what another wrote (X1).", flush=True)
+    comm.free()
+    return rows
+
+
 # -- collectives ---------------------------------------------------------------
 
 # 8 B ... 32 MiB in steps of 4 (cut at max_bytes), plus 1 MiB, a size the targets name

@@ -57,6 +57,7 @@ def parse():
     p.add_argument("--node-size", type=int, default=0)
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--only", default="", help="run only the tests whose id contains this")
+    p.add_argument("--skip", default="", help="comma-separated words: skip the test methods whose name has one")
     p.add_argument("--windows", choices=("accelerated", "shared"), default="accelerated",
                    help="shared: MPI.Win.Create makes a shared window of the memory's size")
     p.add_argument("--watchdog", type=float, default=0.0,
@@ -178,6 +179,10 @@ def main():
     tests = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromModule(m) for m in modules)
     if args.only:
         tests = unittest.TestSuite(test for test in iterate(tests) if args.only in test.id())
+    if args.skip:
+        words = args.skip.split(",")
+        tests = unittest.TestSuite(test for test in iterate(tests)
+                                   if not any(word in test._testMethodName for word in words))
     excluded = []
     if aworld.strict:
         tests, excluded = restrict_for_strict(importlib.import_module("arrayimpl"), tests)

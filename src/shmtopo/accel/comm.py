@@ -685,7 +685,7 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
     rank drops what is left of it on its own.
     """
     tables = get_tables()
-    if isinstance(comm, tables.MPI.Win):
+    if isinstance(comm, tables.Win):
         return accelerate_window(comm, timeout=timeout)
     if isinstance(comm, AcceleratedComm):
         comm = comm.mpi_comm

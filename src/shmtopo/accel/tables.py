@@ -60,6 +60,7 @@ class Tables:
         self.BOTTOM = MPI.BOTTOM
         self.SUM = MPI.SUM
         self.Datatype, self.Op = MPI.Datatype, MPI.Op
+        self.Win = MPI.Win  # mpi4py's, whatever a program later binds to MPI.Win
         self.handle: Callable[[Any], int] = (operator.attrgetter("handle") if hasattr(MPI.Datatype, "handle")
                                              else operator.methodcaller("py2f"))
         # the table mpi4py itself types a buffer by, from its format

@@ -155,7 +155,10 @@ class AcceleratedWin:
         mpi = self._mpi()
         wrap = self._shared and not self._mpi_access and rank != self._t.MPI.PROC_NULL
         if wrap:
-            mpi.Lock(rank, self._t.MPI.LOCK_SHARED)
+            # NOCHECK: no lock message, which MPICH's target would answer only from
+            # inside MPI, while it may be waiting in a shmtopo Fence or lock (any
+            # conflicting access is held off by shmtopo's own lock, or the epoch)
+            mpi.Lock(rank, self._t.MPI.LOCK_SHARED, self._t.MPI.MODE_NOCHECK)
         try:
             result = _call_with_rank(getattr(mpi, name), name, rank, args)
         finally:
@@ -620,31 +623,38 @@ class AcceleratedWin:
         """Collective: ``MPI.Win.Allocate_shared``, accelerated."""
         t = get_tables().MPI
         comm = t.COMM_SELF if comm is None else comm
-        return accelerate_window(t.Win.Allocate_shared(size, disp_unit, t.INFO_NULL if info is None else info,
-                                                       comm), comm)
+        return accelerate_window(_mpi_win(cls).Allocate_shared(size, disp_unit, t.INFO_NULL if info is None
+                                                               else info, comm), comm)
 
     @classmethod
     def Allocate(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Any:
         """Collective: ``MPI.Win.Allocate`` (its calls are MPI's)."""
         t = get_tables().MPI
         comm = t.COMM_SELF if comm is None else comm
-        return accelerate_window(t.Win.Allocate(size, disp_unit, t.INFO_NULL if info is None else info, comm),
-                                 comm)
+        return accelerate_window(_mpi_win(cls).Allocate(size, disp_unit, t.INFO_NULL if info is None else info,
+                                                        comm), comm)
 
     @classmethod
     def Create(cls, memory: Any, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Any:
         """Collective: ``MPI.Win.Create`` (its calls are MPI's)."""
         t = get_tables().MPI
         comm = t.COMM_SELF if comm is None else comm
-        return accelerate_window(t.Win.Create(memory, disp_unit, t.INFO_NULL if info is None else info, comm),
-                                 comm)
+        return accelerate_window(_mpi_win(cls).Create(memory, disp_unit, t.INFO_NULL if info is None else info,
+                                                      comm), comm)
 
     @classmethod
     def Create_dynamic(cls, info: Any = None, comm: Any = None) -> Any:
         """Collective: ``MPI.Win.Create_dynamic`` (its calls are MPI's)."""
         t = get_tables().MPI
         comm = t.COMM_SELF if comm is None else comm
-        return accelerate_window(t.Win.Create_dynamic(t.INFO_NULL if info is None else info, comm), comm)
+        return accelerate_window(_mpi_win(cls).Create_dynamic(t.INFO_NULL if info is None else info, comm), comm)
+
+
+def _mpi_win(cls: type) -> Any:
+    """mpi4py's own window class under an accelerated one (whose
+    constructors would make objects of the accelerated class, unset)."""
+    found = next((c for c in cls.__mro__ if not issubclass(c, AcceleratedWin) and c is not object), None)
+    return get_tables().Win if found is None else found
 
 
 def _call_with_rank(method: Callable[..., Any], name: str, rank: int, args: tuple[Any, ...]) -> Any:
@@ -684,7 +694,7 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
     MPI = t.MPI
     if isinstance(win, AcceleratedWin):
         return win
-    if not isinstance(win, MPI.Win) or win == MPI.WIN_NULL:
+    if not isinstance(win, t.Win) or win == MPI.WIN_NULL:
         raise TypeError(f"accelerate needs an mpi4py window, not {win!r}")
     awin = accelerated_win_class(type(win))(win)
     awin._t = t
