@@ -38,7 +38,6 @@ import operator
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
 
 from .. import _types
 from .._native import ffi, lib
@@ -733,8 +732,7 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
     bases, sizes, units = [], [], []
     for r in range(awin._n):
         buf, unit = win.Shared_query(r)
-        mem = np.frombuffer(buf, np.uint8) if len(buf) else np.empty(0, np.uint8)
-        bases.append(mem.ctypes.data if len(buf) else 0)
+        bases.append(int(buf.address))
         sizes.append(len(buf))
         units.append(int(unit))
     awin._bases, awin._sizes, awin._units = bases, sizes, units
