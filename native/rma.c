@@ -103,6 +103,30 @@ int shmtopo_rma_unlock(shmtopo_win_t *ctrl, int target, int exclusive)
     return 0;
 }
 
+int shmtopo_rma_lock_all(shmtopo_win_t *ctrl)
+{
+    for (int r = 0; ctrl && r < ctrl->size; r++) {
+        if (shmtopo_rma_lock(ctrl, r, 0) < 0) {
+            const int err = errno;
+            while (r-- > 0) /* the ones taken go back */
+                shmtopo_rma_unlock(ctrl, r, 0);
+            errno = err;
+            return -1;
+        }
+    }
+    return ctrl ? 0 : shmtopo_fail(EBADF, -1, "lock_all: the window is NULL or freed");
+}
+
+int shmtopo_rma_unlock_all(shmtopo_win_t *ctrl)
+{
+    if (!ctrl)
+        return shmtopo_fail(EBADF, -1, "unlock_all: the window is NULL or freed");
+    atomic_thread_fence(memory_order_seq_cst);
+    for (int r = 0; r < ctrl->size; r++)
+        shmtopo_rma_unlock(ctrl, r, 0);
+    return 0;
+}
+
 void shmtopo_rma_sync(void)
 {
     atomic_thread_fence(memory_order_seq_cst);

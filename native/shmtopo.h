@@ -510,6 +510,10 @@ enum shmtopo_rma_op { SHMTOPO_RMA_REPLACE = 100, SHMTOPO_RMA_NO_OP = 101 };
  * tickets: first come, first served. */
 int shmtopo_rma_lock(shmtopo_win_t *ctrl, int target, int exclusive);
 int shmtopo_rma_unlock(shmtopo_win_t *ctrl, int target, int exclusive);
+/* A shared lock of every rank (none held if it fails), and its release
+ * after a full memory barrier. */
+int shmtopo_rma_lock_all(shmtopo_win_t *ctrl);
+int shmtopo_rma_unlock_all(shmtopo_win_t *ctrl);
 /* result[i] = addr[i] (when result is not NULL), then addr[i] = addr[i] op
  * origin[i], atomic per element: one CPU atomic for elements of 1, 2, 4 or
  * 8 bytes at aligned addresses, else under target's guard. op: enum

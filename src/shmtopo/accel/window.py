@@ -38,13 +38,14 @@ import operator
 import os
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 
 from .. import _types
 from .._native import ffi, lib
 from ..comm import Comm
-from ..errors import ShmtopoValueError, check, last_error
+from ..errors import ShmtopoValueError, check
 from .buffers import Message, message
-from .tables import LeftToMPI, Tables, get_tables, op_name
+from .tables import LeftToMPI, Tables, format_type, get_tables, op_name
 
 STRICT_VARIABLE = "SHMTOPO_ACCEL_STRICT"
 
@@ -106,6 +107,8 @@ class AcceleratedWin:
     _lock_all: bool
     _all_taken: bool
     _mpi_access: bool
+    _fast: bool  # the fast paths may run: accelerated, outside a Start epoch
+    _lock_types: tuple[int, int]  # (LOCK_EXCLUSIVE, LOCK_SHARED)
 
     if TYPE_CHECKING:
         def __getattr__(self, name: str) -> Any:
@@ -126,10 +129,7 @@ class AcceleratedWin:
         return super(AcceleratedWin, self)
 
     def _count(self, name: str, accelerated: bool) -> None:
-        counts = self._stats.get(name)
-        if counts is None:
-            counts = self._stats[name] = [0, 0]
-        counts[0 if accelerated else 1] += 1
+        self._stats[name][0 if accelerated else 1] += 1
 
     def _delegate(self, name: str, why: str, *args: Any, **kwargs: Any) -> Any:
         if self._strict:
@@ -193,6 +193,11 @@ class AcceleratedWin:
     def Fence(self, assertion: int = 0) -> None:
         """Collective: as mpi4py's ``Fence``: every store and one-sided call
         made before it, by any rank, is complete and visible after it."""
+        if assertion == 0 and self._fast and not self._locks and not self._lock_all:  # the plain case
+            self._ctrl.fence()
+            self._fence_open = True
+            self._stats["Fence"][0] += 1
+            return None
         if not self.accelerated:
             return self._to_mpi("Fence", "not a shared-memory window", assertion)
         t = self._t.MPI
@@ -210,6 +215,13 @@ class AcceleratedWin:
     def Lock(self, rank: int, lock_type: int | None = None, assertion: int = 0) -> None:
         """Local: as mpi4py's ``Lock`` (default LOCK_EXCLUSIVE): a real lock
         of rank's memory, shared or exclusive; MODE_NOCHECK takes none."""
+        if (self._fast and assertion == 0 and type(rank) is int and 0 <= rank < self._n and not self._lock_all
+                and rank not in self._locks and (lock_type is None or lock_type in self._lock_types)):
+            exclusive = lock_type is None or lock_type == self._lock_types[0]
+            check(lib.shmtopo_rma_lock(self._ctrl_h, rank, int(exclusive)))
+            self._locks[rank] = (exclusive, True)
+            self._stats["Lock"][0] += 1
+            return None
         t = self._t.MPI
         lock_type = t.LOCK_EXCLUSIVE if lock_type is None else lock_type
         if not self.accelerated:
@@ -235,6 +247,13 @@ class AcceleratedWin:
 
     def Unlock(self, rank: int) -> None:
         """Local: as mpi4py's ``Unlock``: the epoch's calls are complete and visible."""
+        held = self._locks.pop(rank, None) if self._fast and type(rank) is int else None
+        if held is not None:
+            lib.shmtopo_rma_sync()
+            if held[1]:
+                check(lib.shmtopo_rma_unlock(self._ctrl_h, rank, int(held[0])))
+            self._stats["Unlock"][0] += 1
+            return None
         if not self.accelerated:
             return self._to_mpi("Unlock", "not a shared-memory window", rank)
         if rank == self._t.MPI.PROC_NULL:
@@ -260,12 +279,7 @@ class AcceleratedWin:
         if self._locks or self._lock_all:
             raise _mpi_error(self._t, t.ERR_RMA_SYNC, "Lock_all inside a Lock or Lock_all epoch")
         if not a & t.MODE_NOCHECK:
-            for r in range(self._n):
-                if lib.shmtopo_rma_lock(self._ctrl_h, r, 0) < 0:
-                    exc = last_error()
-                    for s in range(r):  # the ones taken go back
-                        lib.shmtopo_rma_unlock(self._ctrl_h, s, 0)
-                    raise exc
+            check(lib.shmtopo_rma_lock_all(self._ctrl_h))
         self._lock_all = True
         self._all_taken = not a & t.MODE_NOCHECK
         self._count("Lock_all", True)
@@ -277,11 +291,11 @@ class AcceleratedWin:
             return self._to_mpi("Unlock_all", "not a shared-memory window")
         if not self._lock_all:
             raise _mpi_error(self._t, self._t.MPI.ERR_RMA_SYNC, "Unlock_all without Lock_all")
-        lib.shmtopo_rma_sync()
         self._lock_all = False
         if self._all_taken:
-            for r in range(self._n):
-                check(lib.shmtopo_rma_unlock(self._ctrl_h, r, 0))
+            check(lib.shmtopo_rma_unlock_all(self._ctrl_h))
+        else:
+            lib.shmtopo_rma_sync()
         self._count("Unlock_all", True)
         return None
 
@@ -299,6 +313,10 @@ class AcceleratedWin:
 
     def Flush(self, rank: int) -> None:
         """Local: the calls to rank are complete at both ends (they are, on return)."""
+        if self._fast and (self._lock_all or rank in self._locks):
+            lib.shmtopo_rma_sync()
+            self._stats["Flush"][0] += 1
+            return None
         return self._flush("Flush", rank)
 
     def Flush_all(self) -> None:
@@ -323,10 +341,12 @@ class AcceleratedWin:
         """MPI's ``Start``; the one-sided calls of its epoch go to MPI too."""
         self._delegate("Start", "PSCW is MPI's", group, assertion)
         self._mpi_access = True
+        self._fast = False
 
     def Complete(self) -> None:
         self._delegate("Complete", "PSCW is MPI's")
         self._mpi_access = False
+        self._fast = self.accelerated
 
     def Post(self, group: Any, assertion: int = 0) -> None:
         self._delegate("Post", "PSCW is MPI's", group, assertion)
@@ -425,12 +445,35 @@ class AcceleratedWin:
         self._count(name, True)
         return None
 
+    # The fast paths: numpy arrays of a type shmtopo has (mpi4py's datatype
+    # for their format, so the target's too), an int rank and displacement,
+    # in an epoch, within the segment; anything else takes the full reading.
+    def _plain(self, array: Any, rank: Any, disp: Any) -> int:
+        """The address for a plain call's array at disp in rank's segment, or 0."""
+        if (self._fast and type(array) is np.ndarray and type(rank) is int and type(disp) is int
+                and 0 <= rank < self._n and array.dtype in _FAST and array.flags.c_contiguous
+                and (self._fence_open or self._lock_all or rank in self._locks)):
+            offset = disp * self._units[rank]
+            if 0 <= offset and offset + array.nbytes <= self._sizes[rank]:
+                return int(self._bases[rank]) + offset
+        return 0
+
     def Put(self, origin: Any, target_rank: int, target: Any = None) -> None:
         """Local: as mpi4py's ``Put``: a copy into target_rank's segment."""
+        address = self._plain(origin, target_rank, 0 if target is None else target)
+        if address:
+            ffi.memmove(ffi.cast("char *", address), origin, origin.nbytes)
+            self._stats["Put"][0] += 1
+            return None
         return self._copy("Put", origin, target_rank, target, True)
 
     def Get(self, origin: Any, target_rank: int, target: Any = None) -> None:
         """Local: as mpi4py's ``Get``: a copy from target_rank's segment."""
+        address = self._plain(origin, target_rank, 0 if target is None else target)
+        if address and origin.flags.writeable:
+            ffi.memmove(origin, ffi.cast("char *", address), origin.nbytes)
+            self._stats["Get"][0] += 1
+            return None
         return self._copy("Get", origin, target_rank, target, False)
 
     def _op(self, op: Any, known: Any) -> int:
@@ -489,6 +532,15 @@ class AcceleratedWin:
     def Accumulate(self, origin: Any, target_rank: int, target: Any = None, op: Any = None) -> None:
         """Local: as mpi4py's ``Accumulate`` (default MPI.SUM), atomic per element."""
         op = self._t.SUM if op is None else op
+        address = self._plain(origin, target_rank, 0 if target is None else target)
+        code = _FAST[origin.dtype][1].get(self._t.handle(op)) if address and isinstance(op, self._t.Op) else None
+        if code is not None:
+            if origin.size:
+                check(lib.shmtopo_rma_accumulate(self._ctrl_h, target_rank, ffi.cast("void *", address),
+                                                 ffi.from_buffer(origin), ffi.NULL, origin.size,
+                                                 _FAST[origin.dtype][0], code))
+            self._stats["Accumulate"][0] += 1
+            return None
         return self._accumulate("Accumulate", origin, None, target_rank, target, op, (origin, target, op))
 
     def Get_accumulate(self, origin: Any, result: Any, target_rank: int, target: Any = None,
@@ -503,6 +555,16 @@ class AcceleratedWin:
                      op: Any = None) -> None:
         """Local: as mpi4py's ``Fetch_and_op``: one element, with one CPU atomic where it can."""
         op = self._t.SUM if op is None else op
+        address = self._plain(origin, target_rank, target_disp)
+        if (address and origin.size == 1 and type(result) is np.ndarray and result.dtype == origin.dtype
+                and result.size == 1 and result.flags.writeable and isinstance(op, self._t.Op)):
+            code = _FAST[origin.dtype][1].get(self._t.handle(op))
+            if code is not None:
+                check(lib.shmtopo_rma_accumulate(self._ctrl_h, target_rank, ffi.cast("void *", address),
+                                                 ffi.from_buffer(origin), ffi.from_buffer(result), 1,
+                                                 _FAST[origin.dtype][0], code))
+                self._stats["Fetch_and_op"][0] += 1
+                return None
         if target_rank != self._t.MPI.PROC_NULL:
             self._single("origin", origin, result)
         return self._accumulate("Fetch_and_op", origin, result, target_rank, (target_disp,), op,
@@ -531,6 +593,15 @@ class AcceleratedWin:
                          target_disp: int = 0) -> None:
         """Local: as mpi4py's ``Compare_and_swap``, with one CPU atomic where it can."""
         name = "Compare_and_swap"
+        address = self._plain(origin, target_rank, target_disp)
+        if (address and origin.size == 1 and origin.dtype.kind in "iub" and type(compare) is np.ndarray
+                and type(result) is np.ndarray and compare.dtype == origin.dtype == result.dtype
+                and compare.size == 1 and result.size == 1 and result.flags.writeable):
+            check(lib.shmtopo_rma_compare_and_swap(self._ctrl_h, target_rank, ffi.cast("void *", address),
+                                                   ffi.from_buffer(origin), ffi.from_buffer(compare),
+                                                   ffi.from_buffer(result), origin.itemsize))
+            self._stats[name][0] += 1
+            return None
         args = (origin, compare, result, target_disp)
         if not self.accelerated or self._mpi_access:
             return self._one_sided_to_mpi(name, "not a shared-memory window" if not self._shared
@@ -602,6 +673,7 @@ class AcceleratedWin:
         """Collective: free shmtopo's part (later calls all go to MPI). Twice is a no-op."""
         shm, ctrl, comm = self._shm, self._ctrl, self._comm
         self._shm = self._ctrl = self._comm = None
+        self._fast = False
         self._ctrl_h = ffi.NULL
         try:
             if ctrl is not None and not ctrl.freed:
@@ -665,9 +737,30 @@ def _call_with_rank(method: Callable[..., Any], name: str, rank: int, args: tupl
     return method(args[0], rank, *args[1:])
 
 
+# numpy element type -> (the core's code, {MPI op handle: the core's op code})
+# for the arrays mpi4py types as a datatype shmtopo has (the fast paths).
+_FAST: dict[Any, tuple[int, dict[int, int]]] = {}
+
+
+def _bind_fast_types(t: Tables) -> None:
+    if _FAST:
+        return
+    for dtype, code in _types.DTYPES.items():
+        try:
+            known = t.types.get(t.handle(format_type(t, np.empty(1, dtype), "probe")))
+        except (LeftToMPI, ValueError, BufferError, TypeError):
+            continue
+        if known is None or known.dtype != dtype:
+            continue
+        ops = {t.handle(getattr(t.MPI, name.upper())): int(_types.OPS[name]) for name in known.ops}
+        ops[t.handle(t.MPI.REPLACE)] = int(lib.SHMTOPO_RMA_REPLACE)
+        ops[t.handle(t.MPI.NO_OP)] = int(lib.SHMTOPO_RMA_NO_OP)
+        _FAST[np.dtype(dtype)] = (int(code), ops)
+
+
 _CLASSES: dict[type, type] = {}
 _OWN = ("_t", "_shared", "_shm", "_ctrl", "_ctrl_h", "_comm", "_bases", "_sizes", "_units", "_me", "_n",
-        "_strict", "_stats", "_fence_open", "_locks", "_lock_all", "_all_taken", "_mpi_access")
+        "_strict", "_stats", "_fence_open", "_locks", "_lock_all", "_all_taken", "_mpi_access", "_fast", "_lock_types")
 
 
 def accelerated_win_class(cls: type) -> type:
@@ -698,7 +791,10 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
     awin = accelerated_win_class(type(win))(win)
     awin._t = t
     awin._strict = _strict_setting()
-    awin._stats = {}
+    awin._stats = {name: [0, 0] for name in ACCELERATED + MPI_ONLY}
+    awin._fast = False
+    awin._lock_types = (MPI.LOCK_EXCLUSIVE, MPI.LOCK_SHARED)
+    _bind_fast_types(t)
     awin._fence_open = awin._lock_all = awin._mpi_access = awin._all_taken = False
     awin._locks = {}
     awin._shm = awin._ctrl = awin._comm = None
@@ -736,4 +832,5 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
         sizes.append(len(buf))
         units.append(int(unit))
     awin._bases, awin._sizes, awin._units = bases, sizes, units
+    awin._fast = True
     return awin
