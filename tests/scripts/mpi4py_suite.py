@@ -91,7 +91,13 @@ def window_class(shared_for_create):
         @classmethod
         def Create(cls, memory, disp_unit=1, info=MPI.INFO_NULL, comm=MPI.COMM_SELF):
             size = 0 if memory is None or memory is MPI.BOTTOM else len(MPI.buffer(memory))
-            return base.Allocate_shared(size, disp_unit, info, comm)
+            win = base.Allocate_shared(size, disp_unit, info, comm)
+            # zeroed, as no rank's accumulates have begun: test_rma's testAccumulate
+            # asserts that no accumulated entry is -1, which holds from zeros on, not
+            # from any memory (MPI's may be a freed window's, holding test_rma's -1s)
+            np.frombuffer(win.tomemory(), np.uint8)[:] = 0
+            comm.Barrier()
+            return win
 
     return SharedForCreate
 
