@@ -57,10 +57,6 @@ ACCELERATED = ("Fence", "Lock", "Unlock", "Lock_all", "Unlock_all", "Flush", "Fl
 MPI_ONLY = ("Start", "Complete", "Post", "Wait", "Test")
 
 
-class _Unchecked(Exception):
-    """A one-sided call's arguments that shmtopo does not move: MPI does it."""
-
-
 _error_classes: dict[type, type] = {}
 
 
@@ -396,7 +392,7 @@ class AcceleratedWin:
             return int(msg.type.dtype.itemsize)
         datatype = msg.datatype
         if not datatype.is_predefined or datatype.Get_extent() != (0, datatype.Get_size()):
-            raise _Unchecked(f"{what} has a derived datatype")
+            raise LeftToMPI(f"{what} has a derived datatype")
         size = int(datatype.Get_size())
         if msg.entries * size > msg.raw.size:
             raise ValueError(f"{what}: {msg.entries} entries of {size} bytes do not fit in its "
@@ -409,7 +405,7 @@ class AcceleratedWin:
         if not isinstance(datatype, self._t.Datatype):
             raise TypeError(f"{what}: expecting an MPI datatype, not {type(datatype).__name__}")
         if not datatype.is_predefined:
-            raise _Unchecked(f"{what} has a derived datatype")
+            raise LeftToMPI(f"{what} has a derived datatype")
         if datatype.Get_size() != size:
             raise _mpi_error(self._t, self._t.MPI.ERR_TYPE, f"{what}: {datatype.Get_name()} against the "
                              f"origin's {size}-byte entries")
@@ -429,7 +425,7 @@ class AcceleratedWin:
             size = self._moved(msg, "origin")
             offset, count, datatype = self._target(r, target, msg.entries, msg.datatype, "target")
             nbytes = self._typed(datatype, size, count, "target")
-        except (LeftToMPI, _Unchecked) as why:
+        except LeftToMPI as why:
             return self._one_sided_to_mpi(name, str(why), r, origin, target)
         if nbytes != msg.entries * size:
             raise _mpi_error(self._t, self._t.MPI.ERR_TYPE, f"{name}: the origin has {msg.entries * size} "
@@ -482,10 +478,7 @@ class AcceleratedWin:
             return int(lib.SHMTOPO_RMA_REPLACE)
         if op == t.NO_OP:
             return int(lib.SHMTOPO_RMA_NO_OP)
-        try:
-            return int(_types.OPS[op_name(self._t, op, known)])
-        except LeftToMPI as why:
-            raise _Unchecked(str(why)) from None
+        return int(_types.OPS[op_name(self._t, op, known)])  # LeftToMPI where the core lacks it
 
     def _accumulate(self, name: str, origin: Any, result: Any, rank: int, target: Any, op: Any,
                     delegated_args: tuple[Any, ...]) -> None:
@@ -508,13 +501,13 @@ class AcceleratedWin:
             if not isinstance(datatype, self._t.Datatype):
                 raise TypeError(f"target: expecting an MPI datatype, not {type(datatype).__name__}")
             if not datatype.is_predefined:
-                raise _Unchecked("target has a derived datatype")
+                raise LeftToMPI("target has a derived datatype")
             known = self._t.types.get(handle(datatype))
             if known is None:
-                raise _Unchecked(f"target has {datatype.Get_name()}")
+                raise LeftToMPI(f"target has {datatype.Get_name()}")
             # the op is checked where there is an element to apply it to
             code = self._op(op, known) if count else 0
-        except (LeftToMPI, _Unchecked) as why:
+        except LeftToMPI as why:
             return self._one_sided_to_mpi(name, str(why), r, *delegated_args)
         for what, given in (("origin", None if no_op else msg), ("result", out)):
             if given is not None and (handle(given.datatype) != handle(datatype) or given.entries != count):
@@ -617,7 +610,7 @@ class AcceleratedWin:
             c = message(self._t, compare, "compare", writable=False)
             out = message(self._t, result, "result", writable=True)
             size = self._moved(o, "origin")
-        except (LeftToMPI, _Unchecked) as why:
+        except LeftToMPI as why:
             return self._one_sided_to_mpi(name, str(why), r, *args)
         if o.type is None or o.type.dtype.kind not in "iub":
             # MPI-4.0 11.3.4: integer, logical and byte types only
