@@ -127,9 +127,18 @@ class AcceleratedWin:
     def _count(self, name: str, accelerated: bool) -> None:
         self._stats[name][0 if accelerated else 1] += 1
 
-    def _delegate(self, name: str, why: str, *args: Any, **kwargs: Any) -> Any:
+    def _why_mpi(self) -> str:
+        """Why every one-sided call goes to MPI now (not self.accelerated or self._mpi_access)."""
+        if not self._shared:
+            return "not a shared-memory window"
+        return "shmtopo's part has been freed" if self._shm is None else "inside a Start epoch"
+
+    def _refuse_in_strict(self, name: str, why: str) -> None:
         if self._strict:
             raise ShmtopoValueError(f"Win.{name} is delegated to MPI ({why}), and {STRICT_VARIABLE}=1")
+
+    def _delegate(self, name: str, why: str, *args: Any, **kwargs: Any) -> Any:
+        self._refuse_in_strict(name, why)
         result = getattr(self._mpi(), name)(*args, **kwargs)
         self._count(name, False)
         return result
@@ -145,8 +154,7 @@ class AcceleratedWin:
         rank): inside a Start epoch, or on a window MPI runs, as it is;
         else in an MPI lock of its target, since MPI sees none of shmtopo's
         epochs."""
-        if self._strict:
-            raise ShmtopoValueError(f"Win.{name} is delegated to MPI ({why}), and {STRICT_VARIABLE}=1")
+        self._refuse_in_strict(name, why)
         mpi = self._mpi()
         wrap = self._shared and not self._mpi_access and rank != self._t.MPI.PROC_NULL
         if wrap:
@@ -245,11 +253,7 @@ class AcceleratedWin:
         """Local: as mpi4py's ``Unlock``: the epoch's calls are complete and visible."""
         held = self._locks.pop(rank, None) if self._fast and type(rank) is int else None
         if held is not None:
-            lib.shmtopo_rma_sync()
-            if held[1]:
-                check(lib.shmtopo_rma_unlock(self._ctrl_h, rank, int(held[0])))
-            self._stats["Unlock"][0] += 1
-            return None
+            return self._release(rank, held)
         if not self.accelerated:
             return self._to_mpi("Unlock", "not a shared-memory window", rank)
         if rank == self._t.MPI.PROC_NULL:
@@ -258,11 +262,14 @@ class AcceleratedWin:
         held = self._locks.pop(r, None)
         if held is None:
             raise _mpi_error(self._t, self._t.MPI.ERR_RMA_SYNC, f"Unlock: rank {r} is not locked")
+        return self._release(r, held)
+
+    def _release(self, rank: int, held: tuple[bool, bool]) -> None:
+        """Unlock's work once rank's lock (exclusive, taken) is off the books."""
         lib.shmtopo_rma_sync()
         if held[1]:
-            check(lib.shmtopo_rma_unlock(self._ctrl_h, r, int(held[0])))
-        self._count("Unlock", True)
-        return None
+            check(lib.shmtopo_rma_unlock(self._ctrl_h, rank, int(held[0])))
+        self._stats["Unlock"][0] += 1
 
     def Lock_all(self, assertion: int = 0) -> None:
         """Local: as mpi4py's ``Lock_all``: a shared lock of every rank."""
@@ -354,8 +361,7 @@ class AcceleratedWin:
         return bool(self._delegate("Test", "PSCW is MPI's"))
 
     # -- one-sided calls ----------------------------------------------------
-    def _target(self, rank: int, target: Any, origin_count: int, origin_type: Any, what: str
-                ) -> tuple[int, int, Any]:
+    def _target(self, rank: int, target: Any, origin_count: int, origin_type: Any) -> tuple[int, int, Any]:
         """(byte offset in rank's segment, entries, datatype) of a target
         argument as mpi4py reads it (None, a displacement, or (disp[, count[, datatype]]))."""
         disp, count, datatype = 0, origin_count, origin_type
@@ -413,8 +419,7 @@ class AcceleratedWin:
 
     def _copy(self, name: str, origin: Any, rank: int, target: Any, put: bool) -> None:
         if not self.accelerated or self._mpi_access:
-            return self._one_sided_to_mpi(name, "not a shared-memory window" if not self._shared
-                                            else "inside a Start epoch", rank, origin, target)
+            return self._one_sided_to_mpi(name, self._why_mpi(), rank, origin, target)
         if rank == self._t.MPI.PROC_NULL:
             self._count(name, True)
             return None
@@ -423,7 +428,7 @@ class AcceleratedWin:
         try:
             msg = message(self._t, origin, "origin", writable=not put)
             size = self._moved(msg, "origin")
-            offset, count, datatype = self._target(r, target, msg.entries, msg.datatype, "target")
+            offset, count, datatype = self._target(r, target, msg.entries, msg.datatype)
             nbytes = self._typed(datatype, size, count, "target")
         except LeftToMPI as why:
             return self._one_sided_to_mpi(name, str(why), r, origin, target)
@@ -483,8 +488,7 @@ class AcceleratedWin:
     def _accumulate(self, name: str, origin: Any, result: Any, rank: int, target: Any, op: Any,
                     delegated_args: tuple[Any, ...]) -> None:
         if not self.accelerated or self._mpi_access:
-            return self._one_sided_to_mpi(name, "not a shared-memory window" if not self._shared
-                                            else "inside a Start epoch", rank, *delegated_args)
+            return self._one_sided_to_mpi(name, self._why_mpi(), rank, *delegated_args)
         if rank == self._t.MPI.PROC_NULL:
             self._count(name, True)
             return None
@@ -497,7 +501,7 @@ class AcceleratedWin:
             no_op = op == self._t.MPI.NO_OP
             msg = message(self._t, origin, "origin", writable=False)
             out = message(self._t, result, "result", writable=True) if result is not None else None
-            offset, count, datatype = self._target(r, target, msg.entries, msg.datatype, "target")
+            offset, count, datatype = self._target(r, target, msg.entries, msg.datatype)
             if not isinstance(datatype, self._t.Datatype):
                 raise TypeError(f"target: expecting an MPI datatype, not {type(datatype).__name__}")
             if not datatype.is_predefined:
@@ -597,8 +601,7 @@ class AcceleratedWin:
             return None
         args = (origin, compare, result, target_disp)
         if not self.accelerated or self._mpi_access:
-            return self._one_sided_to_mpi(name, "not a shared-memory window" if not self._shared
-                                            else "inside a Start epoch", target_rank, *args)
+            return self._one_sided_to_mpi(name, self._why_mpi(), target_rank, *args)
         if target_rank == self._t.MPI.PROC_NULL:
             self._count(name, True)
             return None
@@ -642,13 +645,12 @@ class AcceleratedWin:
 
     def _r(self, name: str, blocking: str, rank: int, args: tuple[Any, ...]) -> Any:
         if not self.accelerated or self._mpi_access:
-            return self._delegate(name, "not a shared-memory window" if not self._shared
-                                  else "inside a Start epoch", *args)
+            return self._delegate(name, self._why_mpi(), *args)
         if rank != self._t.MPI.PROC_NULL:
             self._in_passive(self._rank(rank, name), name)
-        counts = self._stats.get(blocking, [0, 0])[1]
+        counts = self._stats[blocking][1]
         getattr(self, blocking)(*args)
-        if self._stats.get(blocking, [0, 0])[1] != counts:  # went to MPI, complete after its Unlock
+        if self._stats[blocking][1] != counts:  # went to MPI, complete after its Unlock
             self._stats[blocking][1] -= 1
             self._count(name, False)
         else:
@@ -683,35 +685,33 @@ class AcceleratedWin:
 
     # -- constructors: MPI's, accelerated --------------------------------------
     @classmethod
-    def Allocate_shared(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Any:
-        """Collective: ``MPI.Win.Allocate_shared``, accelerated."""
+    def _made(cls, constructor: str, args: tuple[Any, ...], info: Any, comm: Any) -> Any:
+        """Collective: mpi4py's constructor of that name (info and comm
+        last, defaulting as mpi4py's do), its window accelerated."""
         t = get_tables().MPI
         comm = t.COMM_SELF if comm is None else comm
-        return accelerate_window(_mpi_win(cls).Allocate_shared(size, disp_unit, t.INFO_NULL if info is None
-                                                               else info, comm), comm)
+        win = getattr(_mpi_win(cls), constructor)(*args, t.INFO_NULL if info is None else info, comm)
+        return accelerate_window(win, comm)
+
+    @classmethod
+    def Allocate_shared(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Any:
+        """Collective: ``MPI.Win.Allocate_shared``, accelerated."""
+        return cls._made("Allocate_shared", (size, disp_unit), info, comm)
 
     @classmethod
     def Allocate(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Any:
         """Collective: ``MPI.Win.Allocate`` (its calls are MPI's)."""
-        t = get_tables().MPI
-        comm = t.COMM_SELF if comm is None else comm
-        return accelerate_window(_mpi_win(cls).Allocate(size, disp_unit, t.INFO_NULL if info is None else info,
-                                                        comm), comm)
+        return cls._made("Allocate", (size, disp_unit), info, comm)
 
     @classmethod
     def Create(cls, memory: Any, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Any:
         """Collective: ``MPI.Win.Create`` (its calls are MPI's)."""
-        t = get_tables().MPI
-        comm = t.COMM_SELF if comm is None else comm
-        return accelerate_window(_mpi_win(cls).Create(memory, disp_unit, t.INFO_NULL if info is None else info,
-                                                      comm), comm)
+        return cls._made("Create", (memory, disp_unit), info, comm)
 
     @classmethod
     def Create_dynamic(cls, info: Any = None, comm: Any = None) -> Any:
         """Collective: ``MPI.Win.Create_dynamic`` (its calls are MPI's)."""
-        t = get_tables().MPI
-        comm = t.COMM_SELF if comm is None else comm
-        return accelerate_window(_mpi_win(cls).Create_dynamic(t.INFO_NULL if info is None else info, comm), comm)
+        return cls._made("Create_dynamic", (), info, comm)
 
 
 def _mpi_win(cls: type) -> Any:
