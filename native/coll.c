@@ -44,10 +44,6 @@
  * allreduce takes SC_MIN: 0.54-0.65x from 16 KiB to 8 MiB, oversubscribed
  * 0.67-0.74x from 4 MiB on (1.0x below, on the same path). */
 #define SC_MIN_REDUCE ((size_t)128 << 10)
-/* Bytes of the data a round of single copy moves before the step that ends
- * it: a step is a few microseconds, and a wait then never spans more than
- * a few milliseconds of copying (the timeout stays meaningful). */
-#define SC_ROUND ((size_t)32 << 20)
 
 static char *buffer(const shmtopo_comm_t *comm, int rank, int which)
 {
@@ -115,7 +111,7 @@ static int resolve_alg(const shmtopo_comm_t *comm, int alg, size_t nbytes)
 
 /* Where single copy starts for a kind of call: the same on every rank
  * (oversubscription is decided from every rank's affinity mask at creation). */
-static size_t sc_min(const shmtopo_comm_t *comm, int kind)
+size_t shmtopo_coll_sc_min(const shmtopo_comm_t *comm, int kind)
 {
     if (comm->oversubscribed)
         return SC_MIN_OVERSUBSCRIBED;
@@ -132,8 +128,7 @@ static size_t part(size_t n, size_t i, size_t P)
     return at / 4096 * 4096;
 }
 
-/* The address every rank posted in the step just taken. */
-static uint64_t posted_address(const shmtopo_comm_t *comm, int rank)
+uint64_t shmtopo_coll_posted_address(const shmtopo_comm_t *comm, int rank)
 {
     uint64_t a;
     memcpy(&a, shmtopo_step_data(comm, rank), sizeof(a));
@@ -375,7 +370,7 @@ static int sc_reduce(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char 
     const uint64_t mine[2] = {(uint64_t)(uintptr_t)send, reads ? (uint64_t)(uintptr_t)recv : 0};
     if (shmtopo_coll_step(comm, sig, mine, sizeof(mine)) < 0) /* the agreement, and every rank's addresses */
         return -1;
-    const size_t C = comm->chan.buffer / esz, round = SC_ROUND / esz, asz = shmtopo_acc_size(dtype);
+    const size_t C = comm->chan.buffer / esz, round = SHMTOPO_SC_ROUND / esz, asz = shmtopo_acc_size(dtype);
     uint64_t *in = malloc(2 * P * sizeof(*in)), *out = in ? in + P : NULL;
     /* two chunks of inputs, then the accumulator (wider for 16-bit floats) */
     char *slot = sc_scratch(comm, 2 * C * esz + C * asz);
@@ -463,7 +458,7 @@ static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, vo
     if (src->win) {
         sig.flags = SHMTOPO_SIG_WINDOW | (in_place ? SHMTOPO_SIG_IN_PLACE : 0);
         sig.extra = src->offset;
-    } else if (comm->single_copy && comm->size > 1 && n >= sc_min(comm, kind) && alg == SHMTOPO_COLL_AUTO &&
+    } else if (comm->single_copy && comm->size > 1 && n >= shmtopo_coll_sc_min(comm, kind) && alg == SHMTOPO_COLL_AUTO &&
                comm->config.coll_alg == SHMTOPO_COLL_AUTO) {
         /* single copy where the algorithm is left to us; flat and rsag
          * asked for by name keep the scratch buffers */
@@ -541,11 +536,11 @@ static int sc_bcast(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, char *buf, s
     const int is_root = comm->rank == root;
     uint64_t *to = is_root ? malloc(P * sizeof(*to)) : NULL;
     int err = is_root && !to ? (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM) : 0;
-    const uint64_t from = posted_address(comm, root);
+    const uint64_t from = shmtopo_coll_posted_address(comm, root);
     for (size_t i = 1; to && i < P; i++)
-        to[i] = posted_address(comm, (int)((root + i) % P));
-    for (size_t off = 0; off < n; off += SC_ROUND) {
-        const size_t m = shmtopo_min_size(SC_ROUND, n - off);
+        to[i] = shmtopo_coll_posted_address(comm, (int)((root + i) % P));
+    for (size_t off = 0; off < n; off += SHMTOPO_SC_ROUND) {
+        const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, n - off);
         for (size_t k = 1; k < P && !err; k++) {
             if (is_root) { /* part k into the k-th receiver */
                 const size_t lo = part(m, k, P), hi = part(m, k + 1, P);
@@ -584,7 +579,7 @@ int shmtopo_bcast(shmtopo_comm_t *comm, void *buf, size_t count, int dtype, int 
     const size_t n = count * shmtopo_dtype_size(dtype);
     /* the path follows from what the ranks agree on (the count and type, the
      * comm's single copy); the flag makes the agreement check that too */
-    if (comm->single_copy && comm->size > 1 && n >= sc_min(comm, SHMTOPO_KIND_BCAST))
+    if (comm->single_copy && comm->size > 1 && n >= shmtopo_coll_sc_min(comm, SHMTOPO_KIND_BCAST))
         sig.flags = SHMTOPO_SIG_SINGLE_COPY;
     errno = 0;
     if (shmtopo_coll_check_root(comm, root) < 0 || shmtopo_coll_check_dtype(dtype) < 0 || shmtopo_coll_check_buffers("bcast", count, buf, buf) < 0)
@@ -676,9 +671,9 @@ static int sc_allgather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const ch
     uint64_t *from = malloc((size_t)P * sizeof(*from));
     int err = from ? 0 : (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM);
     for (int p = 0; from && p < P; p++)
-        from[p] = posted_address(comm, p);
-    for (size_t off = 0; off < n; off += SC_ROUND) {
-        const size_t m = shmtopo_min_size(SC_ROUND, n - off);
+        from[p] = shmtopo_coll_posted_address(comm, p);
+    for (size_t off = 0; off < n; off += SHMTOPO_SC_ROUND) {
+        const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, n - off);
         for (int i = 1; i < P && !err; i++) {
             const int p = (comm->rank + i) % P;
             if (shmtopo_sc_read(comm, p, out + (size_t)p * n + off, from[p] + off, m, "allgather") < 0) {
@@ -707,7 +702,7 @@ int shmtopo_allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t
     shmtopo_sig_t sig = shmtopo_coll_sig(SHMTOPO_KIND_ALLGATHER, count, dtype, -1, -1, -1);
     const size_t n = count * shmtopo_dtype_size(dtype);
     char *out = recv;
-    if (comm->single_copy && comm->size > 1 && n >= sc_min(comm, SHMTOPO_KIND_ALLGATHER))
+    if (comm->single_copy && comm->size > 1 && n >= shmtopo_coll_sc_min(comm, SHMTOPO_KIND_ALLGATHER))
         sig.flags = SHMTOPO_SIG_SINGLE_COPY;
     errno = 0;
     /* send may be this rank's own block of recv (in place) */
@@ -770,6 +765,51 @@ int shmtopo_win_allgather(shmtopo_win_t *win, size_t offset, void *recv, size_t 
 
 /* reduce_scatter and alltoall: chunk k holds elements [off, off+m) of every
  * block, block b at b*m in the buffer, so every rank has work in every chunk. */
+/* Single-copy alltoall: every rank reads its block of each peer's input
+ * straight into its result (peers in a different order on each rank), and
+ * its own block from its input, a round at a time. A rank in place hands
+ * its peers a copy of its input, which its result overwrites. */
+static int sc_alltoall(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, char *out, size_t n)
+{
+    const int P = comm->size, me = comm->rank;
+    char *copy = send == out ? malloc((size_t)P * n) : NULL;
+    uint64_t *from = malloc((size_t)P * sizeof(*from));
+    int err = 0;
+    if (!from || (send == out && !copy))
+        err = (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM);
+    else if (copy)
+        send = memcpy(copy, send, (size_t)P * n);
+    const uint64_t mine = (uint64_t)(uintptr_t)send;
+    if (shmtopo_step(comm, sig, err, &mine, sizeof(mine)) < 0) /* the agreement, and every rank's address */
+        goto out_failed;
+    for (int p = 0; p < P; p++)
+        from[p] = shmtopo_coll_posted_address(comm, p);
+    for (size_t off = 0; off < n; off += SHMTOPO_SC_ROUND) {
+        const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, n - off);
+        for (int i = 1; i < P && !err; i++) {
+            const int p = (me + i) % P;
+            if (shmtopo_sc_read(comm, p, out + (size_t)p * n + off, from[p] + (uint64_t)me * n + off, m,
+                                "alltoall") < 0) {
+                if (shmtopo_sc_gone(comm, p))
+                    goto out_failed;
+                err = errno;
+            }
+        }
+        if (!err)
+            memmove(out + (size_t)me * n + off, send + (size_t)me * n + off, m);
+        /* every input stays until every rank has read it */
+        if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
+            goto out_failed;
+    }
+    free(from);
+    free(copy);
+    return 0;
+out_failed:
+    free(from);
+    free(copy);
+    return -1;
+}
+
 static int blocks_common(shmtopo_comm_t *comm, int kind, const void *send, void *recv, size_t count,
                          int dtype, int op)
 {
@@ -778,6 +818,8 @@ static int blocks_common(shmtopo_comm_t *comm, int kind, const void *send, void 
     shmtopo_sig_t sig = shmtopo_coll_sig(kind, count, dtype, kind == SHMTOPO_KIND_REDUCE_SCATTER ? op : -1, -1, -1);
     const size_t esz = shmtopo_dtype_size(dtype), P = (size_t)comm->size;
     const size_t out_n = kind == SHMTOPO_KIND_ALLTOALL ? P * count * esz : count * esz;
+    if (kind == SHMTOPO_KIND_ALLTOALL && comm->single_copy && P > 1 && count * esz >= shmtopo_coll_sc_min(comm, kind))
+        sig.flags = SHMTOPO_SIG_SINGLE_COPY;
     errno = 0;
     if (shmtopo_coll_check_dtype(dtype) < 0 || (kind == SHMTOPO_KIND_REDUCE_SCATTER && shmtopo_reduce_check(dtype, op) < 0) ||
         shmtopo_coll_check_buffers(shmtopo_kind_name(kind), count, send, recv) < 0 ||
@@ -787,6 +829,8 @@ static int blocks_common(shmtopo_comm_t *comm, int kind, const void *send, void 
         shmtopo_fail(EINVAL, -1, "%s: SHMTOPO_COLL_BUFFER too small for %d ranks", shmtopo_kind_name(kind), comm->size);
         return shmtopo_coll_refuse(comm, &sig);
     }
+    if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
+        return sc_alltoall(comm, &sig, send, recv, count * esz);
     if (count == 0)
         return shmtopo_coll_step(comm, &sig, NULL, 0);
     const char *in = send;

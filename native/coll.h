@@ -49,6 +49,17 @@ int shmtopo_coll_check_overlap(const char *what, const void *send, size_t ns, co
 
 /* Where a rank's input for a fold lies (a callback, so one fold serves the
  * scratch buffers, the step lines and windows). */
+/* Single copy (single_copy.c) in the collectives. Where it starts for a
+ * kind of call (SHMTOPO_KIND_*): the same on every rank, from the sizes
+ * measured in coll.c. */
+size_t shmtopo_coll_sc_min(const shmtopo_comm_t *comm, int kind);
+/* The address rank `rank` posted in the step just taken (8 bytes of step data). */
+uint64_t shmtopo_coll_posted_address(const shmtopo_comm_t *comm, int rank);
+/* Bytes of the data a round of single copy moves before the step that ends
+ * it: a step is a few microseconds, and a wait then never spans more than
+ * a few milliseconds of copying (the timeout stays meaningful). */
+#define SHMTOPO_SC_ROUND ((size_t)32 << 20)
+
 typedef const char *(*shmtopo_coll_src_fn)(const shmtopo_comm_t *comm, int rank, const void *arg);
 /* dst = in[0] op ... op in[nranks - 1], in rank order (bit-identical on every rank). */
 void shmtopo_coll_fold(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_fn src, const void *arg,

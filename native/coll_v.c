@@ -110,6 +110,71 @@ static int counts_check(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int root
     return shmtopo_counts_verdict(sig, posted, (const size_t *)buffer(comm, root, which), (size_t)comm->size);
 }
 
+/* ---- single copy: gather and scatter ------------------------------------------ */
+
+/* Single-copy gather: the root reads each peer's block straight from its
+ * input into its result, a round at a time; a peer keeps its input until
+ * the step that ends the round. The first step is the agreement, carrying
+ * every rank's input address. */
+static int sc_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, char *out, size_t n, int root)
+{
+    const uint64_t mine = (uint64_t)(uintptr_t)send;
+    if (shmtopo_coll_step(comm, sig, &mine, sizeof(mine)) < 0)
+        return -1;
+    const int P = comm->size, is_root = comm->rank == root;
+    uint64_t *from = is_root ? malloc((size_t)P * sizeof(*from)) : NULL;
+    int err = is_root && !from ? (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM) : 0;
+    for (int p = 0; from && p < P; p++)
+        from[p] = shmtopo_coll_posted_address(comm, p);
+    for (size_t off = 0; off < n; off += SHMTOPO_SC_ROUND) {
+        const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, n - off);
+        for (int i = 1; from && i < P && !err; i++) {
+            const int p = (root + i) % P;
+            if (shmtopo_sc_read(comm, p, out + (size_t)p * n + off, from[p] + off, m, "gather") < 0) {
+                if (shmtopo_sc_gone(comm, p))
+                    goto out_failed;
+                err = errno;
+            }
+        }
+        if (from && !err && out + (size_t)root * n != send)
+            memmove(out + (size_t)root * n + off, send + off, m);
+        if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
+            goto out_failed;
+    }
+    free(from);
+    return 0;
+out_failed:
+    free(from);
+    return -1;
+}
+
+/* Single-copy scatter: each peer reads its block straight from the root's
+ * input, a round at a time; the root keeps its input until the step that
+ * ends the round. The first step is the agreement, carrying the root's
+ * input address. */
+static int sc_scatter(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, char *recv, size_t n, int root)
+{
+    const uint64_t mine = (uint64_t)(uintptr_t)send;
+    if (shmtopo_coll_step(comm, sig, &mine, sizeof(mine)) < 0)
+        return -1;
+    const int me = comm->rank;
+    const uint64_t from = shmtopo_coll_posted_address(comm, root) + (uint64_t)me * n;
+    int err = 0;
+    for (size_t off = 0; off < n; off += SHMTOPO_SC_ROUND) {
+        const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, n - off);
+        if (me != root && !err && shmtopo_sc_read(comm, root, recv + off, from + off, m, "scatter") < 0) {
+            if (shmtopo_sc_gone(comm, root))
+                return -1;
+            err = errno;
+        }
+        if (me == root && recv != send + (size_t)me * n)
+            memmove(recv + off, send + (size_t)me * n + off, m);
+        if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* ---- gather, gatherv ---------------------------------------------------------- */
 
 static int gather_common(shmtopo_comm_t *comm, int kind, const void *send, size_t count, void *recv,
@@ -120,9 +185,11 @@ static int gather_common(shmtopo_comm_t *comm, int kind, const void *send, size_
         return -1;
     const int v = kind == SHMTOPO_KIND_GATHERV, P = comm->size, me = comm->rank;
     shmtopo_sig_t sig = shmtopo_coll_sig(kind, count, dtype, -1, root, -1);
+    const size_t esz = shmtopo_dtype_size(dtype), n = count * esz, B = comm->chan.buffer;
     if (v)
         sig.flags = SHMTOPO_SIG_OWN_COUNT;
-    const size_t esz = shmtopo_dtype_size(dtype), n = count * esz, B = comm->chan.buffer;
+    else if (comm->single_copy && P > 1 && n >= shmtopo_coll_sc_min(comm, kind))
+        sig.flags = SHMTOPO_SIG_SINGLE_COPY;
     const int is_root = me == root;
     errno = 0;
     if (shmtopo_coll_check_root(comm, root) < 0 || shmtopo_coll_check_dtype(dtype) < 0 ||
@@ -137,6 +204,8 @@ static int gather_common(shmtopo_comm_t *comm, int kind, const void *send, size_
             shmtopo_coll_check_overlap(what, send, n, recv, total, (const char *)send == (char *)recv + (size_t)me * n) < 0)
             return shmtopo_coll_refuse(comm, &sig);
     }
+    if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
+        return sc_gather(comm, &sig, send, recv, n, root);
     /* the root posts its counts, the others the first chunk of their block */
     int which = shmtopo_chan_next_buffer(comm);
     if (is_root && v)
@@ -202,9 +271,11 @@ static int scatter_common(shmtopo_comm_t *comm, int kind, const void *send, cons
         return -1;
     const int v = kind == SHMTOPO_KIND_SCATTERV, P = comm->size, me = comm->rank;
     shmtopo_sig_t sig = shmtopo_coll_sig(kind, count, dtype, -1, root, -1);
+    const size_t esz = shmtopo_dtype_size(dtype), n = count * esz, B = comm->chan.buffer;
     if (v)
         sig.flags = SHMTOPO_SIG_OWN_COUNT;
-    const size_t esz = shmtopo_dtype_size(dtype), n = count * esz, B = comm->chan.buffer;
+    else if (comm->single_copy && P > 1 && n >= shmtopo_coll_sc_min(comm, kind))
+        sig.flags = SHMTOPO_SIG_SINGLE_COPY;
     /* the first chunk follows the root's counts in its buffer */
     const size_t head = v ? shmtopo_round_up((size_t)P * sizeof(size_t), TABLE_ALIGN) : 0;
     const int is_root = me == root;
@@ -220,6 +291,8 @@ static int scatter_common(shmtopo_comm_t *comm, int kind, const void *send, cons
             shmtopo_coll_check_overlap(what, recv, n, send, total, (char *)recv == (const char *)send + (size_t)me * n) < 0)
             return shmtopo_coll_refuse(comm, &sig);
     }
+    if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
+        return sc_scatter(comm, &sig, send, recv, n, root);
     const char *in = send;
     int which = shmtopo_chan_next_buffer(comm);
     /* stream bytes [lo, hi) in this step's chunk */

@@ -547,58 +547,205 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* ---- the drop-in's entries (shmtopo.accelerate) -------------------------
  *
- * The same small collectives on mpi4py's upper-case arguments, in their
- * plain case only: exact ndarrays passed without a datatype (mpi4py types
- * them by their format), aligned (the kernels load whole elements), an op
- * object of the table below, an int root in range. Each returns True once
- * the collective ran, and None, having done nothing, for anything else: the
- * drop-in's planner then reads the arguments in full, and says what is
- * wrong. What is plain comes from the planner's own tables (bind_accelerate),
- * so both take the same decisions. */
+ * The collectives on mpi4py's upper-case arguments, in their plain case: a
+ * message of a predefined datatype shmtopo moves, in a form mpi4py reads
+ * (a buffer typed by its format, [buf, type], [buf, count, type],
+ * [buf, (count, displ), type], [buf, count, displ, type]; counts and
+ * displacements as Python ints), over any C-contiguous buffer (numpy arrays
+ * and their slices, bytearray, mmap, memoryview, array.array), aligned for
+ * its element type (the kernels load whole elements); an op object of the
+ * table below; an int root in range. Each returns True once the collective
+ * ran, and None, having done nothing, for anything else: the drop-in's
+ * planner then reads the arguments in full, and says what is wrong. What is
+ * plain comes from the planner's own tables (bind_accelerate), and a
+ * message's bounds are read as the planner reads them (buffers.message), so
+ * both take the same decisions; a message that does not fit its buffer is
+ * left to the planner to refuse. */
 
-#define ACCEL_MOVES (1u << 31) /* in masks: the format's datatype is one shmtopo moves */
+#define ACCEL_MOVES (1u << 31) /* in a type's mask: a datatype shmtopo moves */
+#define ACCEL_MAX_TYPES 64
 
 static struct {
-    PyObject *ops;           /* ((op object, shmtopo_op code), ...), matched by identity */
-    PyObject *last_error;    /* last_error(errno) -> the exception, as the planner's path words it */
-    unsigned masks[NDTYPES]; /* by dtype code: ACCEL_MOVES | 1 << op for each op MPI defines on it */
+    PyObject *ops;          /* ((op object, shmtopo_op code), ...), matched by identity */
+    PyObject *datatypes;    /* the predefined mpi4py Datatypes shmtopo knows, matched by identity */
+    int ntypes;             /* their number; by index, each one's: */
+    int codes[ACCEL_MAX_TYPES];         /* core element type */
+    unsigned masks[ACCEL_MAX_TYPES];    /* ACCEL_MOVES | 1 << op for each op MPI defines on it */
+    int by_code[NDTYPES];   /* the datatype (index) of an ndarray of that core type passed alone, -1: none */
+    PyObject *formats;      /* {format: index}: the datatype of another buffer passed alone */
+    PyObject *in_place;     /* MPI.IN_PLACE (None stands for it too) */
+    PyObject *last_error;   /* last_error(errno) -> the exception, as the planner's path words it */
 } accel;
 
-static int accel_op(PyObject *op, int code)
+static int accel_in_place(PyObject *spec)
+{
+    return spec == Py_None || (accel.in_place && spec == accel.in_place);
+}
+
+static int accel_type_of(PyObject *datatype)
+{
+    for (int i = 0; i < accel.ntypes; i++)
+        if (PyTuple_GET_ITEM(accel.datatypes, i) == datatype)
+            return i;
+    return -1;
+}
+
+/* The op's core code where MPI defines it on the datatype (index `type`), else -1. */
+static int accel_op(PyObject *op, int type)
 {
     Py_ssize_t n = accel.ops ? PyTuple_GET_SIZE(accel.ops) : 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PyTuple_GET_ITEM(accel.ops, i);
         if (PyTuple_GET_ITEM(pair, 0) == op) {
             int opc = (int)PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
-            return accel.masks[code] & (1u << opc) ? opc : -1;
+            return accel.masks[type] & (1u << opc) ? opc : -1;
         }
     }
     return -1;
 }
 
-/* view_of, only for a type shmtopo moves at an address aligned for it; 0
- * with no view held otherwise. */
-static int accel_view(PyObject *obj, Py_buffer *view, int writable, int *code)
+/* A count or a displacement given as a Python int, not negative; -1 for
+ * anything else, which the planner judges. */
+static Py_ssize_t accel_index(PyObject *value)
 {
-    if (!view_of(obj, view, writable, code))
+    if (!PyLong_CheckExact(value))
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(value);
+    if (n < 0 && PyErr_Occurred())
+        PyErr_Clear();
+    return n < 0 ? -1 : n;
+}
+
+/* The datatype of a buffer passed without one, from its format (NULL: bytes). */
+static int accel_format(const char *format)
+{
+    PyObject *key = PyUnicode_FromString(format ? format : "B");
+    PyObject *index = key && accel.formats ? PyDict_GetItemWithError(accel.formats, key) : NULL;
+    Py_XDECREF(key);
+    if (!index) {
+        PyErr_Clear();
+        return -1;
+    }
+    return (int)PyLong_AsLong(index);
+}
+
+/* mpi4py's forms of a message, split as buffers._split splits them; 0 for
+ * one the planner must read (a type given by name, numpy integers, ...). */
+static int accel_split(PyObject *spec, PyObject **buf, Py_ssize_t *count, Py_ssize_t *displ, int *type)
+{
+    *count = *displ = -1;
+    *type = -1;
+    if (!PyList_CheckExact(spec) && !PyTuple_CheckExact(spec)) {
+        *buf = spec;
+        return 1;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(spec);
+    PyObject **item = PySequence_Fast_ITEMS(spec), *c, *d = NULL;
+    if (n < 2 || n > 4)
         return 0;
-    if (!(accel.masks[*code] & ACCEL_MOVES)
-        || (uintptr_t)view->buf % shmtopo_dtype_size(*code)) {
-        PyBuffer_Release(view);
+    *buf = item[0];
+    if (n == 2) { /* [buf, type] or [buf, count] */
+        *type = accel_type_of(item[1]);
+        c = *type < 0 ? item[1] : NULL;
+    } else {
+        c = item[1];
+        d = n == 4 ? item[2] : NULL;
+        if ((*type = accel_type_of(item[n - 1])) < 0)
+            return 0;
+    }
+    if (c && n < 4 && (PyList_CheckExact(c) || PyTuple_CheckExact(c))) { /* (count, displ) */
+        if (PySequence_Fast_GET_SIZE(c) != 2)
+            return 0;
+        d = PySequence_Fast_ITEMS(c)[1];
+        c = PySequence_Fast_ITEMS(c)[0];
+    }
+    return (!c || (*count = accel_index(c)) >= 0) && (!d || (*displ = accel_index(d)) >= 0);
+}
+
+/* One buffer argument, read as buffers.message reads it. */
+struct msg {
+    Py_buffer held; /* the buffer as acquired; msg_release gives it back */
+    Py_buffer at;   /* held's .buf and .len narrowed to the message's entries (only those two are read) */
+    int type;       /* its datatype, an index in accel's tables */
+    int code;       /* the core's element type */
+};
+
+static void msg_release(struct msg *m)
+{
+    PyBuffer_Release(&m->held);
+}
+
+/* The message `spec` of `blocks` blocks (0 or 1: one), when it is plain:
+ * its type known and moved by shmtopo, its entries inside the buffer and
+ * aligned; 0 with nothing held otherwise. */
+static int accel_msg(PyObject *spec, int writable, Py_ssize_t blocks, struct msg *m)
+{
+    PyObject *buf;
+    Py_ssize_t count, displ;
+    int type, code;
+    if (!accel_split(spec, &buf, &count, &displ, &type))
+        return 0;
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (type < 0 && Py_TYPE(buf) == (PyTypeObject *)bound.ndarray) {
+        /* by numpy's dtype object: asking an array for its format string costs more */
+        if ((code = dtype_code(buf)) < 0 || (type = accel.by_code[code]) < 0)
+            return 0;
+    } else if (type < 0) {
+        flags |= PyBUF_FORMAT;
+    }
+    if (PyObject_GetBuffer(buf, &m->held, flags) < 0) {
+        PyErr_Clear(); /* no buffer, not contiguous, read-only: the planner says which */
         return 0;
     }
+    if (type < 0)
+        type = accel_format(m->held.format);
+    if (type < 0 || !(accel.masks[type] & ACCEL_MOVES)) {
+        msg_release(m);
+        return 0;
+    }
+    code = accel.codes[type];
+    const Py_ssize_t size = (Py_ssize_t)shmtopo_dtype_size(code), per = blocks > 1 ? blocks : 1;
+    Py_ssize_t len = m->held.len, entries;
+    int fits;
+    if (displ < 0)
+        displ = 0;
+    fits = displ <= len / size;
+    len -= fits ? displ * size : 0;
+    if (count >= 0) {
+        fits = fits && count <= len / size / per;
+        entries = count * per;
+    } else {
+        fits = fits && len % size == 0 && len / size % per == 0;
+        entries = len / size;
+    }
+    m->at = m->held;
+    m->at.buf = (char *)m->held.buf + (fits ? displ * size : 0);
+    m->at.len = entries * size;
+    if (!fits || (uintptr_t)m->at.buf % (uintptr_t)size) {
+        msg_release(m);
+        return 0;
+    }
+    m->type = type;
+    m->code = code;
     return 1;
 }
 
-/* A result buffer like `in` (same type, same length); 0 with no view held otherwise. */
-static int accel_result(PyObject *obj, Py_buffer *view, const Py_buffer *in, int code)
+/* Block i of the n blocks of `whole`, which holds the buffer (releasing the block does nothing). */
+static void accel_block(const struct msg *whole, int i, int n, struct msg *block)
 {
-    int out_code;
-    if (!accel_view(obj, view, 1, &out_code))
+    *block = *whole;
+    block->held.obj = NULL;
+    block->at.len = whole->at.len / n;
+    block->at.buf = (char *)whole->at.buf + block->at.len * i;
+}
+
+/* A result like `in`: the same datatype and length, writable; 0 with nothing held otherwise. */
+static int accel_result(PyObject *spec, struct msg *out, const struct msg *in)
+{
+    if (!accel_msg(spec, 1, 1, out))
         return 0;
-    if (out_code != code || view->len != in->len) {
-        PyBuffer_Release(view);
+    if (out->type != in->type || out->at.len != in->at.len) {
+        msg_release(out);
         return 0;
     }
     return 1;
@@ -633,25 +780,25 @@ static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize
     if (nargs != 5)
         return PyErr_Format(PyExc_TypeError, "accel_allreduce takes 5 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, op;
-    Py_buffer in, out;
+    int op;
+    struct msg in, out;
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (!comm || !accel_view(args[2], &in, 0, &code))
+    if (!comm || !accel_msg(args[2], 0, 1, &in))
         Py_RETURN_NONE;
-    enum place place = place_of(args[1], comm, &in, &win, &offset);
-    if (place == UNKNOWN || (op = accel_op(args[4], code)) < 0 || !accel_result(args[3], &out, &in, code)) {
-        PyBuffer_Release(&in);
-        Py_RETURN_NONE;
-    }
-    if (place == WINDOWED && !apart_or_same(&in, &out)) {
-        PyBuffer_Release(&in);
-        PyBuffer_Release(&out);
+    enum place place = place_of(args[1], comm, &in.at, &win, &offset);
+    if (place == UNKNOWN || (op = accel_op(args[4], in.type)) < 0 || !accel_result(args[3], &out, &in)) {
+        msg_release(&in);
         Py_RETURN_NONE;
     }
-    int rc = reduce_at(place, comm, win, offset, &in, out.buf, code, op, -1), err = errno;
-    PyBuffer_Release(&in);
-    PyBuffer_Release(&out);
+    if (place == WINDOWED && !apart_or_same(&in.at, &out.at)) {
+        msg_release(&in);
+        msg_release(&out);
+        Py_RETURN_NONE;
+    }
+    int rc = reduce_at(place, comm, win, offset, &in.at, out.at.buf, in.code, op, -1), err = errno;
+    msg_release(&in);
+    msg_release(&out);
     return accel_done(rc, err);
 }
 
@@ -662,29 +809,29 @@ static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (nargs != 6)
         return PyErr_Format(PyExc_TypeError, "accel_reduce takes 6 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, op, root;
-    Py_buffer in, out = {0};
+    int op, root;
+    struct msg in, out = {0};
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (!comm || (root = accel_root(args[5], comm)) < 0 || !accel_view(args[2], &in, 0, &code))
+    if (!comm || (root = accel_root(args[5], comm)) < 0 || !accel_msg(args[2], 0, 1, &in))
         Py_RETURN_NONE;
     int is_root = root == shmtopo_comm_rank(comm);
-    enum place place = place_of(args[1], comm, &in, &win, &offset);
-    if (place == UNKNOWN || (op = accel_op(args[4], code)) < 0
-        || (is_root && !accel_result(args[3], &out, &in, code))) {
-        PyBuffer_Release(&in);
+    enum place place = place_of(args[1], comm, &in.at, &win, &offset);
+    if (place == UNKNOWN || (op = accel_op(args[4], in.type)) < 0
+        || (is_root && !accel_result(args[3], &out, &in))) {
+        msg_release(&in);
         Py_RETURN_NONE;
     }
-    if (place == WINDOWED && !apart_or_same(&in, &out)) {
-        PyBuffer_Release(&in);
+    if (place == WINDOWED && !apart_or_same(&in.at, &out.at)) {
+        msg_release(&in);
         if (is_root)
-            PyBuffer_Release(&out);
+            msg_release(&out);
         Py_RETURN_NONE;
     }
-    int rc = reduce_at(place, comm, win, offset, &in, out.buf, code, op, root), err = errno;
-    PyBuffer_Release(&in);
+    int rc = reduce_at(place, comm, win, offset, &in.at, out.at.buf, in.code, op, root), err = errno;
+    msg_release(&in);
     if (is_root)
-        PyBuffer_Release(&out);
+        msg_release(&out);
     return accel_done(rc, err);
 }
 
@@ -695,47 +842,153 @@ static PyObject *accel_bcast(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (nargs != 4)
         return PyErr_Format(PyExc_TypeError, "accel_bcast takes 4 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, root;
-    Py_buffer buf;
+    int root;
+    struct msg buf;
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (!comm || (root = accel_root(args[3], comm)) < 0 || !accel_view(args[2], &buf, 1, &code))
+    if (!comm || (root = accel_root(args[3], comm)) < 0 || !accel_msg(args[2], 1, 1, &buf))
         Py_RETURN_NONE;
-    enum place place = place_of(args[1], comm, &buf, &win, &offset);
+    enum place place = place_of(args[1], comm, &buf.at, &win, &offset);
     if (place == UNKNOWN) {
-        PyBuffer_Release(&buf);
+        msg_release(&buf);
         Py_RETURN_NONE;
     }
-    int rc = bcast_at(place, comm, win, offset, &buf, code, root), err = errno;
-    PyBuffer_Release(&buf);
+    int rc = bcast_at(place, comm, win, offset, &buf.at, buf.code, root), err = errno;
+    msg_release(&buf);
     return accel_done(rc, err);
 }
 
-/* accel_allgather(handle, windows, sendbuf, recvbuf) -> True | None */
+/* accel_allgather(handle, windows, sendbuf, recvbuf) -> True | None
+ * (sendbuf IN_PLACE: this rank's block of recvbuf) */
 static PyObject *accel_allgather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4)
         return PyErr_Format(PyExc_TypeError, "accel_allgather takes 4 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, out_code;
-    Py_buffer in, out;
+    struct msg in, out;
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (!comm || !accel_view(args[2], &in, 0, &code))
+    const int size = comm ? shmtopo_comm_size(comm) : 0;
+    if (!comm || !accel_msg(args[3], 1, size, &out)) /* recvbuf: a block per rank */
         Py_RETURN_NONE;
-    enum place place = place_of(args[1], comm, &in, &win, &offset);
-    if (place == UNKNOWN || !accel_view(args[3], &out, 1, &out_code)) { /* recvbuf: a block per rank */
-        PyBuffer_Release(&in);
-        Py_RETURN_NONE;
-    }
-    if (out_code != code || out.len != in.len * shmtopo_comm_size(comm) || (place == WINDOWED && overlaps(&in, &out))) {
-        PyBuffer_Release(&in);
-        PyBuffer_Release(&out);
+    if (accel_in_place(args[2])) {
+        accel_block(&out, shmtopo_comm_rank(comm), size, &in);
+    } else if (!accel_msg(args[2], 0, 1, &in)) {
+        msg_release(&out);
         Py_RETURN_NONE;
     }
-    int rc = allgather_at(place, comm, win, offset, &in, &out, code), err = errno;
-    PyBuffer_Release(&in);
-    PyBuffer_Release(&out);
+    enum place place = place_of(args[1], comm, &in.at, &win, &offset);
+    if (place == UNKNOWN || out.code != in.code || out.at.len != in.at.len * size
+        || (place == WINDOWED && overlaps(&in.at, &out.at))) {
+        msg_release(&in);
+        msg_release(&out);
+        Py_RETURN_NONE;
+    }
+    int rc = allgather_at(place, comm, win, offset, &in.at, &out.at, in.code), err = errno;
+    msg_release(&in);
+    msg_release(&out);
+    return accel_done(rc, err);
+}
+
+/* accel_alltoall(handle, sendbuf, recvbuf) -> True | None (send and recv a
+ * block per rank; the same buffer, or apart) */
+static PyObject *accel_alltoall(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "accel_alltoall takes 3 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    struct msg in, out;
+    const int size = comm ? shmtopo_comm_size(comm) : 0;
+    if (!comm || !accel_msg(args[1], 0, size, &in))
+        Py_RETURN_NONE;
+    if (!accel_msg(args[2], 1, size, &out)) {
+        msg_release(&in);
+        Py_RETURN_NONE;
+    }
+    if (out.code != in.code || out.at.len != in.at.len || !apart_or_same(&in.at, &out.at)) {
+        msg_release(&in);
+        msg_release(&out);
+        Py_RETURN_NONE;
+    }
+    int rc, err;
+    const size_t count = (size_t)in.at.len / shmtopo_dtype_size(in.code) / (size_t)size;
+    CORE_CALL(comm, NULL, shmtopo_alltoall(comm, in.at.buf, out.at.buf, count, in.code));
+    msg_release(&in);
+    msg_release(&out);
+    return accel_done(rc, err);
+}
+
+/* accel_gather(handle, sendbuf, recvbuf, root) -> True | None (recvbuf, a
+ * block per rank, is read on the root only, where sendbuf IN_PLACE is its
+ * own block, and is apart from sendbuf otherwise) */
+static PyObject *accel_gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "accel_gather takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    struct msg in, out = {0};
+    int root;
+    if (!comm || (root = accel_root(args[3], comm)) < 0)
+        Py_RETURN_NONE;
+    const int size = shmtopo_comm_size(comm), is_root = root == shmtopo_comm_rank(comm);
+    if (is_root) {
+        if (!accel_msg(args[2], 1, size, &out))
+            Py_RETURN_NONE;
+        if (accel_in_place(args[1])) {
+            accel_block(&out, root, size, &in);
+        } else if (!accel_msg(args[1], 0, 1, &in)) {
+            msg_release(&out);
+            Py_RETURN_NONE;
+        } else if (out.code != in.code || out.at.len != in.at.len * size || overlaps(&in.at, &out.at)) {
+            msg_release(&in);
+            msg_release(&out);
+            Py_RETURN_NONE;
+        }
+    } else if (!accel_msg(args[1], 0, 1, &in)) {
+        Py_RETURN_NONE;
+    }
+    int rc, err;
+    const size_t count = (size_t)in.at.len / shmtopo_dtype_size(in.code);
+    CORE_CALL(comm, NULL, shmtopo_gather(comm, in.at.buf, is_root ? out.at.buf : NULL, count, in.code, root));
+    msg_release(&in);
+    msg_release(&out);
+    return accel_done(rc, err);
+}
+
+/* accel_scatter(handle, sendbuf, recvbuf, root) -> True | None (sendbuf, a
+ * block per rank, is read on the root only, where recvbuf IN_PLACE is its
+ * own block, and is apart from recvbuf otherwise) */
+static PyObject *accel_scatter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "accel_scatter takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    struct msg in = {0}, out;
+    int root;
+    if (!comm || (root = accel_root(args[3], comm)) < 0)
+        Py_RETURN_NONE;
+    const int size = shmtopo_comm_size(comm), is_root = root == shmtopo_comm_rank(comm);
+    if (is_root) {
+        if (!accel_msg(args[1], 0, size, &in))
+            Py_RETURN_NONE;
+        if (accel_in_place(args[2])) {
+            accel_block(&in, root, size, &out);
+        } else if (!accel_msg(args[2], 1, 1, &out)) {
+            msg_release(&in);
+            Py_RETURN_NONE;
+        } else if (out.code != in.code || in.at.len != out.at.len * size || overlaps(&in.at, &out.at)) {
+            msg_release(&in);
+            msg_release(&out);
+            Py_RETURN_NONE;
+        }
+    } else if (!accel_msg(args[2], 1, 1, &out)) {
+        Py_RETURN_NONE;
+    }
+    int rc, err;
+    const size_t count = (size_t)out.at.len / shmtopo_dtype_size(out.code);
+    CORE_CALL(comm, NULL, shmtopo_scatter(comm, is_root ? in.at.buf : NULL, out.at.buf, count, out.code, root));
+    msg_release(&in);
+    msg_release(&out);
     return accel_done(rc, err);
 }
 
@@ -750,16 +1003,19 @@ static PyObject *accel_barrier(PyObject *self, PyObject *handle)
     return accel_done(rc, err);
 }
 
-/* bind_accelerate(ops, masks, last_error): the drop-in's op objects with
- * their shmtopo_op codes, per dtype code the mask described at `accel`, and
- * the maker of failures' exceptions. */
+/* bind_accelerate(ops, types, by_code, formats, in_place, last_error): the drop-in's
+ * op objects with their shmtopo_op codes; the predefined datatypes shmtopo
+ * moves, as (Datatype, core type code, mask described at ACCEL_MOVES); per
+ * core type code, the index in types of an ndarray's datatype (-1: none);
+ * {buffer format: index in types}; MPI.IN_PLACE; the maker of failures'
+ * exceptions. */
 static PyObject *bind_accelerate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != NDTYPES
-        || !PyCallable_Check(args[2]))
-        return PyErr_Format(PyExc_TypeError, "bind_accelerate takes a tuple of (op, code), %d masks and a "
-                            "callable", NDTYPES), NULL;
-    unsigned masks[NDTYPES];
+    if (nargs != 6 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])
+        || PyTuple_GET_SIZE(args[2]) != NDTYPES || !PyDict_Check(args[3]) || !PyCallable_Check(args[5]))
+        return PyErr_Format(PyExc_TypeError, "bind_accelerate takes a tuple of (op, code), a tuple of "
+                            "(datatype, code, mask), %d type indices, a dict, IN_PLACE and a callable",
+                            NDTYPES), NULL;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); i++) {
         PyObject *pair = PyTuple_GET_ITEM(args[0], i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyLong_Check(PyTuple_GET_ITEM(pair, 1)))
@@ -768,14 +1024,44 @@ static PyObject *bind_accelerate(PyObject *self, PyObject *const *args, Py_ssize
         if (opc < 0 || opc > 30)
             return PyErr_Format(PyExc_ValueError, "bind_accelerate: op code %ld", opc), NULL;
     }
-    for (int i = 0; i < NDTYPES; i++) {
-        masks[i] = (unsigned)PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(args[1], i));
-        if (PyErr_Occurred())
-            return NULL;
+    const Py_ssize_t ntypes = PyTuple_GET_SIZE(args[1]);
+    if (ntypes > ACCEL_MAX_TYPES)
+        return PyErr_Format(PyExc_ValueError, "bind_accelerate: more than %d datatypes", ACCEL_MAX_TYPES), NULL;
+    int codes[ACCEL_MAX_TYPES], by_code[NDTYPES];
+    unsigned masks[ACCEL_MAX_TYPES];
+    PyObject *datatypes = PyTuple_New(ntypes);
+    if (!datatypes)
+        return NULL;
+    for (Py_ssize_t i = 0; i < ntypes; i++) {
+        PyObject *entry = PyTuple_GET_ITEM(args[1], i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
+            Py_DECREF(datatypes);
+            return PyErr_Format(PyExc_TypeError, "bind_accelerate: types are (datatype, code, mask)"), NULL;
+        }
+        PyTuple_SET_ITEM(datatypes, i, new_ref(PyTuple_GET_ITEM(entry, 0)));
+        codes[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
+        masks[i] = (unsigned)PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(entry, 2));
+        if (!PyErr_Occurred() && (codes[i] < 0 || codes[i] >= NDTYPES))
+            PyErr_Format(PyExc_ValueError, "bind_accelerate: type code %d", codes[i]);
+    }
+    for (int i = 0; i < NDTYPES && !PyErr_Occurred(); i++) {
+        by_code[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(args[2], i));
+        if (!PyErr_Occurred() && (by_code[i] < -1 || by_code[i] >= ntypes))
+            PyErr_Format(PyExc_ValueError, "bind_accelerate: type index %d", by_code[i]);
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(datatypes);
+        return NULL;
     }
     Py_XSETREF(accel.ops, new_ref(args[0]));
-    Py_XSETREF(accel.last_error, new_ref(args[2]));
+    Py_XSETREF(accel.datatypes, datatypes);
+    Py_XSETREF(accel.formats, new_ref(args[3]));
+    Py_XSETREF(accel.in_place, new_ref(args[4]));
+    Py_XSETREF(accel.last_error, new_ref(args[5]));
+    accel.ntypes = (int)ntypes;
+    memcpy(accel.codes, codes, sizeof codes);
     memcpy(accel.masks, masks, sizeof masks);
+    memcpy(accel.by_code, by_code, sizeof by_code);
     Py_RETURN_NONE;
 }
 
@@ -882,7 +1168,7 @@ static PyMethodDef methods[] = {
     {"start", (PyCFunction)(void (*)(void))start, METH_FASTCALL, "start(handle, request): a persistent request's start"},
     {"place", (PyCFunction)(void (*)(void))fast_place, METH_FASTCALL, "place(handle, windows, array) -> (window, offset) | None"},
     {"bind_accelerate", (PyCFunction)(void (*)(void))bind_accelerate, METH_FASTCALL,
-     "Bind the drop-in's op objects and per-type masks (shmtopo.accelerate internal)."},
+     "Bind the drop-in's op objects, datatypes and formats (shmtopo.accelerate internal)."},
     {"accel_allreduce", (PyCFunction)(void (*)(void))accel_allreduce, METH_FASTCALL,
      "accel_allreduce(handle, windows, sendbuf, recvbuf, op) -> True | None"},
     {"accel_reduce", (PyCFunction)(void (*)(void))accel_reduce, METH_FASTCALL,
@@ -890,6 +1176,12 @@ static PyMethodDef methods[] = {
     {"accel_bcast", (PyCFunction)(void (*)(void))accel_bcast, METH_FASTCALL, "accel_bcast(handle, windows, buf, root) -> True | None"},
     {"accel_allgather", (PyCFunction)(void (*)(void))accel_allgather, METH_FASTCALL,
      "accel_allgather(handle, windows, sendbuf, recvbuf) -> True | None"},
+    {"accel_alltoall", (PyCFunction)(void (*)(void))accel_alltoall, METH_FASTCALL,
+     "accel_alltoall(handle, sendbuf, recvbuf) -> True | None"},
+    {"accel_gather", (PyCFunction)(void (*)(void))accel_gather, METH_FASTCALL,
+     "accel_gather(handle, sendbuf, recvbuf, root) -> True | None"},
+    {"accel_scatter", (PyCFunction)(void (*)(void))accel_scatter, METH_FASTCALL,
+     "accel_scatter(handle, sendbuf, recvbuf, root) -> True | None"},
     {"accel_barrier", accel_barrier, METH_O, "accel_barrier(handle) -> True | None"},
     {NULL, NULL, 0, NULL},
 };

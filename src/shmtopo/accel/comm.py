@@ -82,14 +82,17 @@ _SIG_TO_MPI = lib.SHMTOPO_SIG_DELEGATED
 
 # The fast entries: the plain case in C.
 #
-# Most calls are plain: numpy arrays without a datatype, a predefined op, an
-# int root. shmtopo._fastpath's accel_* entries take those straight to the
+# Most calls are plain: a buffer of a predefined datatype shmtopo moves
+# (a numpy array alone, or mpi4py's [buf, count, type] of a slice, a
+# bytearray, an mmap...), a predefined op, an int root. shmtopo._fastpath's
+# accel_* entries take those straight to the
 # core, and return None for anything else, which then goes through the
 # planner (plans.py); reading buffer specs in Python would cost more than the
 # collective itself. What the entries take for plain is what the planner
 # decides for those arguments, from its own tables (tables.py binds them).
 _accel_allreduce, _accel_reduce = _fastpath.accel_allreduce, _fastpath.accel_reduce
 _accel_bcast, _accel_allgather = _fastpath.accel_bcast, _fastpath.accel_allgather
+_accel_alltoall, _accel_gather, _accel_scatter = _fastpath.accel_alltoall, _fastpath.accel_gather, _fastpath.accel_scatter
 _accel_barrier = _fastpath.accel_barrier
 
 # ---- the communicator ----------------------------------------------------------------
@@ -343,6 +346,10 @@ class AcceleratedComm:
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoall``."""
+        shm = self._shm
+        if shm is not None and _accel_alltoall(shm.fast_handle, sendbuf, recvbuf):
+            self._stats["Alltoall"][0] += 1
+            return
         self._shm_or_mpi(ALLTOALL, "Alltoall", plans.alltoall, (sendbuf, recvbuf),
                          lambda p: self._run_plan(api.alltoall, p, p.send, out=p.out))
 
@@ -355,11 +362,19 @@ class AcceleratedComm:
     # -- through the lower-case calls -------------------------------------
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gather`` (recvbuf is read on the root only)."""
+        shm = self._shm
+        if shm is not None and _accel_gather(shm.fast_handle, sendbuf, recvbuf, root):
+            self._stats["Gather"][0] += 1
+            return
         self._shm_or_mpi(GATHER, "Gather", plans.gather, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(api.gather, p, p.send, p.root, out=p.out), root)
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatter`` (sendbuf is read on the root only)."""
+        shm = self._shm
+        if shm is not None and _accel_scatter(shm.fast_handle, sendbuf, recvbuf, root):
+            self._stats["Scatter"][0] += 1
+            return
         self._shm_or_mpi(SCATTER, "Scatter", plans.scatter, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(api.scatter, p, self._root_only(p), p.root, out=p.out), root)
 

@@ -66,6 +66,8 @@ class Tables:
         # the table mpi4py itself types a buffer by, from its format
         self.typedict: dict[str, Any] = dict(getattr(MPI, "_typedict", {}))
         self.types: dict[int, KnownType] = {}
+        #: the predefined Datatype objects behind `types` (the fast entries match them by identity)
+        self.datatypes: list[Any] = []
         signed = ["SIGNED_CHAR", "SHORT", "INT", "LONG", "LONG_LONG", "INT8_T", "INT16_T", "INT32_T", "INT64_T"]
         unsigned = ["UNSIGNED_CHAR", "UNSIGNED_SHORT", "UNSIGNED", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG",
                     "UINT8_T", "UINT16_T", "UINT32_T", "UINT64_T"]
@@ -79,6 +81,7 @@ class Tables:
             dtype = np.dtype(dtype)
             if dtype in _types.DTYPES and datatype.Get_extent() == (0, dtype.itemsize):
                 self.types[self.handle(datatype)] = KnownType(dtype, ops & core_ops)
+                self.datatypes.append(datatype)
 
         for names, kind, ops in ((signed, "i", _INTEGER_OPS), (unsigned, "u", _INTEGER_OPS),
                                  (["FLOAT", "DOUBLE"], "f", _FLOAT_OPS),
@@ -159,21 +162,35 @@ _MOVES = 1 << 31  # in a mask: the type is one shmtopo moves
 
 
 def _bind_fast_entries(t: Tables) -> None:
-    """Hand the fast entries the op objects (by identity) and, per element
-    type of the core, the ops the planner reduces an array of that type with
-    when no datatype is given (mpi4py's datatype for its format)."""
+    """Hand the fast entries what the planner decides by: the op objects
+    (matched by identity), the predefined datatypes shmtopo moves with each
+    one's core type and the ops MPI defines on it, and the datatype mpi4py
+    gives a buffer passed without one: by format, and for a numpy array by
+    its core type (buffers.message reads a message the same way)."""
     ops = [(SUM_DEFAULT, _types.OPS["sum"])]
     ops += [(getattr(t.MPI, name.upper()), code) for name, code in _types.OPS.items()]
-    masks = [0] * lib.SHMTOPO_NDTYPES  # by code; a type the core has but numpy lacks (bfloat16) stays 0
+    types = []
+    for datatype in t.datatypes:
+        known = t.types[t.handle(datatype)]
+        mask = _MOVES | sum(1 << _types.OPS[name] for name in known.ops)
+        types.append((datatype, _types.DTYPES[known.dtype], mask))
+    index = {id(entry[0]): i for i, entry in enumerate(types)}
+
+    def type_index(datatype: Any) -> int:
+        return index.get(id(datatype), -1)
+
+    native = "<" if sys.byteorder == "little" else ">"
+    formats = {prefix + fmt: i for fmt, datatype in t.typedict.items() if (i := type_index(datatype)) >= 0
+               for prefix in ("", "@", native)}
+    by_code = [-1] * lib.SHMTOPO_NDTYPES  # a type the core has but numpy lacks (bfloat16) stays -1
     for dtype, code in _types.DTYPES.items():
-        probe = np.empty(1, dtype)
         try:
-            known = t.types.get(t.handle(format_type(t, probe, "probe")))
+            i = type_index(format_type(t, np.empty(1, dtype), "probe"))
         except (LeftToMPI, ValueError, BufferError):
             continue
-        if known is not None and known.dtype == dtype:
-            masks[code] = _MOVES | sum(1 << _types.OPS[name] for name in known.ops)
-    _fastpath.bind_accelerate(tuple(ops), tuple(masks), _fast_failure)
+        if i >= 0 and types[i][1] == code:
+            by_code[code] = i
+    _fastpath.bind_accelerate(tuple(ops), tuple(types), tuple(by_code), formats, t.IN_PLACE, _fast_failure)
 
 
 def _fast_failure(err: int) -> BaseException:
