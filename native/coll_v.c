@@ -175,6 +175,37 @@ static int sc_scatter(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char
     return 0;
 }
 
+/* Single-copy alltoallv, after its first step: this rank reads each peer's
+ * block for it (len[r] bytes at address at_peer[r] of rank r) straight into
+ * its result, a round at a time; every input stays until the step that
+ * ends the round. */
+static int sc_alltoallv(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, char *out, const size_t *rdispls,
+                        size_t esz, const size_t *at_peer, const size_t *len)
+{
+    const int P = comm->size, me = comm->rank;
+    size_t longest = 0;
+    for (int r = 0; r < P; r++)
+        longest = r != me ? max_size(longest, len[r]) : longest;
+    int err = 0;
+    for (size_t off = 0; off < longest; off += SHMTOPO_SC_ROUND) {
+        for (int i = 1; i < P && !err; i++) {
+            const int r = (me + i) % P;
+            if (len[r] <= off)
+                continue;
+            const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, len[r] - off);
+            if (shmtopo_sc_read(comm, r, out + rdispls[r] * esz + off, (uint64_t)at_peer[r] + off, m,
+                                "alltoallv") < 0) {
+                if (shmtopo_sc_gone(comm, r))
+                    return -1;
+                err = errno;
+            }
+        }
+        if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* ---- gather, gatherv ---------------------------------------------------------- */
 
 static int gather_common(shmtopo_comm_t *comm, int kind, const void *send, size_t count, void *recv,
@@ -426,12 +457,13 @@ int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *send
         sent += sendcounts[p];
     shmtopo_sig_t sig = shmtopo_coll_sig(SHMTOPO_KIND_ALLTOALLV, sent, dtype, -1, -1, -1);
     sig.flags = SHMTOPO_SIG_OWN_COUNT;
-    /* the counts matrices, and per peer where its block for me lies in its stream */
-    size_t *S = malloc(((size_t)P * P * 2 + 2 * (size_t)P) * sizeof(size_t));
+    /* the counts matrices, per peer where its block for me lies in its stream
+     * and how long it is, and per peer the address of its block for me */
+    size_t *S = malloc(((size_t)P * P * 2 + 3 * (size_t)P) * sizeof(size_t));
     errno = 0;
     if (!S)
         shmtopo_fail(ENOMEM, -1, "alltoallv: out of memory for the counts of %d ranks", P);
-    if (!S || shmtopo_coll_check_dtype(dtype) < 0 || check_table(what, comm, 2 * row) < 0 ||
+    if (!S || shmtopo_coll_check_dtype(dtype) < 0 || check_table(what, comm, 3 * row) < 0 ||
         check_layout(what, comm, sendcounts, sdispls, send, esz, NULL, 0, me) < 0 ||
         check_layout(what, comm, recvcounts, rdispls, recv, esz, NULL, 0, me) < 0)
         goto out_refused;
@@ -441,15 +473,18 @@ int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *send
         shmtopo_fail(EINVAL, -1, "alltoallv: the result overlaps the input");
         goto out_refused;
     }
-    size_t *R = S + (size_t)P * P, *from = R + (size_t)P * P, *len = from + P;
+    size_t *R = S + (size_t)P * P, *from = R + (size_t)P * P, *len = from + P, *at_peer = len + P;
     int which = shmtopo_chan_next_buffer(comm);
     memcpy(buffer(comm, me, which), sendcounts, row);
     memcpy(buffer(comm, me, which) + row, recvcounts, row);
+    for (int p = 0; p < P; p++) /* for single copy: where my block for p lies */
+        ((size_t *)(buffer(comm, me, which) + 2 * row))[p] = (size_t)(uintptr_t)send + sdispls[p] * esz;
     if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
         goto out_failed;
     for (int r = 0; r < P; r++) {
         memcpy(S + (size_t)r * P, buffer(comm, r, which), row);
         memcpy(R + (size_t)r * P, buffer(comm, r, which) + row, row);
+        at_peer[r] = ((const size_t *)(buffer(comm, r, which) + 2 * row))[me];
     }
     if (shmtopo_pairs_verdict(&sig, S, R, (size_t)P) < 0)
         goto out_failed;
@@ -470,6 +505,12 @@ int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *send
     char *out = recv;
     if (recvcounts[me])
         memcpy(out + rdispls[me] * esz, in + sdispls[me] * esz, recvcounts[me] * esz);
+    /* every rank knows every stream now, so all take the same path */
+    if (comm->single_copy && P > 1 && longest >= shmtopo_coll_sc_min(comm, SHMTOPO_KIND_ALLTOALLV)) {
+        const int rc = sc_alltoallv(comm, &sig, out, rdispls, esz, at_peer, len);
+        free(S);
+        return rc;
+    }
     for (size_t lo = 0; lo < longest; lo += B) {
         const size_t hi = lo + B;
         which = shmtopo_chan_next_buffer(comm);

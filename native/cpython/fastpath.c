@@ -992,6 +992,113 @@ static PyObject *accel_scatter(PyObject *self, PyObject *const *args, Py_ssize_t
     return accel_done(rc, err);
 }
 
+/* A v-variant's counts or displacements, n of them, not negative: a list or
+ * tuple of Python ints, or a buffer of C ints or longs (array('i'), numpy);
+ * 0 for anything else, which the planner judges (buffers.int_list). */
+static int accel_sizes(PyObject *obj, Py_ssize_t n, size_t *out)
+{
+    if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj)) {
+        if (PySequence_Fast_GET_SIZE(obj) != n)
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t v = accel_index(PySequence_Fast_ITEMS(obj)[i]);
+            if (v < 0)
+                return 0;
+            out[i] = (size_t)v;
+        }
+        return 1;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = view.format ? view.format : "B";
+    f += *f == '@';
+    int ok = (!strcmp(f, "i") || !strcmp(f, "l") || !strcmp(f, "q")) && (view.itemsize == 4 || view.itemsize == 8)
+             && view.itemsize * n == view.len;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        long long v = view.itemsize == 4 ? ((const int *)view.buf)[i] : ((const long long *)view.buf)[i];
+        ok = v >= 0;
+        out[i] = (size_t)v;
+    }
+    PyBuffer_Release(&view);
+    return ok;
+}
+
+/* A v-variant's buffer argument (buffers.vector) in its plain forms:
+ * [buf, (counts, displs), type] or [buf, counts, displs, type], every
+ * block inside the buffer; 0 with nothing held otherwise. m->at is the
+ * whole buffer; counts and displs (n each) are in entries. */
+static int accel_vector(PyObject *spec, int writable, Py_ssize_t n, struct msg *m, size_t *counts, size_t *displs)
+{
+    if (!PyList_CheckExact(spec) && !PyTuple_CheckExact(spec))
+        return 0;
+    const Py_ssize_t len = PySequence_Fast_GET_SIZE(spec);
+    PyObject **item = PySequence_Fast_ITEMS(spec), *c, *d;
+    if (len == 3 && PyTuple_CheckExact(item[1]) && PyTuple_GET_SIZE(item[1]) == 2) {
+        c = PyTuple_GET_ITEM(item[1], 0);
+        d = PyTuple_GET_ITEM(item[1], 1);
+    } else if (len == 4) {
+        c = item[1];
+        d = item[2];
+    } else {
+        return 0;
+    }
+    const int type = accel_type_of(item[len - 1]);
+    if (type < 0 || !(accel.masks[type] & ACCEL_MOVES) || !accel_sizes(c, n, counts) || !accel_sizes(d, n, displs))
+        return 0;
+    if (PyObject_GetBuffer(item[0], &m->held, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const int code = accel.codes[type];
+    const size_t size = shmtopo_dtype_size(code), total = (size_t)m->held.len / size;
+    int fits = (size_t)m->held.len % size == 0 && (uintptr_t)m->held.buf % size == 0;
+    for (Py_ssize_t i = 0; fits && i < n; i++)
+        fits = !counts[i] || (displs[i] <= total && counts[i] <= total - displs[i]);
+    if (!fits) {
+        msg_release(m);
+        return 0;
+    }
+    m->at = m->held;
+    m->type = type;
+    m->code = code;
+    return 1;
+}
+
+/* accel_alltoallv(handle, sendbuf, recvbuf) -> True | None (apart) */
+static PyObject *accel_alltoallv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "accel_alltoallv takes 3 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    if (!comm)
+        Py_RETURN_NONE;
+    const int size = shmtopo_comm_size(comm);
+    size_t *sizes = PyMem_Malloc(4 * (size_t)size * sizeof(size_t));
+    if (!sizes)
+        return PyErr_NoMemory();
+    size_t *sc = sizes, *sd = sc + size, *rc_ = sd + size, *rd = rc_ + size;
+    struct msg in, out;
+    PyObject *result = NULL;
+    int ran = 0;
+    if (accel_vector(args[1], 0, size, &in, sc, sd)) {
+        if (accel_vector(args[2], 1, size, &out, rc_, rd)) {
+            if (out.code == in.code && !overlaps(&in.at, &out.at)) {
+                int rc, err;
+                CORE_CALL(comm, NULL, shmtopo_alltoallv(comm, in.at.buf, sc, sd, out.at.buf, rc_, rd, in.code));
+                ran = 1;
+                result = accel_done(rc, err);
+            }
+            msg_release(&out);
+        }
+        msg_release(&in);
+    }
+    PyMem_Free(sizes);
+    return ran ? result : new_ref(Py_None);
+}
+
 /* accel_barrier(handle) -> True | None */
 static PyObject *accel_barrier(PyObject *self, PyObject *handle)
 {
@@ -1182,6 +1289,8 @@ static PyMethodDef methods[] = {
      "accel_gather(handle, sendbuf, recvbuf, root) -> True | None"},
     {"accel_scatter", (PyCFunction)(void (*)(void))accel_scatter, METH_FASTCALL,
      "accel_scatter(handle, sendbuf, recvbuf, root) -> True | None"},
+    {"accel_alltoallv", (PyCFunction)(void (*)(void))accel_alltoallv, METH_FASTCALL,
+     "accel_alltoallv(handle, sendbuf, recvbuf) -> True | None"},
     {"accel_barrier", accel_barrier, METH_O, "accel_barrier(handle) -> True | None"},
     {NULL, NULL, 0, NULL},
 };

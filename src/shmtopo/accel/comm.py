@@ -93,7 +93,7 @@ _SIG_TO_MPI = lib.SHMTOPO_SIG_DELEGATED
 _accel_allreduce, _accel_reduce = _fastpath.accel_allreduce, _fastpath.accel_reduce
 _accel_bcast, _accel_allgather = _fastpath.accel_bcast, _fastpath.accel_allgather
 _accel_alltoall, _accel_gather, _accel_scatter = _fastpath.accel_alltoall, _fastpath.accel_gather, _fastpath.accel_scatter
-_accel_barrier = _fastpath.accel_barrier
+_accel_alltoallv, _accel_barrier = _fastpath.accel_alltoallv, _fastpath.accel_barrier
 
 # ---- the communicator ----------------------------------------------------------------
 
@@ -397,6 +397,10 @@ class AcceleratedComm:
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoallv``."""
+        shm = self._shm
+        if shm is not None and _accel_alltoallv(shm.fast_handle, sendbuf, recvbuf):
+            self._stats["Alltoallv"][0] += 1
+            return
         self._shm_or_mpi(ALLTOALLV, "Alltoallv", plans.alltoallv, (sendbuf, recvbuf),
                          lambda p: self._run_plan(api.alltoallv, p, p.send, *p.counts, out=p.out))
 
