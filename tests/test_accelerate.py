@@ -659,6 +659,13 @@ def bad_calls(acomm, culprit):
         ("do not fit", lambda: acomm.Allreduce([x, 9, MPI.DOUBLE] if culprit else x, [out, 9 if culprit else 4,
                                                                                       MPI.DOUBLE])),
         ("IN_PLACE", lambda: acomm.Bcast(MPI.IN_PLACE if culprit else x.copy())),
+        # the forms the fast entry reads, past their buffer on one rank
+        ("do not fit", lambda: acomm.Bcast([bytearray(32), 33 if culprit else 32, MPI.BYTE])),
+        ("do not fit", lambda: acomm.Gather([bytearray(32), (8, 5 if culprit else 0), MPI.INT],
+                                        [bytearray(32 * n), 8, MPI.INT], root=n - 1)),
+        ("beyond", lambda: acomm.Alltoallv([bytearray(8 * n), ([8] * n, [0] * (n - 1) + [8 * n - 7 if culprit else 0]),
+                                            MPI.BYTE], [bytearray(8 * n), [8] * n, [8 * p for p in range(n)],
+                                                        MPI.BYTE])),
         ("blocks", lambda: acomm.Alltoall(np.ones(4 * n + 1) if culprit and n > 1 else np.ones(4 * n),
                                           np.zeros(4 * n + 1) if culprit and n > 1 else np.zeros(4 * n))),
         ("expecting", lambda: acomm.Allgather(x, [np.zeros(4 * n), 1, 2, 3, 4] if culprit else np.zeros(4 * n))),

@@ -1,6 +1,7 @@
 """shmtopo.accelerate's fast entry (shmtopo._fastpath's accel_* functions):
-the plain calls (numpy arrays without a datatype, a predefined op, an int
-root) run in C without the planner, and every other call takes the planner
+the plain calls (a buffer of a predefined type: a numpy array alone, or
+mpi4py's [buf, count, type] forms over slices, mmaps and bytearrays; a
+predefined op; an int root) run in C without the planner, and every other call takes the planner
 exactly as before. Results are checked against the wrapped mpi4py
 communicator on the same inputs, bitwise (small integers), on one node and
 on simulated nodes of 2 ranks (where collectives span nodes, the fast entry
@@ -16,7 +17,7 @@ from shmtopo.accel import plans, tables
 
 WORLD = MPI.COMM_WORLD
 OPS = ["SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR"]
-PLANNERS = ["bcast", "reduce", "allreduce", "allgather"]
+PLANNERS = ["bcast", "reduce", "allreduce", "allgather", "alltoall", "gather", "scatter", "alltoallv"]
 
 
 def _has_mpi_type(dtype):
@@ -114,12 +115,88 @@ def test_plain_calls_run_without_the_planner(acomm, planned, dtype):
     if fast(acomm):
         assert planned == dict.fromkeys(PLANNERS, 0), planned
     else:
-        assert all(planned.values()), planned  # across nodes the planner reads every call
+        assert all(planned[name] for name in ("bcast", "reduce", "allreduce", "allgather")), planned  # every call
     stats = acomm.shm_stats()
     r = len(roots)
     assert stats == {"Allreduce": (2 * r, 0), "Reduce": (r, 0), "Bcast": (r, 0), "Allgather": (r, 0),
                      "Barrier": (r, 0)}, stats
     assert list(stats) == ["Allreduce", "Reduce", "Bcast", "Allgather", "Barrier"], stats  # first calls' order
+
+
+def message_calls(comm, size):
+    """mpi4py's message forms, as real programs pass them (OSU's
+    [buf, size, MPI.BYTE] slices of one preallocated mmap, bytearrays,
+    array.array, numpy slices with a displacement, MPI.Alloc_mem, IN_PLACE):
+    each call's result bytes."""
+    import array
+    import mmap
+    rank, n = WORLD.rank, WORLD.size
+    root = n - 1
+    big = 1 << 16
+    send = mmap.mmap(-1, n * big)
+    send[:] = bytes((7 * rank + i) % 251 for i in range(256)) * (n * big // 256)
+    recv = mmap.mmap(-1, n * big)
+    out = {}
+    comm.Bcast([recv, size, MPI.BYTE] if rank != root else [send, size, MPI.BYTE], root=root)
+    out["Bcast mmap"] = bytes(recv[:size]) if rank != root else b""
+    ba = bytearray(send[:size])
+    comm.Bcast(ba, root=0)
+    out["Bcast bytearray"] = bytes(ba)
+    comm.Allgather([send, size, MPI.BYTE], [recv, size, MPI.BYTE])
+    out["Allgather"] = bytes(recv[:n * size])
+    recv[rank * size:(rank + 1) * size] = send[:size]
+    comm.Allgather(MPI.IN_PLACE, [recv, size, MPI.BYTE])
+    out["Allgather IN_PLACE"] = bytes(recv[:n * size])
+    comm.Alltoall([send, size, MPI.BYTE], [recv, size, MPI.BYTE])
+    out["Alltoall"] = bytes(recv[:n * size])
+    comm.Gather([send, size, MPI.BYTE], [recv, size, MPI.BYTE] if rank == root else None, root=root)
+    out["Gather"] = bytes(recv[:n * size]) if rank == root else b""
+    if rank == root:
+        recv[root * size:(root + 1) * size] = send[:size]
+    comm.Gather(MPI.IN_PLACE if rank == root else [send, size, MPI.BYTE], [recv, size, MPI.BYTE], root=root)
+    out["Gather IN_PLACE"] = bytes(recv[:n * size]) if rank == root else b""
+    comm.Scatter([send, size, MPI.BYTE], [recv, size, MPI.BYTE], root=0)
+    out["Scatter"] = bytes(recv[:size])
+    comm.Scatter([send, size, MPI.BYTE] if rank == 0 else None, MPI.IN_PLACE if rank == 0 else [recv, size, MPI.BYTE],
+                 root=0)
+    out["Scatter IN_PLACE"] = bytes(recv[:size]) if rank else b""
+    counts = array.array("i", [size] * n)
+    displs = array.array("i", [size * p for p in range(n)])
+    comm.Alltoallv([send, (counts, displs), MPI.BYTE], [recv, (counts, displs), MPI.BYTE])
+    out["Alltoallv int arrays"] = bytes(recv[:n * size])
+    comm.Alltoallv([send, [size] * n, list(displs), MPI.BYTE], [recv, [size] * n, list(displs), MPI.BYTE])
+    out["Alltoallv lists"] = bytes(recv[:n * size])
+    ints = np.frombuffer(send, np.int32)
+    k = size // 8
+    result = np.zeros(k + 3, np.int32)
+    comm.Allreduce([ints, (k, 5), MPI.INT], [result, (k, 3), MPI.INT], MPI.MAX)
+    out["Allreduce (count, displ)"] = result.tobytes()
+    alloc = MPI.Alloc_mem(max(size, 8))
+    try:
+        np.frombuffer(alloc, np.uint8)[:] = rank + 1
+        comm.Reduce([alloc, size // 8, MPI.DOUBLE], [recv, size // 8, MPI.DOUBLE], MPI.SUM, root=0)
+        out["Reduce Alloc_mem"] = bytes(recv[:size // 8 * 8]) if rank == 0 else b""
+    finally:
+        MPI.Free_mem(alloc)
+    doubles = array.array("d", [rank + 0.5] * (size // 8 + 1))  # empty, its buffer is misaligned
+    got = array.array("d", doubles)
+    comm.Allreduce(doubles, got, MPI.SUM)
+    out["Allreduce array.array"] = got.tobytes()
+    return out
+
+
+@pytest.mark.parametrize("size", [0, 8, 1 << 16])
+def test_message_forms_run_without_the_planner(acomm, planned, size):
+    """(Twice: the first large call may find out about levels.)"""
+    for _ in range(2):
+        planned.update(dict.fromkeys(PLANNERS, 0))
+        got = message_calls(acomm, size)
+        want = message_calls(WORLD, size)
+        for name in want:
+            assert got[name] == want[name], f"{name}, {size} bytes"
+    if fast(acomm):
+        assert planned == dict.fromkeys(PLANNERS, 0), planned
+    assert all(d == 0 for _, d in acomm.shm_stats().values()), acomm.shm_stats()
 
 
 def test_large_plain_arrays_take_the_fast_entry(acomm, planned):
@@ -191,7 +268,8 @@ def test_what_is_not_plain_takes_the_planner(acomm, planned):
         "long long": lambda c, b: c.Allreduce(x.astype(np.longlong), b),
         "a numpy integer root": lambda c, b: c.Bcast(b, root=np.int64(root)),
         "a read-only root buffer": lambda c, b: c.Bcast(readonly_at_root(b, root), root=root),
-        "a list spec": lambda c, b: c.Allreduce([x, MPI.DOUBLE], [b, MPI.DOUBLE]),
+        "a type by name": lambda c, b: c.Allreduce([x, "d"], [b, "d"]),
+        "a numpy integer count": lambda c, b: c.Allreduce([x, np.int64(7), MPI.DOUBLE], [b, 7, MPI.DOUBLE]),
         "in place": lambda c, b: c.Allreduce(MPI.IN_PLACE, b),
         "above the fast entry's size": lambda c, b: c.Allreduce(data(rank, 9000, np.float64), b),
     }

@@ -574,12 +574,19 @@ static struct {
     int by_code[NDTYPES];   /* the datatype (index) of an ndarray of that core type passed alone, -1: none */
     PyObject *formats;      /* {format: index}: the datatype of another buffer passed alone */
     PyObject *in_place;     /* MPI.IN_PLACE (None stands for it too) */
+    PyObject *bottom;       /* MPI.BOTTOM */
     PyObject *last_error;   /* last_error(errno) -> the exception, as the planner's path words it */
 } accel;
 
 static int accel_in_place(PyObject *spec)
 {
     return spec == Py_None || (accel.in_place && spec == accel.in_place);
+}
+
+/* MPI.IN_PLACE and MPI.BOTTOM export empty buffers, but are no buffer of data. */
+static int accel_data(PyObject *buf)
+{
+    return !accel_in_place(buf) && buf != accel.bottom;
 }
 
 static int accel_type_of(PyObject *datatype)
@@ -683,7 +690,7 @@ static int accel_msg(PyObject *spec, int writable, Py_ssize_t blocks, struct msg
     PyObject *buf;
     Py_ssize_t count, displ;
     int type, code;
-    if (!accel_split(spec, &buf, &count, &displ, &type))
+    if (!accel_split(spec, &buf, &count, &displ, &type) || !accel_data(buf))
         return 0;
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (type < 0 && Py_TYPE(buf) == (PyTypeObject *)bound.ndarray) {
@@ -1046,7 +1053,8 @@ static int accel_vector(PyObject *spec, int writable, Py_ssize_t n, struct msg *
         return 0;
     }
     const int type = accel_type_of(item[len - 1]);
-    if (type < 0 || !(accel.masks[type] & ACCEL_MOVES) || !accel_sizes(c, n, counts) || !accel_sizes(d, n, displs))
+    if (type < 0 || !(accel.masks[type] & ACCEL_MOVES) || !accel_data(item[0]) || !accel_sizes(c, n, counts)
+        || !accel_sizes(d, n, displs))
         return 0;
     if (PyObject_GetBuffer(item[0], &m->held, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
         PyErr_Clear();
@@ -1110,18 +1118,18 @@ static PyObject *accel_barrier(PyObject *self, PyObject *handle)
     return accel_done(rc, err);
 }
 
-/* bind_accelerate(ops, types, by_code, formats, in_place, last_error): the drop-in's
+/* bind_accelerate(ops, types, by_code, formats, in_place, bottom, last_error): the drop-in's
  * op objects with their shmtopo_op codes; the predefined datatypes shmtopo
  * moves, as (Datatype, core type code, mask described at ACCEL_MOVES); per
  * core type code, the index in types of an ndarray's datatype (-1: none);
- * {buffer format: index in types}; MPI.IN_PLACE; the maker of failures'
- * exceptions. */
+ * {buffer format: index in types}; MPI.IN_PLACE and MPI.BOTTOM; the maker
+ * of failures' exceptions. */
 static PyObject *bind_accelerate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])
-        || PyTuple_GET_SIZE(args[2]) != NDTYPES || !PyDict_Check(args[3]) || !PyCallable_Check(args[5]))
+    if (nargs != 7 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])
+        || PyTuple_GET_SIZE(args[2]) != NDTYPES || !PyDict_Check(args[3]) || !PyCallable_Check(args[6]))
         return PyErr_Format(PyExc_TypeError, "bind_accelerate takes a tuple of (op, code), a tuple of "
-                            "(datatype, code, mask), %d type indices, a dict, IN_PLACE and a callable",
+                            "(datatype, code, mask), %d type indices, a dict, IN_PLACE, BOTTOM and a callable",
                             NDTYPES), NULL;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); i++) {
         PyObject *pair = PyTuple_GET_ITEM(args[0], i);
@@ -1164,7 +1172,8 @@ static PyObject *bind_accelerate(PyObject *self, PyObject *const *args, Py_ssize
     Py_XSETREF(accel.datatypes, datatypes);
     Py_XSETREF(accel.formats, new_ref(args[3]));
     Py_XSETREF(accel.in_place, new_ref(args[4]));
-    Py_XSETREF(accel.last_error, new_ref(args[5]));
+    Py_XSETREF(accel.bottom, new_ref(args[5]));
+    Py_XSETREF(accel.last_error, new_ref(args[6]));
     accel.ntypes = (int)ntypes;
     memcpy(accel.codes, codes, sizeof codes);
     memcpy(accel.masks, masks, sizeof masks);

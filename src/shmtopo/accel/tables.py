@@ -190,7 +190,8 @@ def _bind_fast_entries(t: Tables) -> None:
             continue
         if i >= 0 and types[i][1] == code:
             by_code[code] = i
-    _fastpath.bind_accelerate(tuple(ops), tuple(types), tuple(by_code), formats, t.IN_PLACE, _fast_failure)
+    _fastpath.bind_accelerate(tuple(ops), tuple(types), tuple(by_code), formats, t.IN_PLACE, t.BOTTOM,
+                               _fast_failure)
 
 
 def _fast_failure(err: int) -> BaseException:
