@@ -45,6 +45,46 @@ def test_an_accelerated_window_is_an_mpi4py_window(awin):
     assert awin.shm_stats() == {"Fence": (1, 0)}
 
 
+def test_plain_calls_run_no_python(awin):
+    """The plain calls (numpy arrays, int ranks and displacements, in an
+    epoch) are the window's C methods: not one Python function runs for
+    them, and their counts are in the stats as the Python path's are."""
+    import sys
+    n, rank = WORLD.size, WORLD.rank
+    peer = (rank + 1) % n
+    one, got, old = np.ones(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64)
+    python_calls = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            python_calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        awin.Fence()
+        awin.Put(one, peer, 3)
+        awin.Get(got, peer, 4)
+        awin.Accumulate(one, peer, 5, MPI.SUM)
+        awin.Fence()
+        awin.Lock_all()
+        awin.Fetch_and_op(one, old, peer, 6, MPI.SUM)
+        awin.Compare_and_swap(one, got, old, peer, 7)
+        awin.Flush(peer)
+        awin.Unlock_all()
+        awin.Lock(peer, MPI.LOCK_SHARED)
+        awin.Get(got, peer, 3)
+        awin.Unlock(peer)
+        awin.Fence()
+    finally:
+        sys.setprofile(None)
+    assert python_calls == [], python_calls
+    assert awin.shm_stats() == {"Fence": (3, 0), "Lock": (1, 0), "Unlock": (1, 0), "Lock_all": (1, 0),
+                                "Unlock_all": (1, 0), "Flush": (1, 0), "Put": (1, 0), "Get": (2, 0),
+                                "Accumulate": (1, 0), "Fetch_and_op": (1, 0), "Compare_and_swap": (1, 0)}
+    mine = memory(awin).view(np.int64)
+    assert list(mine[3:8]) == [1, 0, 1, 1, 1] and got[0] == 1
+
+
 def test_accelerated_constructors_and_free():
     """AcceleratedWin.Allocate_shared makes an accelerated window on an
     accelerated comm; Free frees shmtopo's part and MPI's window."""

@@ -21,6 +21,7 @@
  * the Python function bound for it (shmtopo.errors.last_error). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <errno.h>
 #include <string.h>
 
@@ -1271,6 +1272,620 @@ static PyTypeObject NativeWindowType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- accelerated windows: the plain one-sided calls -----------------------
+ *
+ * shmtopo.accelerate(win) returns an instance of a class whose first base is
+ * WinFast: Fence, Lock, Unlock, Lock_all, Unlock_all, Flush, Put, Get,
+ * Accumulate, Fetch_and_op and Compare_and_swap are these C methods, so that
+ * a plain call (numpy arrays of a type the tables name, Python ints for
+ * ranks and displacements, no keywords, inside an epoch, within the target's
+ * segment) costs one C call and no Python frame. Anything else goes, with
+ * the very arguments, to the Python method of the same name (bound by
+ * bind_window: AcceleratedWin's), which reads it in full and says what is
+ * wrong. Both keep the epochs in the window's RmaState (its slot `_rs`), so
+ * that they take the same decisions. */
+
+#define HELD 1u      /* in RmaState.locks: this rank holds a Lock of the target */
+#define EXCLUSIVE 2u /* ... an exclusive one */
+#define TAKEN 4u     /* ... taken in shared memory (not MODE_NOCHECK) */
+#define RMA_CAS (1u << 30) /* in rma.masks: Compare_and_swap takes the type (integer, logical, byte) */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *ctrl;   /* the control Window (a NativeWindow, whose win is NULL once freed), or None */
+    PyObject *stats;  /* the window's {call: [in shared memory, delegated]} */
+    int n;            /* ranks of the window */
+    char **bases;     /* each rank's segment, */
+    size_t *sizes;    /* its bytes */
+    Py_ssize_t *units; /* and its displacement unit */
+    unsigned char *locks; /* per target: HELD | EXCLUSIVE | TAKEN */
+    int nlocks;
+    char fence_open, lock_all, all_taken, fast;
+} RmaState;
+static PyTypeObject RmaStateType;
+
+enum { W_FENCE, W_LOCK, W_UNLOCK, W_LOCK_ALL, W_UNLOCK_ALL, W_FLUSH, W_PUT, W_GET, W_ACCUMULATE, W_FETCH_AND_OP,
+       W_CAS, NW };
+static const char *const wnames[NW] = {"Fence", "Lock", "Unlock", "Lock_all", "Unlock_all", "Flush", "Put", "Get",
+                                       "Accumulate", "Fetch_and_op", "Compare_and_swap"};
+
+static struct {
+    PyObject *general[NW]; /* AcceleratedWin's Python methods, by call */
+    PyObject *names[NW];   /* the calls' names (the stats' keys) */
+    PyObject *ops;         /* ((op object, code), ...): enum shmtopo_op, REPLACE, NO_OP */
+    PyObject *sum;         /* MPI.SUM, the default op */
+    unsigned masks[NDTYPES]; /* by core type: ACCEL_MOVES | 1 << op | RMA_CAS */
+    long lock_exclusive, lock_shared;
+    PyObject *state_name;  /* "_rs" */
+} rma;
+
+/* The window's RmaState, from its slot `_rs` (the slot's offset, from its
+ * member descriptor: a lookup in the type's cache); NULL if it has none. */
+static RmaState *state_of(PyObject *self)
+{
+    PyObject *descr = rma.state_name ? _PyType_Lookup(Py_TYPE(self), rma.state_name) : NULL;
+    if (!descr || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
+        return NULL;
+    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+    if (m->type != T_OBJECT_EX)
+        return NULL;
+    PyObject *rs = *(PyObject **)((char *)self + m->offset);
+    return rs && Py_IS_TYPE(rs, &RmaStateType) ? (RmaState *)rs : NULL;
+}
+
+/* The Python method's answer, for what is not plain. */
+static PyObject *general(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (!rma.general[call])
+        return PyErr_Format(PyExc_RuntimeError, "shmtopo._fastpath: bind_window was not called"), NULL;
+    const Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *small[8], **all = total + 1 <= 8 ? small : PyMem_Malloc((size_t)(total + 1) * sizeof(PyObject *));
+    if (!all)
+        return PyErr_NoMemory();
+    all[0] = self;
+    memcpy(all + 1, args, (size_t)total * sizeof(PyObject *));
+    PyObject *result = PyObject_Vectorcall(rma.general[call], all, (size_t)nargs + 1, kwnames);
+    if (all != small)
+        PyMem_Free(all);
+    return result;
+}
+
+/* One more call of `call` in shared memory, in the window's stats. */
+static PyObject *counted(RmaState *rs, int call)
+{
+    PyObject *counts = PyDict_GetItemWithError(rs->stats, rma.names[call]);
+    if (counts && PyList_CheckExact(counts) && PyList_GET_SIZE(counts) == 2) {
+        PyObject *more = PyLong_FromLongLong(PyLong_AsLongLong(PyList_GET_ITEM(counts, 0)) + 1);
+        if (!more)
+            return NULL;
+        PyList_SetItem(counts, 0, more);
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static shmtopo_win_t *ctrl_of(const RmaState *rs)
+{
+    return rs->fast && PyObject_TypeCheck(rs->ctrl, &NativeWindowType) ? ((NativeWindow *)rs->ctrl)->win : NULL;
+}
+
+/* A Python int in [0, limit), else -1. */
+static long exact_below(PyObject *value, long limit)
+{
+    if (!PyLong_CheckExact(value))
+        return -1;
+    long v = PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    return v >= 0 && v < limit ? v : -1;
+}
+
+/* An exact ndarray, C-contiguous, of a type the window's calls move; 0 with nothing held otherwise. */
+static int rma_array(PyObject *obj, int writable, Py_buffer *view, int *code)
+{
+    return Py_TYPE(obj) == (PyTypeObject *)bound.ndarray && (*code = dtype_code(obj)) >= 0
+           && (rma.masks[*code] & ACCEL_MOVES) && view_of(obj, view, writable, code);
+}
+
+static int in_epoch(const RmaState *rs, long rank)
+{
+    return rs->fence_open || rs->lock_all || (rs->locks[rank] & HELD);
+}
+
+/* nbytes at displacement disp of rank's segment, which they must lie in; NULL otherwise. */
+static char *target_at(const RmaState *rs, long rank, Py_ssize_t disp, Py_ssize_t nbytes)
+{
+    const size_t size = rs->sizes[rank], unit = (size_t)rs->units[rank];
+    if (disp < 0 || (unit && (size_t)disp > size / unit))
+        return NULL;
+    const size_t offset = (size_t)disp * unit;
+    return (size_t)nbytes <= size - offset ? rs->bases[rank] + offset : NULL;
+}
+
+/* The op's code where the type takes it in an accumulate, else -1. */
+static int rma_op(PyObject *op, int code)
+{
+    if (op == Py_None)
+        op = rma.sum;
+    for (Py_ssize_t i = 0; rma.ops && i < PyTuple_GET_SIZE(rma.ops); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(rma.ops, i);
+        if (PyTuple_GET_ITEM(pair, 0) == op) {
+            const int opc = (int)PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+            return opc >= SHMTOPO_RMA_REPLACE || (opc < 30 && rma.masks[code] & (1u << opc)) ? opc : -1;
+        }
+    }
+    return -1;
+}
+
+/* The core's failure as the Python path raises it (errors.last_error). */
+static PyObject *rma_done(RmaState *rs, int call, int rc, int err)
+{
+    return rc < 0 ? failed(NULL, err) : counted(rs, call);
+}
+
+/* A Python int of value 0 (the plain assertion). */
+static int exact_zero(PyObject *value)
+{
+    return PyLong_CheckExact(value) && PyLong_AsLong(value) == 0;
+}
+
+#define WIN_METHOD(name) static PyObject *name(PyObject *self, PyObject *const *args, Py_ssize_t nargs, \
+                                               PyObject *kwnames)
+
+WIN_METHOD(win_fence)
+{
+    RmaState *rs = kwnames || nargs > 1 ? NULL : state_of(self);
+    shmtopo_win_t *ctrl = rs ? ctrl_of(rs) : NULL;
+    if (!ctrl || rs->nlocks || rs->lock_all || (nargs == 1 && !exact_zero(args[0])))
+        return general(W_FENCE, self, args, nargs, kwnames);
+    int rc, err;
+    CORE_CALL(NULL, ctrl, shmtopo_win_fence(ctrl));
+    if (rc == 0)
+        rs->fence_open = 1;
+    return rma_done(rs, W_FENCE, rc, err);
+}
+
+WIN_METHOD(win_lock_all)
+{
+    RmaState *rs = kwnames || nargs > 1 ? NULL : state_of(self);
+    shmtopo_win_t *ctrl = rs ? ctrl_of(rs) : NULL;
+    if (!ctrl || rs->nlocks || rs->lock_all || (nargs == 1 && !exact_zero(args[0])))
+        return general(W_LOCK_ALL, self, args, nargs, kwnames);
+    int rc, err;
+    CORE_CALL(NULL, ctrl, shmtopo_rma_lock_all(ctrl));
+    if (rc == 0)
+        rs->lock_all = rs->all_taken = 1;
+    return rma_done(rs, W_LOCK_ALL, rc, err);
+}
+
+WIN_METHOD(win_unlock_all)
+{
+    RmaState *rs = kwnames || nargs ? NULL : state_of(self);
+    shmtopo_win_t *ctrl = rs ? ctrl_of(rs) : NULL;
+    if (!ctrl || !rs->lock_all)
+        return general(W_UNLOCK_ALL, self, args, nargs, kwnames);
+    int rc = 0, err = 0;
+    rs->lock_all = 0;
+    if (rs->all_taken)
+        CORE_CALL(NULL, ctrl, shmtopo_rma_unlock_all(ctrl));
+    else
+        shmtopo_rma_sync();
+    return rma_done(rs, W_UNLOCK_ALL, rc, err);
+}
+
+WIN_METHOD(win_lock) /* rank[, lock_type[, assertion]] */
+{
+    RmaState *rs = kwnames || nargs < 1 || nargs > 3 ? NULL : state_of(self);
+    shmtopo_win_t *ctrl = rs ? ctrl_of(rs) : NULL;
+    const long rank = ctrl ? exact_below(args[0], rs->n) : -1;
+    long type = rma.lock_exclusive;
+    if (nargs > 1 && args[1] != Py_None)
+        type = PyLong_CheckExact(args[1]) ? PyLong_AsLong(args[1]) : LONG_MIN;
+    PyErr_Clear();
+    if (rank < 0 || rs->lock_all || (rs->locks[rank] & HELD) || (type != rma.lock_exclusive && type != rma.lock_shared)
+        || (nargs == 3 && !exact_zero(args[2])))
+        return general(W_LOCK, self, args, nargs, kwnames);
+    const int exclusive = type == rma.lock_exclusive;
+    int rc, err;
+    CORE_CALL(NULL, ctrl, shmtopo_rma_lock(ctrl, (int)rank, exclusive));
+    if (rc == 0) {
+        rs->locks[rank] = (unsigned char)(HELD | TAKEN | (exclusive ? EXCLUSIVE : 0));
+        rs->nlocks++;
+    }
+    return rma_done(rs, W_LOCK, rc, err);
+}
+
+WIN_METHOD(win_unlock)
+{
+    RmaState *rs = kwnames || nargs != 1 ? NULL : state_of(self);
+    shmtopo_win_t *ctrl = rs ? ctrl_of(rs) : NULL;
+    long rank = ctrl ? exact_below(args[0], rs->n) : -1;
+    if (rank < 0 || !(rs->locks[rank] & HELD))
+        return general(W_UNLOCK, self, args, nargs, kwnames);
+    const unsigned held = rs->locks[rank];
+    rs->locks[rank] = 0;
+    rs->nlocks--;
+    int rc = 0, err = 0;
+    shmtopo_rma_sync();
+    if (held & TAKEN)
+        CORE_CALL(NULL, ctrl, shmtopo_rma_unlock(ctrl, (int)rank, !!(held & EXCLUSIVE)));
+    return rma_done(rs, W_UNLOCK, rc, err);
+}
+
+WIN_METHOD(win_flush)
+{
+    RmaState *rs = kwnames || nargs != 1 ? NULL : state_of(self);
+    long rank = rs && ctrl_of(rs) ? exact_below(args[0], rs->n) : -1;
+    if (rank < 0 || !(rs->lock_all || (rs->locks[rank] & HELD)))
+        return general(W_FLUSH, self, args, nargs, kwnames);
+    shmtopo_rma_sync();
+    return counted(rs, W_FLUSH);
+}
+
+/* Put (put) or Get: origin, target_rank[, target displacement]. */
+static PyObject *copy_call(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    const int put = call == W_PUT;
+    RmaState *rs = kwnames || nargs < 2 || nargs > 3 ? NULL : state_of(self);
+    long rank = rs && ctrl_of(rs) ? exact_below(args[1], rs->n) : -1;
+    Py_ssize_t disp = nargs == 3 && args[2] != Py_None ? exact_below(args[2], LONG_MAX) : 0;
+    Py_buffer view;
+    int code;
+    char *at;
+    if (rank < 0 || disp < 0 || !in_epoch(rs, rank) || !rma_array(args[0], !put, &view, &code))
+        return general(call, self, args, nargs, kwnames);
+    if (!(at = target_at(rs, rank, disp, view.len))) {
+        PyBuffer_Release(&view);
+        return general(call, self, args, nargs, kwnames);
+    }
+    if (put)
+        memmove(at, view.buf, (size_t)view.len);
+    else
+        memmove(view.buf, at, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return counted(rs, call);
+}
+
+WIN_METHOD(win_put)
+{
+    return copy_call(W_PUT, self, args, nargs, kwnames);
+}
+
+WIN_METHOD(win_get)
+{
+    return copy_call(W_GET, self, args, nargs, kwnames);
+}
+
+WIN_METHOD(win_accumulate) /* origin, target_rank[, target displacement[, op]] */
+{
+    RmaState *rs = kwnames || nargs < 2 || nargs > 4 ? NULL : state_of(self);
+    shmtopo_win_t *ctrl = rs ? ctrl_of(rs) : NULL;
+    long rank = ctrl ? exact_below(args[1], rs->n) : -1;
+    Py_ssize_t disp = nargs >= 3 && args[2] != Py_None ? exact_below(args[2], LONG_MAX) : 0;
+    Py_buffer view;
+    int code, op;
+    char *at;
+    if (rank < 0 || disp < 0 || !in_epoch(rs, rank) || !rma_array(args[0], 0, &view, &code))
+        return general(W_ACCUMULATE, self, args, nargs, kwnames);
+    if ((op = rma_op(nargs == 4 ? args[3] : Py_None, code)) < 0 || !(at = target_at(rs, rank, disp, view.len))) {
+        PyBuffer_Release(&view);
+        return general(W_ACCUMULATE, self, args, nargs, kwnames);
+    }
+    int rc = 0, err = 0;
+    const size_t count = count_of(&view, code);
+    if (count)
+        CORE_CALL(NULL, ctrl, shmtopo_rma_accumulate(ctrl, (int)rank, at, view.buf, NULL, count, code, op));
+    PyBuffer_Release(&view);
+    return rma_done(rs, W_ACCUMULATE, rc, err);
+}
+
+/* One element of the origin's type, in `view` (held); 0 with nothing held otherwise. */
+static int rma_single(PyObject *obj, int writable, int code, Py_buffer *view)
+{
+    int got;
+    if (!rma_array(obj, writable, view, &got))
+        return 0;
+    if (got != code || (size_t)view->len != shmtopo_dtype_size(code)) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+WIN_METHOD(win_fetch_and_op) /* origin, result, target_rank[, target_disp[, op]] */
+{
+    RmaState *rs = kwnames || nargs < 3 || nargs > 5 ? NULL : state_of(self);
+    shmtopo_win_t *ctrl = rs ? ctrl_of(rs) : NULL;
+    long rank = ctrl ? exact_below(args[2], rs->n) : -1;
+    Py_ssize_t disp = nargs >= 4 ? exact_below(args[3], LONG_MAX) : 0;
+    Py_buffer origin, result;
+    int code, op;
+    char *at;
+    if (rank < 0 || disp < 0 || !in_epoch(rs, rank) || !rma_array(args[0], 0, &origin, &code))
+        return general(W_FETCH_AND_OP, self, args, nargs, kwnames);
+    if ((size_t)origin.len != shmtopo_dtype_size(code) || !rma_single(args[1], 1, code, &result)) {
+        PyBuffer_Release(&origin);
+        return general(W_FETCH_AND_OP, self, args, nargs, kwnames);
+    }
+    if ((op = rma_op(nargs == 5 ? args[4] : Py_None, code)) < 0 || !(at = target_at(rs, rank, disp, origin.len))) {
+        PyBuffer_Release(&origin);
+        PyBuffer_Release(&result);
+        return general(W_FETCH_AND_OP, self, args, nargs, kwnames);
+    }
+    int rc, err;
+    CORE_CALL(NULL, ctrl, shmtopo_rma_accumulate(ctrl, (int)rank, at, origin.buf, result.buf, 1, code, op));
+    PyBuffer_Release(&origin);
+    PyBuffer_Release(&result);
+    return rma_done(rs, W_FETCH_AND_OP, rc, err);
+}
+
+WIN_METHOD(win_compare_and_swap) /* origin, compare, result, target_rank[, target_disp] */
+{
+    RmaState *rs = kwnames || nargs < 4 || nargs > 5 ? NULL : state_of(self);
+    shmtopo_win_t *ctrl = rs ? ctrl_of(rs) : NULL;
+    long rank = ctrl ? exact_below(args[3], rs->n) : -1;
+    Py_ssize_t disp = nargs == 5 ? exact_below(args[4], LONG_MAX) : 0;
+    Py_buffer origin, compare, result;
+    int code;
+    char *at;
+    if (rank < 0 || disp < 0 || !in_epoch(rs, rank) || !rma_array(args[0], 0, &origin, &code))
+        return general(W_CAS, self, args, nargs, kwnames);
+    if (!(rma.masks[code] & RMA_CAS) || (size_t)origin.len != shmtopo_dtype_size(code)
+        || !(at = target_at(rs, rank, disp, origin.len)) || !rma_single(args[1], 0, code, &compare)) {
+        PyBuffer_Release(&origin);
+        return general(W_CAS, self, args, nargs, kwnames);
+    }
+    if (!rma_single(args[2], 1, code, &result)) {
+        PyBuffer_Release(&origin);
+        PyBuffer_Release(&compare);
+        return general(W_CAS, self, args, nargs, kwnames);
+    }
+    int rc, err;
+    CORE_CALL(NULL, ctrl, shmtopo_rma_compare_and_swap(ctrl, (int)rank, at, origin.buf, compare.buf, result.buf,
+                                                       (size_t)origin.len));
+    PyBuffer_Release(&origin);
+    PyBuffer_Release(&compare);
+    PyBuffer_Release(&result);
+    return rma_done(rs, W_CAS, rc, err);
+}
+
+#define WIN_ENTRY(name, fn, doc) \
+    {name, (PyCFunction)(void (*)(void))fn, METH_FASTCALL | METH_KEYWORDS, doc}
+
+static PyMethodDef winfast_methods[] = {
+    WIN_ENTRY("Fence", win_fence, "Collective: as mpi4py's Fence, in shared memory."),
+    WIN_ENTRY("Lock", win_lock, "Local: as mpi4py's Lock: a real lock of the target's memory."),
+    WIN_ENTRY("Unlock", win_unlock, "Local: as mpi4py's Unlock."),
+    WIN_ENTRY("Lock_all", win_lock_all, "Local: as mpi4py's Lock_all: a shared lock of every rank."),
+    WIN_ENTRY("Unlock_all", win_unlock_all, "Local: as mpi4py's Unlock_all."),
+    WIN_ENTRY("Flush", win_flush, "Local: the calls to the rank are complete at both ends (they are, on return)."),
+    WIN_ENTRY("Put", win_put, "Local: as mpi4py's Put: a copy into the target's segment."),
+    WIN_ENTRY("Get", win_get, "Local: as mpi4py's Get: a copy from the target's segment."),
+    WIN_ENTRY("Accumulate", win_accumulate, "Local: as mpi4py's Accumulate (default MPI.SUM), atomic per element."),
+    WIN_ENTRY("Fetch_and_op", win_fetch_and_op, "Local: as mpi4py's Fetch_and_op, one CPU atomic where it can."),
+    WIN_ENTRY("Compare_and_swap", win_compare_and_swap, "Local: as mpi4py's Compare_and_swap, one CPU atomic where it can."),
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject WinFastType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmtopo._fastpath.WinFast",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The plain one-sided calls of an accelerated window, in C (internal; a base adding no fields).",
+    .tp_methods = winfast_methods,
+};
+
+/* ---- RmaState: an accelerated window's epochs, shared by both paths ---- */
+
+static void rma_state_clear(RmaState *rs)
+{
+    PyMem_Free(rs->bases);
+    PyMem_Free(rs->sizes);
+    PyMem_Free(rs->units);
+    PyMem_Free(rs->locks);
+    rs->bases = NULL, rs->sizes = NULL, rs->units = NULL, rs->locks = NULL;
+    rs->n = 0;
+}
+
+static void rma_state_dealloc(PyObject *self)
+{
+    RmaState *rs = (RmaState *)self;
+    Py_XDECREF(rs->ctrl);
+    Py_XDECREF(rs->stats);
+    rma_state_clear(rs);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* RmaState(ctrl, stats, bases, sizes, units): ctrl the control Window (or
+ * None: every call goes to the Python methods); bases, sizes, units per rank. */
+static int rma_state_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    RmaState *rs = (RmaState *)self;
+    PyObject *ctrl, *stats, *bases, *sizes, *units;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!:RmaState", &ctrl, &PyDict_Type, &stats, &PyList_Type, &bases,
+                          &PyList_Type, &sizes, &PyList_Type, &units))
+        return -1;
+    const Py_ssize_t n = PyList_GET_SIZE(bases);
+    if (PyList_GET_SIZE(sizes) != n || PyList_GET_SIZE(units) != n || n > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "RmaState: bases, sizes and units differ in length");
+        return -1;
+    }
+    rma_state_clear(rs);
+    rs->bases = PyMem_Calloc((size_t)n + 1, sizeof(char *));
+    rs->sizes = PyMem_Calloc((size_t)n + 1, sizeof(size_t));
+    rs->units = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    rs->locks = PyMem_Calloc((size_t)n + 1, 1);
+    if (!rs->bases || !rs->sizes || !rs->units || !rs->locks) {
+        rma_state_clear(rs);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        rs->bases[i] = PyLong_AsVoidPtr(PyList_GET_ITEM(bases, i));
+        rs->sizes[i] = PyLong_AsSize_t(PyList_GET_ITEM(sizes, i));
+        rs->units[i] = PyLong_AsSsize_t(PyList_GET_ITEM(units, i));
+        if (PyErr_Occurred()) {
+            rma_state_clear(rs);
+            return -1;
+        }
+    }
+    rs->n = (int)n;
+    Py_XSETREF(rs->ctrl, new_ref(ctrl));
+    Py_XSETREF(rs->stats, new_ref(stats));
+    rs->nlocks = 0;
+    rs->fence_open = rs->lock_all = rs->all_taken = rs->fast = 0;
+    return 0;
+}
+
+static long rank_in(RmaState *rs, PyObject *rank)
+{
+    long r = PyLong_Check(rank) ? PyLong_AsLong(rank) : -1;
+    if (r == -1 && PyErr_Occurred())
+        return -1;
+    if (r < 0 || r >= rs->n) {
+        PyErr_Format(PyExc_IndexError, "RmaState: rank %ld not in [0, %d)", r, rs->n);
+        return -1;
+    }
+    return r;
+}
+
+static PyObject *lock_tuple(unsigned held)
+{
+    return held & HELD ? Py_BuildValue("(OO)", held & EXCLUSIVE ? Py_True : Py_False, held & TAKEN ? Py_True : Py_False)
+                       : new_ref(Py_None);
+}
+
+static PyObject *rma_lock_of(PyObject *self, PyObject *rank)
+{
+    RmaState *rs = (RmaState *)self;
+    long r = rank_in(rs, rank);
+    return r < 0 ? NULL : lock_tuple(rs->locks[r]);
+}
+
+static PyObject *rma_pop_lock(PyObject *self, PyObject *rank)
+{
+    RmaState *rs = (RmaState *)self;
+    long r = rank_in(rs, rank);
+    if (r < 0)
+        return NULL;
+    const unsigned held = rs->locks[r];
+    if (held & HELD) {
+        rs->locks[r] = 0;
+        rs->nlocks--;
+    }
+    return lock_tuple(held);
+}
+
+static PyObject *rma_set_lock(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    RmaState *rs = (RmaState *)self;
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "set_lock(rank, exclusive, taken)"), NULL;
+    long r = rank_in(rs, args[0]);
+    int exclusive = PyObject_IsTrue(args[1]), taken = PyObject_IsTrue(args[2]);
+    if (r < 0 || exclusive < 0 || taken < 0)
+        return NULL;
+    if (!(rs->locks[r] & HELD))
+        rs->nlocks++;
+    rs->locks[r] = (unsigned char)(HELD | (exclusive ? EXCLUSIVE : 0) | (taken ? TAKEN : 0));
+    Py_RETURN_NONE;
+}
+
+static PyObject *rma_release(PyObject *self, PyObject *unused)
+{
+    RmaState *rs = (RmaState *)self;
+    rs->fast = 0;
+    Py_XSETREF(rs->ctrl, new_ref(Py_None));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef rma_state_methods[] = {
+    {"lock_of", rma_lock_of, METH_O, "lock_of(rank) -> (exclusive, taken) | None: this rank's Lock of rank"},
+    {"pop_lock", rma_pop_lock, METH_O, "pop_lock(rank) -> (exclusive, taken) | None: that lock, off the books"},
+    {"set_lock", (PyCFunction)(void (*)(void))rma_set_lock, METH_FASTCALL, "set_lock(rank, exclusive, taken)"},
+    {"release", rma_release, METH_NOARGS, "shmtopo's part is gone: every call takes the Python methods"},
+    {NULL, NULL, 0, NULL},
+};
+
+#define FLAG_GETSET(field)                                                        \
+    static PyObject *get_##field(PyObject *self, void *c)                          \
+    {                                                                              \
+        return PyBool_FromLong(((RmaState *)self)->field);                         \
+    }                                                                              \
+    static int set_##field(PyObject *self, PyObject *value, void *c)               \
+    {                                                                              \
+        int v = value ? PyObject_IsTrue(value) : -1;                               \
+        if (v < 0)                                                                 \
+            return value ? -1 : (PyErr_SetString(PyExc_TypeError, "cannot delete"), -1); \
+        ((RmaState *)self)->field = (char)v;                                       \
+        return 0;                                                                  \
+    }
+FLAG_GETSET(fence_open)
+FLAG_GETSET(lock_all)
+FLAG_GETSET(all_taken)
+FLAG_GETSET(fast)
+
+static PyObject *get_nlocks(PyObject *self, void *c)
+{
+    return PyLong_FromLong(((RmaState *)self)->nlocks);
+}
+
+static PyGetSetDef rma_state_getset[] = {
+    {"fence_open", get_fence_open, set_fence_open, "a Fence epoch is open", NULL},
+    {"lock_all", get_lock_all, set_lock_all, "a Lock_all epoch is open", NULL},
+    {"all_taken", get_all_taken, set_all_taken, "that Lock_all took the locks (not MODE_NOCHECK)", NULL},
+    {"fast", get_fast, set_fast, "the C methods may run: accelerated, outside a Start epoch", NULL},
+    {"nlocks", get_nlocks, NULL, "how many targets this rank holds a Lock of", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RmaStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmtopo._fastpath.RmaState",
+    .tp_basicsize = sizeof(RmaState),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An accelerated window's epochs and segments, read by WinFast's methods and the Python ones.",
+    .tp_methods = rma_state_methods,
+    .tp_getset = rma_state_getset,
+    .tp_init = rma_state_init,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = rma_state_dealloc,
+};
+
+/* bind_window(general, ops, masks, sum, lock_exclusive, lock_shared): the
+ * Python methods by call name, ((op, code), ...) with REPLACE and NO_OP, per
+ * core type the mask described at `rma`, MPI.SUM, the lock types. */
+static PyObject *bind_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])
+        || PyTuple_GET_SIZE(args[2]) != NDTYPES)
+        return PyErr_Format(PyExc_TypeError, "bind_window(general, ops, masks, sum, exclusive, shared)"), NULL;
+    for (int i = 0; i < NW; i++) {
+        if (!rma.names[i] && !(rma.names[i] = PyUnicode_InternFromString(wnames[i])))
+            return NULL;
+        PyObject *f = PyDict_GetItemWithError(args[0], rma.names[i]);
+        if (!f)
+            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_KeyError, "bind_window: no %s", wnames[i]), NULL;
+        Py_XSETREF(rma.general[i], new_ref(f));
+    }
+    for (int i = 0; i < NDTYPES; i++) {
+        rma.masks[i] = (unsigned)PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(args[2], i));
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    rma.lock_exclusive = PyLong_AsLong(args[4]);
+    rma.lock_shared = PyLong_AsLong(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!rma.state_name && !(rma.state_name = PyUnicode_InternFromString("_rs")))
+        return NULL;
+    Py_XSETREF(rma.ops, new_ref(args[1]));
+    Py_XSETREF(rma.sum, new_ref(args[3]));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Bind numpy, the op table, the window size rule and the error makers (shmtopo internal)."},
     {"allreduce", (PyCFunction)(void (*)(void))fast_allreduce, METH_FASTCALL, "allreduce(handle, windows, array, out, op)"},
@@ -1300,6 +1915,8 @@ static PyMethodDef methods[] = {
      "accel_scatter(handle, sendbuf, recvbuf, root) -> True | None"},
     {"accel_alltoallv", (PyCFunction)(void (*)(void))accel_alltoallv, METH_FASTCALL,
      "accel_alltoallv(handle, sendbuf, recvbuf) -> True | None"},
+    {"bind_window", (PyCFunction)(void (*)(void))bind_window, METH_FASTCALL,
+     "Bind the accelerated windows' Python methods, op table and masks (shmtopo.accelerate internal)."},
     {"accel_barrier", accel_barrier, METH_O, "accel_barrier(handle) -> True | None"},
     {NULL, NULL, 0, NULL},
 };
@@ -1312,7 +1929,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastpath(void)
 {
-    if (PyType_Ready(&NativeWindowType) < 0)
+    if (PyType_Ready(&NativeWindowType) < 0 || PyType_Ready(&RmaStateType) < 0 || PyType_Ready(&WinFastType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m)
@@ -1320,6 +1937,13 @@ PyMODINIT_FUNC PyInit__fastpath(void)
     Py_INCREF(&NativeWindowType);
     if (PyModule_AddObject(m, "NativeWindow", (PyObject *)&NativeWindowType) < 0) {
         Py_DECREF(&NativeWindowType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RmaStateType);
+    Py_INCREF(&WinFastType);
+    if (PyModule_AddObject(m, "RmaState", (PyObject *)&RmaStateType) < 0
+        || PyModule_AddObject(m, "WinFast", (PyObject *)&WinFastType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .. import _types
+from .. import _fastpath, _types
 from .._native import ffi, lib
 from ..comm import Comm
 from ..errors import ShmtopoValueError, check
@@ -98,13 +98,8 @@ class AcceleratedWin:
     _n: int
     _strict: bool
     _stats: dict[str, list[int]]
-    _fence_open: bool
-    _locks: dict[int, tuple[bool, bool]]
-    _lock_all: bool
-    _all_taken: bool
+    _rs: Any  # the epochs (shmtopo._fastpath.RmaState), shared with the C methods of the plain calls
     _mpi_access: bool
-    _fast: bool  # the fast paths may run: accelerated, outside a Start epoch
-    _lock_types: tuple[int, int]  # (LOCK_EXCLUSIVE, LOCK_SHARED)
 
     if TYPE_CHECKING:
         def __getattr__(self, name: str) -> Any:
@@ -178,12 +173,14 @@ class AcceleratedWin:
         return r
 
     def _in_epoch(self, rank: int, what: str) -> None:
-        if not (self._fence_open or self._lock_all or rank in self._locks):
+        rs = self._rs
+        if not (rs.fence_open or rs.lock_all or rs.lock_of(rank) is not None):
             raise _mpi_error(self._t, self._t.MPI.ERR_RMA_SYNC,
                              f"{what} to rank {rank} outside any epoch (no Fence, Lock or Lock_all)")
 
     def _in_passive(self, rank: int | None, what: str) -> None:
-        if not (self._lock_all or (self._locks if rank is None else rank in self._locks)):
+        rs = self._rs
+        if not (rs.lock_all or (rs.nlocks if rank is None else rs.lock_of(rank) is not None)):
             target = "any rank" if rank is None else f"rank {rank}"
             raise _mpi_error(self._t, self._t.MPI.ERR_RMA_SYNC, f"{what}: no lock of {target} is held")
 
@@ -196,12 +193,8 @@ class AcceleratedWin:
 
     def Fence(self, assertion: int = 0) -> None:
         """Collective: as mpi4py's ``Fence``: every store and one-sided call
-        made before it, by any rank, is complete and visible after it."""
-        if assertion == 0 and self._fast and not self._locks and not self._lock_all:  # the plain case
-            self._ctrl.fence()
-            self._fence_open = True
-            self._stats["Fence"][0] += 1
-            return None
+        made before it, by any rank, is complete and visible after it.
+        (The plain call is WinFast's, in C; this reads the others.)"""
         if not self.accelerated:
             return self._to_mpi("Fence", "not a shared-memory window", assertion)
         t = self._t.MPI
@@ -210,22 +203,15 @@ class AcceleratedWin:
         if a & ~valid:
             raise self._leave(_mpi_error(self._t, t.ERR_ASSERT, f"Fence: assertion {a:#x} is not one of "
                                          "MODE_NOSTORE, MODE_NOPUT, MODE_NOPRECEDE, MODE_NOSUCCEED"))
-        if self._locks or self._lock_all:
+        if self._rs.nlocks or self._rs.lock_all:
             raise self._leave(_mpi_error(self._t, t.ERR_RMA_SYNC, "Fence inside a Lock or Lock_all epoch"))
         self._ctrl.fence()
-        self._fence_open = not a & t.MODE_NOSUCCEED
+        self._rs.fence_open = not a & t.MODE_NOSUCCEED
         self._count("Fence", True)
 
     def Lock(self, rank: int, lock_type: int | None = None, assertion: int = 0) -> None:
         """Local: as mpi4py's ``Lock`` (default LOCK_EXCLUSIVE): a real lock
         of rank's memory, shared or exclusive; MODE_NOCHECK takes none."""
-        if (self._fast and assertion == 0 and type(rank) is int and 0 <= rank < self._n and not self._lock_all
-                and rank not in self._locks and (lock_type is None or lock_type in self._lock_types)):
-            exclusive = lock_type is None or lock_type == self._lock_types[0]
-            check(lib.shmtopo_rma_lock(self._ctrl_h, rank, int(exclusive)))
-            self._locks[rank] = (exclusive, True)
-            self._stats["Lock"][0] += 1
-            return None
         t = self._t.MPI
         lock_type = t.LOCK_EXCLUSIVE if lock_type is None else lock_type
         if not self.accelerated:
@@ -238,28 +224,26 @@ class AcceleratedWin:
         a = operator.index(assertion)
         if a & ~t.MODE_NOCHECK:
             raise _mpi_error(self._t, t.ERR_ASSERT, f"Lock: assertion {a:#x} (only MODE_NOCHECK)")
-        if r in self._locks or self._lock_all:
+        locked = self._rs.lock_of(r) is not None
+        if locked or self._rs.lock_all:
             raise _mpi_error(self._t, t.ERR_RMA_SYNC, f"Lock: rank {r} is locked already"
-                             if r in self._locks else "Lock inside a Lock_all epoch")
+                             if locked else "Lock inside a Lock_all epoch")
         exclusive = lock_type == t.LOCK_EXCLUSIVE
         taken = not a & t.MODE_NOCHECK
         if taken:
             check(lib.shmtopo_rma_lock(self._ctrl_h, r, int(exclusive)))
-        self._locks[r] = (exclusive, taken)
+        self._rs.set_lock(r, exclusive, taken)
         self._count("Lock", True)
         return None
 
     def Unlock(self, rank: int) -> None:
         """Local: as mpi4py's ``Unlock``: the epoch's calls are complete and visible."""
-        held = self._locks.pop(rank, None) if self._fast and type(rank) is int else None
-        if held is not None:
-            return self._release(rank, held)
         if not self.accelerated:
             return self._to_mpi("Unlock", "not a shared-memory window", rank)
         if rank == self._t.MPI.PROC_NULL:
             return None
         r = self._rank(rank, "Unlock")
-        held = self._locks.pop(r, None)
+        held = self._rs.pop_lock(r)
         if held is None:
             raise _mpi_error(self._t, self._t.MPI.ERR_RMA_SYNC, f"Unlock: rank {r} is not locked")
         return self._release(r, held)
@@ -279,12 +263,12 @@ class AcceleratedWin:
         a = operator.index(assertion)
         if a & ~t.MODE_NOCHECK:
             raise _mpi_error(self._t, t.ERR_ASSERT, f"Lock_all: assertion {a:#x} (only MODE_NOCHECK)")
-        if self._locks or self._lock_all:
+        if self._rs.nlocks or self._rs.lock_all:
             raise _mpi_error(self._t, t.ERR_RMA_SYNC, "Lock_all inside a Lock or Lock_all epoch")
         if not a & t.MODE_NOCHECK:
             check(lib.shmtopo_rma_lock_all(self._ctrl_h))
-        self._lock_all = True
-        self._all_taken = not a & t.MODE_NOCHECK
+        self._rs.lock_all = True
+        self._rs.all_taken = not a & t.MODE_NOCHECK
         self._count("Lock_all", True)
         return None
 
@@ -292,10 +276,10 @@ class AcceleratedWin:
         """Local: as mpi4py's ``Unlock_all``."""
         if not self.accelerated:
             return self._to_mpi("Unlock_all", "not a shared-memory window")
-        if not self._lock_all:
+        if not self._rs.lock_all:
             raise _mpi_error(self._t, self._t.MPI.ERR_RMA_SYNC, "Unlock_all without Lock_all")
-        self._lock_all = False
-        if self._all_taken:
+        self._rs.lock_all = False
+        if self._rs.all_taken:
             check(lib.shmtopo_rma_unlock_all(self._ctrl_h))
         else:
             lib.shmtopo_rma_sync()
@@ -316,10 +300,6 @@ class AcceleratedWin:
 
     def Flush(self, rank: int) -> None:
         """Local: the calls to rank are complete at both ends (they are, on return)."""
-        if self._fast and (self._lock_all or rank in self._locks):
-            lib.shmtopo_rma_sync()
-            self._stats["Flush"][0] += 1
-            return None
         return self._flush("Flush", rank)
 
     def Flush_all(self) -> None:
@@ -344,12 +324,12 @@ class AcceleratedWin:
         """MPI's ``Start``; the one-sided calls of its epoch go to MPI too."""
         self._delegate("Start", "PSCW is MPI's", group, assertion)
         self._mpi_access = True
-        self._fast = False
+        self._rs.fast = False
 
     def Complete(self) -> None:
         self._delegate("Complete", "PSCW is MPI's")
         self._mpi_access = False
-        self._fast = self.accelerated
+        self._rs.fast = self.accelerated
 
     def Post(self, group: Any, assertion: int = 0) -> None:
         self._delegate("Post", "PSCW is MPI's", group, assertion)
@@ -446,35 +426,15 @@ class AcceleratedWin:
         self._count(name, True)
         return None
 
-    # The fast paths: numpy arrays of a type shmtopo has (mpi4py's datatype
-    # for their format, so the target's too), an int rank and displacement,
-    # in an epoch, within the segment; anything else takes the full reading.
-    def _plain(self, array: Any, rank: Any, disp: Any) -> int:
-        """The address for a plain call's array at disp in rank's segment, or 0."""
-        if (self._fast and type(array) is np.ndarray and type(rank) is int and type(disp) is int
-                and 0 <= rank < self._n and array.dtype in _FAST and array.flags.c_contiguous
-                and (self._fence_open or self._lock_all or rank in self._locks)):
-            offset = disp * self._units[rank]
-            if 0 <= offset and offset + array.nbytes <= self._sizes[rank]:
-                return int(self._bases[rank]) + offset
-        return 0
-
+    # The plain calls (numpy arrays of a type shmtopo has, Python ints for the
+    # rank and displacement, in an epoch, within the segment) are WinFast's, in
+    # C; the methods here read the others in full.
     def Put(self, origin: Any, target_rank: int, target: Any = None) -> None:
         """Local: as mpi4py's ``Put``: a copy into target_rank's segment."""
-        address = self._plain(origin, target_rank, 0 if target is None else target)
-        if address:
-            ffi.memmove(ffi.cast("char *", address), origin, origin.nbytes)
-            self._stats["Put"][0] += 1
-            return None
         return self._copy("Put", origin, target_rank, target, True)
 
     def Get(self, origin: Any, target_rank: int, target: Any = None) -> None:
         """Local: as mpi4py's ``Get``: a copy from target_rank's segment."""
-        address = self._plain(origin, target_rank, 0 if target is None else target)
-        if address and origin.flags.writeable:
-            ffi.memmove(origin, ffi.cast("char *", address), origin.nbytes)
-            self._stats["Get"][0] += 1
-            return None
         return self._copy("Get", origin, target_rank, target, False)
 
     def _op(self, op: Any, known: Any) -> int:
@@ -529,15 +489,6 @@ class AcceleratedWin:
     def Accumulate(self, origin: Any, target_rank: int, target: Any = None, op: Any = None) -> None:
         """Local: as mpi4py's ``Accumulate`` (default MPI.SUM), atomic per element."""
         op = self._t.SUM if op is None else op
-        address = self._plain(origin, target_rank, 0 if target is None else target)
-        code = _FAST[origin.dtype][1].get(self._t.handle(op)) if address and isinstance(op, self._t.Op) else None
-        if code is not None:
-            if origin.size:
-                check(lib.shmtopo_rma_accumulate(self._ctrl_h, target_rank, ffi.cast("void *", address),
-                                                 ffi.from_buffer(origin), ffi.NULL, origin.size,
-                                                 _FAST[origin.dtype][0], code))
-            self._stats["Accumulate"][0] += 1
-            return None
         return self._accumulate("Accumulate", origin, None, target_rank, target, op, (origin, target, op))
 
     def Get_accumulate(self, origin: Any, result: Any, target_rank: int, target: Any = None,
@@ -552,16 +503,6 @@ class AcceleratedWin:
                      op: Any = None) -> None:
         """Local: as mpi4py's ``Fetch_and_op``: one element, with one CPU atomic where it can."""
         op = self._t.SUM if op is None else op
-        address = self._plain(origin, target_rank, target_disp)
-        if (address and origin.size == 1 and type(result) is np.ndarray and result.dtype == origin.dtype
-                and result.size == 1 and result.flags.writeable and isinstance(op, self._t.Op)):
-            code = _FAST[origin.dtype][1].get(self._t.handle(op))
-            if code is not None:
-                check(lib.shmtopo_rma_accumulate(self._ctrl_h, target_rank, ffi.cast("void *", address),
-                                                 ffi.from_buffer(origin), ffi.from_buffer(result), 1,
-                                                 _FAST[origin.dtype][0], code))
-                self._stats["Fetch_and_op"][0] += 1
-                return None
         if target_rank != self._t.MPI.PROC_NULL:
             self._single("origin", origin, result)
         return self._accumulate("Fetch_and_op", origin, result, target_rank, (target_disp,), op,
@@ -590,15 +531,6 @@ class AcceleratedWin:
                          target_disp: int = 0) -> None:
         """Local: as mpi4py's ``Compare_and_swap``, with one CPU atomic where it can."""
         name = "Compare_and_swap"
-        address = self._plain(origin, target_rank, target_disp)
-        if (address and origin.size == 1 and origin.dtype.kind in "iub" and type(compare) is np.ndarray
-                and type(result) is np.ndarray and compare.dtype == origin.dtype == result.dtype
-                and compare.size == 1 and result.size == 1 and result.flags.writeable):
-            check(lib.shmtopo_rma_compare_and_swap(self._ctrl_h, target_rank, ffi.cast("void *", address),
-                                                   ffi.from_buffer(origin), ffi.from_buffer(compare),
-                                                   ffi.from_buffer(result), origin.itemsize))
-            self._stats[name][0] += 1
-            return None
         args = (origin, compare, result, target_disp)
         if not self.accelerated or self._mpi_access:
             return self._one_sided_to_mpi(name, self._why_mpi(), target_rank, *args)
@@ -668,7 +600,7 @@ class AcceleratedWin:
         """Collective: free shmtopo's part (later calls all go to MPI). Twice is a no-op."""
         shm, ctrl, comm = self._shm, self._ctrl, self._comm
         self._shm = self._ctrl = self._comm = None
-        self._fast = False
+        self._rs.release()
         self._ctrl_h = ffi.NULL
         try:
             if ctrl is not None and not ctrl.freed:
@@ -717,7 +649,8 @@ class AcceleratedWin:
 def _mpi_win(cls: type) -> Any:
     """mpi4py's own window class under an accelerated one (whose
     constructors would make objects of the accelerated class, unset)."""
-    found = next((c for c in cls.__mro__ if not issubclass(c, AcceleratedWin) and c is not object), None)
+    found = next((c for c in cls.__mro__ if not issubclass(c, (AcceleratedWin, _fastpath.WinFast)) and c is not object),
+                 None)
     return get_tables().Win if found is None else found
 
 
@@ -730,14 +663,25 @@ def _call_with_rank(method: Callable[..., Any], name: str, rank: int, args: tupl
     return method(args[0], rank, *args[1:])
 
 
-# numpy element type -> (the core's code, {MPI op handle: the core's op code})
-# for the arrays mpi4py types as a datatype shmtopo has (the fast paths).
-_FAST: dict[Any, tuple[int, dict[int, int]]] = {}
+#: The calls WinFast runs in C when they are plain (else these methods).
+_WIN_FAST = ("Fence", "Lock", "Unlock", "Lock_all", "Unlock_all", "Flush", "Put", "Get", "Accumulate",
+             "Fetch_and_op", "Compare_and_swap")
+_RMA_CAS = 1 << 30  # in a mask: Compare_and_swap takes the type (MPI-4.0 11.3.4: integer, logical, byte)
+_bound = False
 
 
-def _bind_fast_types(t: Tables) -> None:
-    if _FAST:
+def _bind_window_entries(t: Tables) -> None:
+    """Hand WinFast's C methods what this module decides by: its own
+    methods for the calls that are not plain, the op objects (matched by
+    identity) with the core's codes, and per core type, for the arrays
+    mpi4py types as a datatype shmtopo has, the ops MPI defines on it."""
+    global _bound
+    if _bound:
         return
+    MPI = t.MPI
+    ops = [(getattr(MPI, name.upper()), int(code)) for name, code in _types.OPS.items()]
+    ops += [(MPI.REPLACE, int(lib.SHMTOPO_RMA_REPLACE)), (MPI.NO_OP, int(lib.SHMTOPO_RMA_NO_OP))]
+    masks = [0] * lib.SHMTOPO_NDTYPES
     for dtype, code in _types.DTYPES.items():
         try:
             known = t.types.get(t.handle(format_type(t, np.empty(1, dtype), "probe")))
@@ -745,21 +689,23 @@ def _bind_fast_types(t: Tables) -> None:
             continue
         if known is None or known.dtype != dtype:
             continue
-        ops = {t.handle(getattr(t.MPI, name.upper())): int(_types.OPS[name]) for name in known.ops}
-        ops[t.handle(t.MPI.REPLACE)] = int(lib.SHMTOPO_RMA_REPLACE)
-        ops[t.handle(t.MPI.NO_OP)] = int(lib.SHMTOPO_RMA_NO_OP)
-        _FAST[np.dtype(dtype)] = (int(code), ops)
+        masks[code] = (1 << 31) | sum(1 << int(_types.OPS[name]) for name in known.ops) | (
+            _RMA_CAS if np.dtype(dtype).kind in "iub" else 0)
+    general = {name: AcceleratedWin.__dict__[name] for name in _WIN_FAST}
+    _fastpath.bind_window(general, tuple(ops), tuple(masks), MPI.SUM, MPI.LOCK_EXCLUSIVE, MPI.LOCK_SHARED)
+    _bound = True
 
 
 _CLASSES: dict[type, type] = {}
 _OWN = ("_t", "_shared", "_shm", "_ctrl", "_ctrl_h", "_comm", "_bases", "_sizes", "_units", "_me", "_n",
-        "_strict", "_stats", "_fence_open", "_locks", "_lock_all", "_all_taken", "_mpi_access", "_fast", "_lock_types")
+        "_strict", "_stats", "_rs", "_mpi_access")
 
 
 def accelerated_win_class(cls: type) -> type:
     made = _CLASSES.get(cls)
     if made is None:
-        made = type("AcceleratedWin", (AcceleratedWin, cls),
+        # WinFast first: its C methods take the plain calls, AcceleratedWin's the others
+        made = type("AcceleratedWin", (_fastpath.WinFast, AcceleratedWin, cls),
                     {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedWin.__doc__})
         _CLASSES[cls] = made
     return made
@@ -785,11 +731,9 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
     awin._t = t
     awin._strict = _strict_setting()
     awin._stats = {name: [0, 0] for name in ACCELERATED + MPI_ONLY}
-    awin._fast = False
-    awin._lock_types = (MPI.LOCK_EXCLUSIVE, MPI.LOCK_SHARED)
-    _bind_fast_types(t)
-    awin._fence_open = awin._lock_all = awin._mpi_access = awin._all_taken = False
-    awin._locks = {}
+    _bind_window_entries(t)
+    awin._rs = _fastpath.RmaState(None, awin._stats, [], [], [])
+    awin._mpi_access = False
     awin._shm = awin._ctrl = awin._comm = None
     awin._ctrl_h = ffi.NULL
     awin._shared = win.Get_attr(MPI.WIN_CREATE_FLAVOR) == MPI.WIN_FLAVOR_SHARED
@@ -825,5 +769,6 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
         sizes.append(len(buf))
         units.append(int(unit))
     awin._bases, awin._sizes, awin._units = bases, sizes, units
-    awin._fast = True
+    awin._rs = _fastpath.RmaState(ctrl, awin._stats, bases, sizes, units)
+    awin._rs.fast = True
     return awin
