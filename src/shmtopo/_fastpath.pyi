@@ -47,3 +47,24 @@ class NativeWindow:
     def peer_fence(self, rank: int) -> None:
         """Two-sided: this rank and ``rank`` both call it naming each other;
         each one's earlier stores are then visible to the other."""
+
+def bind_window(general: dict[str, Callable[..., Any]], ops: tuple[tuple[Any, int], ...], masks: tuple[int, ...],
+                sum: Any, lock_exclusive: int, lock_shared: int) -> None: ...
+
+class WinFast:
+    """The plain one-sided calls of an accelerated window, in C (a base adding no fields)."""
+
+class RmaState:
+    """An accelerated window's epochs and segments, read by WinFast's methods and the Python ones."""
+    fence_open: bool
+    lock_all: bool
+    all_taken: bool
+    fast: bool
+    @property
+    def nlocks(self) -> int: ...
+    def __init__(self, ctrl: Any, stats: dict[str, list[int]], bases: list[int], sizes: list[int],
+                 units: list[int]) -> None: ...
+    def lock_of(self, rank: int) -> tuple[bool, bool] | None: ...
+    def pop_lock(self, rank: int) -> tuple[bool, bool] | None: ...
+    def set_lock(self, rank: int, exclusive: bool, taken: bool) -> None: ...
+    def release(self) -> None: ...
