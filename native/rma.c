@@ -19,15 +19,19 @@
 #include "internal.h"
 #include "wait.h"
 
-/* The words of one rank's lock and guard, each on its own line. The lock
- * is a ticket mutex (`next`, `serving`) that shared holders pass through
- * (counting themselves into `reads_in`) and an exclusive holder keeps
- * until it unlocks, after waiting for every shared holder before it to
- * count itself out (`reads_out`). The guard is a second ticket mutex. */
+/* The words of one rank's lock and guard, each on its own line. A shared
+ * holder counts itself into `reads_in` and, when no exclusive holder has
+ * raised `writer`, holds the lock: one atomic. An exclusive holder takes
+ * a ticket mutex (`next`, `serving`), raises `writer`, and waits until
+ * every shared holder that came in has counted itself out (`reads_out`);
+ * a shared holder that finds `writer` raised counts itself out again and
+ * queues on the ticket mutex behind it, so writers are served in turn and
+ * never starved. The guard is a second ticket mutex. */
 typedef struct rma_words {
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t next;
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t serving;
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t serving_waiters;
+    _Alignas(SHMTOPO_LINE) _Atomic uint32_t writer;
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t reads_in;
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t reads_out;
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t reads_out_waiters;
@@ -66,26 +70,49 @@ static void ticket_release(_Atomic uint64_t *serving, _Atomic uint32_t *waiters)
     shmtopo_post(serving, waiters, atomic_load_explicit(serving, memory_order_relaxed) + 1);
 }
 
+/* A shared holder leaves: counted out, and a writer waiting for that woken. */
+static void read_out(rma_words_t *w)
+{
+    atomic_fetch_add_explicit(&w->reads_out, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&w->reads_out_waiters, memory_order_seq_cst))
+        shmtopo_wake(&w->reads_out);
+}
+
 int shmtopo_rma_lock(shmtopo_win_t *ctrl, int target, int exclusive)
 {
     rma_words_t *w = words_of(ctrl, target, "lock");
     if (!w)
         return -1;
-    if (ticket_acquire(ctrl, target, &w->next, &w->serving, &w->serving_waiters, "lock") < 0)
-        return -1;
     if (!exclusive) {
+        /* in, unless a writer is there or coming (it then waits for this count) */
+        atomic_fetch_add_explicit(&w->reads_in, 1, memory_order_seq_cst);
+        if (!atomic_load_explicit(&w->writer, memory_order_seq_cst))
+            return 0;
+        read_out(w);
+        /* behind the writer: with the ticket held no writer can come in */
+        if (ticket_acquire(ctrl, target, &w->next, &w->serving, &w->serving_waiters, "lock") < 0)
+            return -1;
         atomic_fetch_add_explicit(&w->reads_in, 1, memory_order_seq_cst);
         ticket_release(&w->serving, &w->serving_waiters);
         return 0;
     }
-    /* holding the mutex, no shared holder can come in: wait for those inside */
-    const uint64_t readers = atomic_load_explicit(&w->reads_in, memory_order_seq_cst);
-    int origin = -1;
-    if (shmtopo_wait(ctrl, &w->reads_out, &w->reads_out_waiters, readers, target, "lock", &origin) < 0) {
-        ticket_release(&w->serving, &w->serving_waiters);
-        return shmtopo_win_wait_failed(ctrl, origin);
+    if (ticket_acquire(ctrl, target, &w->next, &w->serving, &w->serving_waiters, "lock") < 0)
+        return -1;
+    atomic_store_explicit(&w->writer, 1, memory_order_seq_cst);
+    /* every shared holder that came in must have left: reads_in read twice
+     * with the same value and reads_out at it means none is inside (a reader
+     * that comes in later sees `writer` and counts itself out again) */
+    for (;;) {
+        const uint64_t readers = atomic_load_explicit(&w->reads_in, memory_order_seq_cst);
+        int origin = -1;
+        if (shmtopo_wait(ctrl, &w->reads_out, &w->reads_out_waiters, readers, target, "lock", &origin) < 0) {
+            atomic_store_explicit(&w->writer, 0, memory_order_seq_cst);
+            ticket_release(&w->serving, &w->serving_waiters);
+            return shmtopo_win_wait_failed(ctrl, origin);
+        }
+        if (atomic_load_explicit(&w->reads_in, memory_order_seq_cst) == readers)
+            return 0;
     }
-    return 0;
 }
 
 int shmtopo_rma_unlock(shmtopo_win_t *ctrl, int target, int exclusive)
@@ -94,12 +121,11 @@ int shmtopo_rma_unlock(shmtopo_win_t *ctrl, int target, int exclusive)
     if (!w)
         return -1;
     if (exclusive) {
+        atomic_store_explicit(&w->writer, 0, memory_order_seq_cst);
         ticket_release(&w->serving, &w->serving_waiters);
         return 0;
     }
-    atomic_fetch_add_explicit(&w->reads_out, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&w->reads_out_waiters, memory_order_seq_cst))
-        shmtopo_wake(&w->reads_out);
+    read_out(w);
     return 0;
 }
 

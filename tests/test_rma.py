@@ -290,6 +290,39 @@ def test_exclusive_lock_excludes(awin):
     assert one[0] == n * rounds
 
 
+def test_shared_holders_never_see_a_writer_half_way(awin):
+    """Even ranks write two words of rank 0 under exclusive locks (a Put of
+    one, then of the other), odd ranks read both under shared locks and
+    Lock_all: a reader never sees them differ, and no write is lost."""
+    n, rounds = WORLD.size, 300
+    pair, seen = np.zeros(1, np.int64), np.zeros(2, np.int64)
+    torn = 0
+    for i in range(rounds):
+        if WORLD.rank % 2 == 0:
+            awin.Lock(0, MPI.LOCK_EXCLUSIVE)
+            awin.Get(pair, 0, 10)
+            pair += 1
+            awin.Put(pair, 0, 10)
+            awin.Put(pair, 0, 11)
+            awin.Unlock(0)
+        elif i % 2:
+            awin.Lock(0, MPI.LOCK_SHARED)
+            awin.Get(seen, 0, 10)
+            awin.Unlock(0)
+            torn += seen[0] != seen[1]
+        else:
+            awin.Lock_all()
+            awin.Get(seen, 0, 10)
+            awin.Unlock_all()
+            torn += seen[0] != seen[1]
+    WORLD.Barrier()
+    awin.Lock(0, MPI.LOCK_SHARED)
+    awin.Get(seen, 0, 10)
+    awin.Unlock(0)
+    assert torn == 0
+    assert list(seen) == [rounds * ((n + 1) // 2)] * 2
+
+
 def test_fetch_and_op_counts_every_increment(awin):
     """The shared-window counter of nxtval: every fetched value is seen once."""
     n, rounds = WORLD.size, 200
