@@ -26,7 +26,12 @@
  * every shared holder that came in has counted itself out (`reads_out`);
  * a shared holder that finds `writer` raised counts itself out again and
  * queues on the ticket mutex behind it, so writers are served in turn and
- * never starved. The guard is a second ticket mutex. */
+ * never starved. Lock_all touches no other rank's lines while no writer is
+ * there: it counts itself into its own rank's `all_in` and checks every
+ * rank's `writer`; a writer, once it has raised `writer`, also waits until
+ * every rank's `all_out` has caught up with its `all_in` (a Lock_all that
+ * finds a writer counts itself out again and takes each rank's shared lock,
+ * noting that in its own `all_slow`). The guard is a second ticket mutex. */
 typedef struct rma_words {
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t next;
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t serving;
@@ -35,6 +40,10 @@ typedef struct rma_words {
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t reads_in;
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t reads_out;
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t reads_out_waiters;
+    _Alignas(SHMTOPO_LINE) _Atomic uint64_t all_in;
+    _Alignas(SHMTOPO_LINE) _Atomic uint64_t all_out;
+    _Alignas(SHMTOPO_LINE) _Atomic uint32_t all_out_waiters;
+    _Alignas(SHMTOPO_LINE) uint32_t all_slow; /* read and written by its own rank only */
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t guard_next;
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t guard_serving;
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t guard_waiters;
@@ -71,11 +80,32 @@ static void ticket_release(_Atomic uint64_t *serving, _Atomic uint32_t *waiters)
 }
 
 /* A shared holder leaves: counted out, and a writer waiting for that woken. */
+static void count_out(_Atomic uint64_t *out, _Atomic uint32_t *waiters)
+{
+    atomic_fetch_add_explicit(out, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(waiters, memory_order_seq_cst))
+        shmtopo_wake(out);
+}
+
 static void read_out(rma_words_t *w)
 {
-    atomic_fetch_add_explicit(&w->reads_out, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&w->reads_out_waiters, memory_order_seq_cst))
-        shmtopo_wake(&w->reads_out);
+    count_out(&w->reads_out, &w->reads_out_waiters);
+}
+
+/* Until every holder counted into `in` has counted itself out: `in` read
+ * twice with the same value and `out` at it means none is inside (a holder
+ * that comes in later sees the writer's flag and counts itself out again). */
+static int drained(shmtopo_win_t *ctrl, int rank, _Atomic uint64_t *in, _Atomic uint64_t *out,
+                   _Atomic uint32_t *waiters)
+{
+    for (;;) {
+        const uint64_t holders = atomic_load_explicit(in, memory_order_seq_cst);
+        int origin = -1;
+        if (shmtopo_wait(ctrl, out, waiters, holders, rank, "lock", &origin) < 0)
+            return shmtopo_win_wait_failed(ctrl, origin);
+        if (atomic_load_explicit(in, memory_order_seq_cst) == holders)
+            return 0;
+    }
 }
 
 int shmtopo_rma_lock(shmtopo_win_t *ctrl, int target, int exclusive)
@@ -99,20 +129,19 @@ int shmtopo_rma_lock(shmtopo_win_t *ctrl, int target, int exclusive)
     if (ticket_acquire(ctrl, target, &w->next, &w->serving, &w->serving_waiters, "lock") < 0)
         return -1;
     atomic_store_explicit(&w->writer, 1, memory_order_seq_cst);
-    /* every shared holder that came in must have left: reads_in read twice
-     * with the same value and reads_out at it means none is inside (a reader
-     * that comes in later sees `writer` and counts itself out again) */
-    for (;;) {
-        const uint64_t readers = atomic_load_explicit(&w->reads_in, memory_order_seq_cst);
-        int origin = -1;
-        if (shmtopo_wait(ctrl, &w->reads_out, &w->reads_out_waiters, readers, target, "lock", &origin) < 0) {
-            atomic_store_explicit(&w->writer, 0, memory_order_seq_cst);
-            ticket_release(&w->serving, &w->serving_waiters);
-            return shmtopo_win_wait_failed(ctrl, origin);
-        }
-        if (atomic_load_explicit(&w->reads_in, memory_order_seq_cst) == readers)
-            return 0;
+    /* the shared holders of this rank, then every rank's Lock_all, must have left */
+    int rc = drained(ctrl, target, &w->reads_in, &w->reads_out, &w->reads_out_waiters);
+    for (int r = 0; rc == 0 && r < ctrl->size; r++) {
+        rma_words_t *v = (rma_words_t *)(void *)ctrl->base[r];
+        rc = drained(ctrl, r, &v->all_in, &v->all_out, &v->all_out_waiters);
     }
+    if (rc < 0) {
+        const int err = errno;
+        atomic_store_explicit(&w->writer, 0, memory_order_seq_cst);
+        ticket_release(&w->serving, &w->serving_waiters);
+        errno = err;
+    }
+    return rc;
 }
 
 int shmtopo_rma_unlock(shmtopo_win_t *ctrl, int target, int exclusive)
@@ -131,7 +160,18 @@ int shmtopo_rma_unlock(shmtopo_win_t *ctrl, int target, int exclusive)
 
 int shmtopo_rma_lock_all(shmtopo_win_t *ctrl)
 {
-    for (int r = 0; ctrl && r < ctrl->size; r++) {
+    rma_words_t *mine = ctrl ? words_of(ctrl, ctrl->rank, "lock_all") : NULL;
+    if (!mine)
+        return ctrl ? -1 : shmtopo_fail(EBADF, -1, "lock_all: the window is NULL or freed");
+    atomic_fetch_add_explicit(&mine->all_in, 1, memory_order_seq_cst);
+    int writer = 0;
+    for (int r = 0; r < ctrl->size && !writer; r++)
+        writer = atomic_load_explicit(&((rma_words_t *)(void *)ctrl->base[r])->writer, memory_order_seq_cst) != 0;
+    mine->all_slow = (uint32_t)writer;
+    if (!writer)
+        return 0;
+    count_out(&mine->all_out, &mine->all_out_waiters);
+    for (int r = 0; r < ctrl->size; r++) {
         if (shmtopo_rma_lock(ctrl, r, 0) < 0) {
             const int err = errno;
             while (r-- > 0) /* the ones taken go back */
@@ -140,14 +180,20 @@ int shmtopo_rma_lock_all(shmtopo_win_t *ctrl)
             return -1;
         }
     }
-    return ctrl ? 0 : shmtopo_fail(EBADF, -1, "lock_all: the window is NULL or freed");
+    return 0;
 }
 
 int shmtopo_rma_unlock_all(shmtopo_win_t *ctrl)
 {
-    if (!ctrl)
-        return shmtopo_fail(EBADF, -1, "unlock_all: the window is NULL or freed");
+    rma_words_t *mine = ctrl ? words_of(ctrl, ctrl->rank, "unlock_all") : NULL;
+    if (!mine)
+        return ctrl ? -1 : shmtopo_fail(EBADF, -1, "unlock_all: the window is NULL or freed");
     atomic_thread_fence(memory_order_seq_cst);
+    if (!mine->all_slow) {
+        count_out(&mine->all_out, &mine->all_out_waiters);
+        return 0;
+    }
+    mine->all_slow = 0;
     for (int r = 0; r < ctrl->size; r++)
         shmtopo_rma_unlock(ctrl, r, 0);
     return 0;
