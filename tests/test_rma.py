@@ -294,7 +294,7 @@ def test_shared_holders_never_see_a_writer_half_way(awin):
     """Even ranks write two words of rank 0 under exclusive locks (a Put of
     one, then of the other), odd ranks read both under shared locks and
     Lock_all: a reader never sees them differ, and no write is lost."""
-    n, rounds = WORLD.size, 300
+    n, rounds = WORLD.size, 1000
     pair, seen = np.zeros(1, np.int64), np.zeros(2, np.int64)
     torn = 0
     for i in range(rounds):
@@ -303,6 +303,8 @@ def test_shared_holders_never_see_a_writer_half_way(awin):
             awin.Get(pair, 0, 10)
             pair += 1
             awin.Put(pair, 0, 10)
+            for _ in range(5):  # a wider window for a reader that should not be there
+                awin.Flush(0)
             awin.Put(pair, 0, 11)
             awin.Unlock(0)
         elif i % 2:
