@@ -1290,10 +1290,15 @@ static PyTypeObject NativeWindowType = {
 #define TAKEN 4u     /* ... taken in shared memory (not MODE_NOCHECK) */
 #define RMA_CAS (1u << 30) /* in rma.masks: Compare_and_swap takes the type (integer, logical, byte) */
 
+enum { W_FENCE, W_LOCK, W_UNLOCK, W_LOCK_ALL, W_UNLOCK_ALL, W_FLUSH, W_PUT, W_GET, W_ACCUMULATE, W_FETCH_AND_OP,
+       W_CAS, NW };
+static const char *const wnames[NW] = {"Fence", "Lock", "Unlock", "Lock_all", "Unlock_all", "Flush", "Put", "Get",
+                                       "Accumulate", "Fetch_and_op", "Compare_and_swap"};
+
 typedef struct {
     PyObject_HEAD
     PyObject *ctrl;   /* the control Window (a NativeWindow, whose win is NULL once freed), or None */
-    PyObject *stats;  /* the window's {call: [in shared memory, delegated]} */
+    unsigned long long counts[NW]; /* the calls these methods ran, by call (the Python ones count theirs) */
     int n;            /* ranks of the window */
     char **bases;     /* each rank's segment, */
     size_t *sizes;    /* its bytes */
@@ -1304,14 +1309,8 @@ typedef struct {
 } RmaState;
 static PyTypeObject RmaStateType;
 
-enum { W_FENCE, W_LOCK, W_UNLOCK, W_LOCK_ALL, W_UNLOCK_ALL, W_FLUSH, W_PUT, W_GET, W_ACCUMULATE, W_FETCH_AND_OP,
-       W_CAS, NW };
-static const char *const wnames[NW] = {"Fence", "Lock", "Unlock", "Lock_all", "Unlock_all", "Flush", "Put", "Get",
-                                       "Accumulate", "Fetch_and_op", "Compare_and_swap"};
-
 static struct {
     PyObject *general[NW]; /* AcceleratedWin's Python methods, by call */
-    PyObject *names[NW];   /* the calls' names (the stats' keys) */
     PyObject *ops;         /* ((op object, code), ...): enum shmtopo_op, REPLACE, NO_OP */
     PyObject *sum;         /* MPI.SUM, the default op */
     unsigned masks[NDTYPES]; /* by core type: ACCEL_MOVES | 1 << op | RMA_CAS */
@@ -1350,18 +1349,10 @@ static PyObject *general(int call, PyObject *self, PyObject *const *args, Py_ssi
     return result;
 }
 
-/* One more call of `call` in shared memory, in the window's stats. */
+/* One more call of `call` in shared memory (shm_stats adds these to the Python methods' counts). */
 static PyObject *counted(RmaState *rs, int call)
 {
-    PyObject *counts = PyDict_GetItemWithError(rs->stats, rma.names[call]);
-    if (counts && PyList_CheckExact(counts) && PyList_GET_SIZE(counts) == 2) {
-        PyObject *more = PyLong_FromLongLong(PyLong_AsLongLong(PyList_GET_ITEM(counts, 0)) + 1);
-        if (!more)
-            return NULL;
-        PyList_SetItem(counts, 0, more);
-    }
-    if (PyErr_Occurred())
-        return NULL;
+    rs->counts[call]++;
     Py_RETURN_NONE;
 }
 
@@ -1693,19 +1684,18 @@ static void rma_state_dealloc(PyObject *self)
 {
     RmaState *rs = (RmaState *)self;
     Py_XDECREF(rs->ctrl);
-    Py_XDECREF(rs->stats);
     rma_state_clear(rs);
     Py_TYPE(self)->tp_free(self);
 }
 
-/* RmaState(ctrl, stats, bases, sizes, units): ctrl the control Window (or
- * None: every call goes to the Python methods); bases, sizes, units per rank. */
+/* RmaState(ctrl, bases, sizes, units): ctrl the control Window (or None:
+ * every call goes to the Python methods); bases, sizes, units per rank. */
 static int rma_state_init(PyObject *self, PyObject *args, PyObject *kwds)
 {
     RmaState *rs = (RmaState *)self;
-    PyObject *ctrl, *stats, *bases, *sizes, *units;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!:RmaState", &ctrl, &PyDict_Type, &stats, &PyList_Type, &bases,
-                          &PyList_Type, &sizes, &PyList_Type, &units))
+    PyObject *ctrl, *bases, *sizes, *units;
+    if (!PyArg_ParseTuple(args, "OO!O!O!:RmaState", &ctrl, &PyList_Type, &bases, &PyList_Type, &sizes,
+                          &PyList_Type, &units))
         return -1;
     const Py_ssize_t n = PyList_GET_SIZE(bases);
     if (PyList_GET_SIZE(sizes) != n || PyList_GET_SIZE(units) != n || n > INT_MAX) {
@@ -1733,7 +1723,7 @@ static int rma_state_init(PyObject *self, PyObject *args, PyObject *kwds)
     }
     rs->n = (int)n;
     Py_XSETREF(rs->ctrl, new_ref(ctrl));
-    Py_XSETREF(rs->stats, new_ref(stats));
+    memset(rs->counts, 0, sizeof rs->counts);
     rs->nlocks = 0;
     rs->fence_open = rs->lock_all = rs->all_taken = rs->fast = 0;
     return 0;
@@ -1793,6 +1783,32 @@ static PyObject *rma_set_lock(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+/* The index of a call's name, or -1 with KeyError. */
+static int call_named(PyObject *name)
+{
+    for (int i = 0; i < NW; i++)
+        if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, wnames[i]) == 0)
+            return i;
+    PyErr_SetObject(PyExc_KeyError, name);
+    return -1;
+}
+
+static PyObject *rma_count_of(PyObject *self, PyObject *name)
+{
+    int i = call_named(name);
+    return i < 0 ? NULL : PyLong_FromUnsignedLongLong(((RmaState *)self)->counts[i]);
+}
+
+static PyObject *rma_uncount(PyObject *self, PyObject *name)
+{
+    int i = call_named(name);
+    if (i < 0)
+        return NULL;
+    RmaState *rs = (RmaState *)self;
+    rs->counts[i] -= rs->counts[i] > 0;
+    Py_RETURN_NONE;
+}
+
 static PyObject *rma_release(PyObject *self, PyObject *unused)
 {
     RmaState *rs = (RmaState *)self;
@@ -1806,6 +1822,8 @@ static PyMethodDef rma_state_methods[] = {
     {"pop_lock", rma_pop_lock, METH_O, "pop_lock(rank) -> (exclusive, taken) | None: that lock, off the books"},
     {"set_lock", (PyCFunction)(void (*)(void))rma_set_lock, METH_FASTCALL, "set_lock(rank, exclusive, taken)"},
     {"release", rma_release, METH_NOARGS, "shmtopo's part is gone: every call takes the Python methods"},
+    {"count_of", rma_count_of, METH_O, "count_of(name) -> the calls of that name these C methods ran"},
+    {"uncount", rma_uncount, METH_O, "uncount(name): one call fewer (a request-based call counts as itself)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1863,9 +1881,7 @@ static PyObject *bind_window(PyObject *self, PyObject *const *args, Py_ssize_t n
         || PyTuple_GET_SIZE(args[2]) != NDTYPES)
         return PyErr_Format(PyExc_TypeError, "bind_window(general, ops, masks, sum, exclusive, shared)"), NULL;
     for (int i = 0; i < NW; i++) {
-        if (!rma.names[i] && !(rma.names[i] = PyUnicode_InternFromString(wnames[i])))
-            return NULL;
-        PyObject *f = PyDict_GetItemWithError(args[0], rma.names[i]);
+        PyObject *f = PyDict_GetItemString(args[0], wnames[i]);
         if (!f)
             return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_KeyError, "bind_window: no %s", wnames[i]), NULL;
         Py_XSETREF(rma.general[i], new_ref(f));

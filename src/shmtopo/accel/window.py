@@ -108,7 +108,9 @@ class AcceleratedWin:
     # -- what it is -------------------------------------------------------
     def shm_stats(self) -> dict[str, tuple[int, int]]:
         """Local: {call: (in shared memory, delegated to MPI)} for each call made at least once."""
-        return {name: (n[0], n[1]) for name, n in self._stats.items() if n[0] or n[1]}
+        counts = {name: (n[0] + (self._rs.count_of(name) if name in _WIN_FAST else 0), n[1])
+                  for name, n in self._stats.items()}
+        return {name: n for name, n in counts.items() if n[0] or n[1]}
 
     @property
     def accelerated(self) -> bool:
@@ -580,13 +582,16 @@ class AcceleratedWin:
             return self._delegate(name, self._why_mpi(), *args)
         if rank != self._t.MPI.PROC_NULL:
             self._in_passive(self._rank(rank, name), name)
-        counts = self._stats[blocking][1]
+        counts = self._stats[blocking][1], self._rs.count_of(blocking)
         getattr(self, blocking)(*args)
-        if self._stats[blocking][1] != counts:  # went to MPI, complete after its Unlock
+        if self._stats[blocking][1] != counts[0]:  # went to MPI, complete after its Unlock
             self._stats[blocking][1] -= 1
             self._count(name, False)
-        else:
-            self._stats[blocking][0] -= 1
+        else:  # counted as itself: by the C method, or by the Python one
+            if self._rs.count_of(blocking) != counts[1]:
+                self._rs.uncount(blocking)
+            else:
+                self._stats[blocking][0] -= 1
             self._count(name, True)
         return self._t.MPI.Request()
 
@@ -732,7 +737,7 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
     awin._strict = _strict_setting()
     awin._stats = {name: [0, 0] for name in ACCELERATED + MPI_ONLY}
     _bind_window_entries(t)
-    awin._rs = _fastpath.RmaState(None, awin._stats, [], [], [])
+    awin._rs = _fastpath.RmaState(None, [], [], [])
     awin._mpi_access = False
     awin._shm = awin._ctrl = awin._comm = None
     awin._ctrl_h = ffi.NULL
@@ -769,6 +774,6 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
         sizes.append(len(buf))
         units.append(int(unit))
     awin._bases, awin._sizes, awin._units = bases, sizes, units
-    awin._rs = _fastpath.RmaState(ctrl, awin._stats, bases, sizes, units)
+    awin._rs = _fastpath.RmaState(ctrl, bases, sizes, units)
     awin._rs.fast = True
     return awin
