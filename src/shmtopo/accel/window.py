@@ -108,8 +108,7 @@ class AcceleratedWin:
     # -- what it is -------------------------------------------------------
     def shm_stats(self) -> dict[str, tuple[int, int]]:
         """Local: {call: (in shared memory, delegated to MPI)} for each call made at least once."""
-        counts = {name: (n[0] + (self._rs.count_of(name) if name in _WIN_FAST else 0), n[1])
-                  for name, n in self._stats.items()}
+        counts = {name: (n[0] + self._c_count(name), n[1]) for name, n in self._stats.items()}
         return {name: n for name, n in counts.items() if n[0] or n[1]}
 
     @property
@@ -120,6 +119,10 @@ class AcceleratedWin:
 
     def _mpi(self) -> Any:
         return super(AcceleratedWin, self)
+
+    def _c_count(self, name: str) -> int:
+        """The calls of that name WinFast's C methods ran (they count there)."""
+        return self._rs.count_of(name) if name in _WIN_FAST else 0
 
     def _count(self, name: str, accelerated: bool) -> None:
         self._stats[name][0 if accelerated else 1] += 1
@@ -582,13 +585,13 @@ class AcceleratedWin:
             return self._delegate(name, self._why_mpi(), *args)
         if rank != self._t.MPI.PROC_NULL:
             self._in_passive(self._rank(rank, name), name)
-        counts = self._stats[blocking][1], self._rs.count_of(blocking)
+        counts = self._stats[blocking][1], self._c_count(blocking)
         getattr(self, blocking)(*args)
         if self._stats[blocking][1] != counts[0]:  # went to MPI, complete after its Unlock
             self._stats[blocking][1] -= 1
             self._count(name, False)
         else:  # counted as itself: by the C method, or by the Python one
-            if self._rs.count_of(blocking) != counts[1]:
+            if self._c_count(blocking) != counts[1]:
                 self._rs.uncount(blocking)
             else:
                 self._stats[blocking][0] -= 1
