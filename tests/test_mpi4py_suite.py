@@ -15,15 +15,13 @@ skip; SHMTOPO_MPI4PY_TESTS=<mpi4py's test/ folder> uses a copy at hand.
 import os
 import subprocess
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
 
 import mpi4py
 import pytest
 from mpi4py import MPI
 
-from conftest import CLEAN_ENV, run_mpiexec
+from conftest import CLEAN_ENV, fetch_sdist, run_mpiexec
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -61,46 +59,6 @@ SPINS_WHEN_OVERSUBSCRIBED = MPI.Get_library_version().startswith("MPICH")
 SANITIZED = "libasan" in Path("/proc/self/maps").read_text()
 
 
-def _fetch(version: str, cache: Path) -> Path:
-    """mpi4py's source distribution of this version, the files WANTED of it:
-    from the cache or the index."""
-    top = cache / f"mpi4py-{version}"
-    if all((top / name).exists() for name in WANTED):
-        return top
-    if os.environ.get("SHMTOPO_OFFLINE") == "1":
-        pytest.skip(f"SHMTOPO_OFFLINE=1 and mpi4py {version}'s tests are not in {cache}")
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", "mpi4py", "--no-deps",
-                               f"mpi4py=={version}", "-d", tmp],
-                              capture_output=True, text=True, timeout=600)
-        sdists = list(Path(tmp).glob(f"mpi4py-{version}.tar.gz"))
-        if proc.returncode != 0 or not sdists:
-            pytest.fail(f"cannot fetch mpi4py {version}'s source distribution from the package index "
-                        f"(pip download failed; set SHMTOPO_OFFLINE=1 to skip these tests, or "
-                        f"SHMTOPO_MPI4PY_TESTS to mpi4py's test/ folder):\n{proc.stdout}{proc.stderr}",
-                        pytrace=False)
-        wanted = {f"mpi4py-{version}/{name}" for name in WANTED}
-        staged = Path(tmp) / "x"
-        with tarfile.open(sdists[0]) as tar:
-            members = [m for m in tar.getmembers() if m.name in wanted and m.isfile()]
-            # the data filter where this Python has it (3.11.4+, Debian's 3.11.2 lacks it);
-            # the members are plain files of known names either way
-            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(staged, members=members, **safe)
-        # several runs may fetch at once: the first rename of each file wins (a cache of
-        # fewer files, from an earlier version of this suite, gets the missing ones)
-        for name in WANTED:
-            (top / name).parent.mkdir(parents=True, exist_ok=True)
-            try:
-                (staged / f"mpi4py-{version}" / name).rename(top / name)
-            except OSError:
-                pass
-    if not all((top / name).exists() for name in WANTED):
-        pytest.fail(f"mpi4py {version}'s source distribution lacks some of {WANTED}", pytrace=False)
-    return top
-
-
 @pytest.fixture(scope="module")
 def mpi4py_tests():
     if MPI.COMM_WORLD.Get_size() > 1:
@@ -108,14 +66,14 @@ def mpi4py_tests():
     given = os.environ.get("SHMTOPO_MPI4PY_TESTS")
     if given:
         return Path(given)
-    return _fetch(mpi4py.__version__, ROOT / ".venv" / "cache") / "test"
+    return fetch_sdist("mpi4py", mpi4py.__version__, WANTED, ROOT / ".venv" / "cache") / "test"
 
 
 @pytest.fixture(scope="module")
 def mpi4py_demos():
     if MPI.COMM_WORLD.Get_size() > 1:
         pytest.skip("starts its own mpiexec")
-    return _fetch(mpi4py.__version__, ROOT / ".venv" / "cache") / "demo"
+    return fetch_sdist("mpi4py", mpi4py.__version__, WANTED, ROOT / ".venv" / "cache") / "demo"
 
 
 def run_suite(tests, n, *, strict=False, node_size=0, only="", modules=MODULES, windows="accelerated", skip=""):
