@@ -17,7 +17,8 @@ from shmtopo.accel import plans, tables
 
 WORLD = MPI.COMM_WORLD
 OPS = ["SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR"]
-PLANNERS = ["bcast", "reduce", "allreduce", "allgather", "alltoall", "gather", "scatter", "alltoallv"]
+PLANNERS = ["bcast", "reduce", "allreduce", "allgather", "alltoall", "gather", "scatter", "alltoallv", "allgatherv",
+            "gatherv"]
 
 
 def _has_mpi_type(dtype):
@@ -166,6 +167,11 @@ def message_calls(comm, size):
     out["Alltoallv int arrays"] = bytes(recv[:n * size])
     comm.Alltoallv([send, [size] * n, list(displs), MPI.BYTE], [recv, [size] * n, list(displs), MPI.BYTE])
     out["Alltoallv lists"] = bytes(recv[:n * size])
+    comm.Allgatherv([send, size, MPI.BYTE], [recv, [size] * n])
+    out["Allgatherv [buf, counts]"] = bytes(recv[:n * size])
+    comm.Gatherv([send, size, MPI.BYTE], [recv, (np.full(n, size, np.intc), None)] if rank == root else None,
+                 root=root)
+    out["Gatherv [buf, (int32 counts, None)]"] = bytes(recv[:n * size]) if rank == root else b""
     ints = np.frombuffer(send, np.int32)
     k = size // 8
     result = np.zeros(k + 3, np.int32)

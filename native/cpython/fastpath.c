@@ -683,6 +683,34 @@ static void msg_release(struct msg *m)
     PyBuffer_Release(&m->held);
 }
 
+/* The buffer of a message into m->held, and its datatype: `type` when one
+ * was given (>= 0), else mpi4py's for the buffer's format; -1 with nothing
+ * held when it is not one shmtopo moves, or not a C-contiguous buffer. */
+static int accel_buffer(PyObject *buf, int type, int writable, struct msg *m)
+{
+    int code, flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (!accel_data(buf))
+        return -1;
+    if (type < 0 && Py_TYPE(buf) == (PyTypeObject *)bound.ndarray) {
+        /* by numpy's dtype object: asking an array for its format string costs more */
+        if ((code = dtype_code(buf)) < 0 || (type = accel.by_code[code]) < 0)
+            return -1;
+    } else if (type < 0) {
+        flags |= PyBUF_FORMAT;
+    }
+    if (PyObject_GetBuffer(buf, &m->held, flags) < 0) {
+        PyErr_Clear(); /* no buffer, not contiguous, read-only: the planner says which */
+        return -1;
+    }
+    if (type < 0)
+        type = accel_format(m->held.format);
+    if (type < 0 || !(accel.masks[type] & ACCEL_MOVES)) {
+        msg_release(m);
+        return -1;
+    }
+    return type;
+}
+
 /* The message `spec` of `blocks` blocks (0 or 1: one), when it is plain:
  * its type known and moved by shmtopo, its entries inside the buffer and
  * aligned; 0 with nothing held otherwise. */
@@ -691,26 +719,8 @@ static int accel_msg(PyObject *spec, int writable, Py_ssize_t blocks, struct msg
     PyObject *buf;
     Py_ssize_t count, displ;
     int type, code;
-    if (!accel_split(spec, &buf, &count, &displ, &type) || !accel_data(buf))
+    if (!accel_split(spec, &buf, &count, &displ, &type) || (type = accel_buffer(buf, type, writable, m)) < 0)
         return 0;
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (type < 0 && Py_TYPE(buf) == (PyTypeObject *)bound.ndarray) {
-        /* by numpy's dtype object: asking an array for its format string costs more */
-        if ((code = dtype_code(buf)) < 0 || (type = accel.by_code[code]) < 0)
-            return 0;
-    } else if (type < 0) {
-        flags |= PyBUF_FORMAT;
-    }
-    if (PyObject_GetBuffer(buf, &m->held, flags) < 0) {
-        PyErr_Clear(); /* no buffer, not contiguous, read-only: the planner says which */
-        return 0;
-    }
-    if (type < 0)
-        type = accel_format(m->held.format);
-    if (type < 0 || !(accel.masks[type] & ACCEL_MOVES)) {
-        msg_release(m);
-        return 0;
-    }
     code = accel.codes[type];
     const Py_ssize_t size = (Py_ssize_t)shmtopo_dtype_size(code), per = blocks > 1 ? blocks : 1;
     Py_ssize_t len = m->held.len, entries;
@@ -1035,32 +1045,38 @@ static int accel_sizes(PyObject *obj, Py_ssize_t n, size_t *out)
 }
 
 /* A v-variant's buffer argument (buffers.vector) in its plain forms:
- * [buf, (counts, displs), type] or [buf, counts, displs, type], every
- * block inside the buffer; 0 with nothing held otherwise. m->at is the
- * whole buffer; counts and displs (n each) are in entries. */
+ * [buf, counts], [buf, (counts, displs)], [buf, counts, T],
+ * [buf, (counts, displs), T], [buf, counts, displs, T] (displs None: packed
+ * in rank order), every block inside the buffer; 0 with nothing held
+ * otherwise. m->at is the whole buffer; counts and displs (n each) are in
+ * entries. */
 static int accel_vector(PyObject *spec, int writable, Py_ssize_t n, struct msg *m, size_t *counts, size_t *displs)
 {
     if (!PyList_CheckExact(spec) && !PyTuple_CheckExact(spec))
         return 0;
     const Py_ssize_t len = PySequence_Fast_GET_SIZE(spec);
-    PyObject **item = PySequence_Fast_ITEMS(spec), *c, *d;
-    if (len == 3 && PyTuple_CheckExact(item[1]) && PyTuple_GET_SIZE(item[1]) == 2) {
-        c = PyTuple_GET_ITEM(item[1], 0);
-        d = PyTuple_GET_ITEM(item[1], 1);
-    } else if (len == 4) {
-        c = item[1];
+    PyObject **item = PySequence_Fast_ITEMS(spec), *c = len > 1 ? item[1] : NULL, *d = Py_None;
+    int type = -1;
+    if (len < 2 || len > 4 || (len > 2 && (type = accel_type_of(item[len - 1])) < 0))
+        return 0;
+    if (len == 4) {
         d = item[2];
-    } else {
+    } else if (PyTuple_Check(c)) { /* (counts, displs), as mpi4py unpacks any tuple there */
+        if (!PyTuple_CheckExact(c) || PyTuple_GET_SIZE(c) != 2)
+            return 0;
+        d = PyTuple_GET_ITEM(c, 1);
+        c = PyTuple_GET_ITEM(c, 0);
+    }
+    if (!accel_sizes(c, n, counts))
+        return 0;
+    if (d == Py_None) {
+        for (Py_ssize_t i = 0, at = 0; i < n; at += (Py_ssize_t)counts[i], i++)
+            displs[i] = (size_t)at;
+    } else if (!accel_sizes(d, n, displs)) {
         return 0;
     }
-    const int type = accel_type_of(item[len - 1]);
-    if (type < 0 || !(accel.masks[type] & ACCEL_MOVES) || !accel_data(item[0]) || !accel_sizes(c, n, counts)
-        || !accel_sizes(d, n, displs))
+    if ((type = accel_buffer(item[0], type, writable, m)) < 0)
         return 0;
-    if (PyObject_GetBuffer(item[0], &m->held, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
     const int code = accel.codes[type];
     const size_t size = shmtopo_dtype_size(code), total = (size_t)m->held.len / size;
     int fits = (size_t)m->held.len % size == 0 && (uintptr_t)m->held.buf % size == 0;
@@ -1103,6 +1119,92 @@ static PyObject *accel_alltoallv(PyObject *self, PyObject *const *args, Py_ssize
             msg_release(&out);
         }
         msg_release(&in);
+    }
+    PyMem_Free(sizes);
+    return ran ? result : new_ref(Py_None);
+}
+
+/* The v-gathers' receiving side: recvbuf's vector (counts and displs in
+ * sizes, 2n) and sendbuf, of its type and of counts[rank] entries, apart
+ * from it; 0 with nothing held otherwise. */
+static int accel_vgathered(PyObject *sendbuf, PyObject *recvbuf, int size, int rank, size_t *sizes, struct msg *in,
+                           struct msg *out)
+{
+    if (!accel_vector(recvbuf, 1, size, out, sizes, sizes + size))
+        return 0;
+    if (!accel_msg(sendbuf, 0, 1, in)) {
+        msg_release(out);
+        return 0;
+    }
+    if (in->code != out->code || (size_t)in->at.len != sizes[rank] * shmtopo_dtype_size(in->code)
+        || overlaps(&in->at, &out->at)) {
+        msg_release(in);
+        msg_release(out);
+        return 0;
+    }
+    return 1;
+}
+
+/* accel_allgatherv(handle, sendbuf, recvbuf) -> True | None */
+static PyObject *accel_allgatherv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "accel_allgatherv takes 3 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    if (!comm)
+        Py_RETURN_NONE;
+    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
+    size_t *sizes = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
+    if (!sizes)
+        return PyErr_NoMemory();
+    struct msg in, out;
+    PyObject *result = NULL;
+    int ran = 0;
+    if (accel_vgathered(args[1], args[2], size, rank, sizes, &in, &out)) {
+        int rc, err;
+        CORE_CALL(comm, NULL, shmtopo_allgatherv(comm, in.at.buf, sizes[rank], out.at.buf, sizes, sizes + size,
+                                                 in.code));
+        ran = 1;
+        result = accel_done(rc, err);
+        msg_release(&in);
+        msg_release(&out);
+    }
+    PyMem_Free(sizes);
+    return ran ? result : new_ref(Py_None);
+}
+
+/* accel_gatherv(handle, sendbuf, recvbuf, root) -> True | None (recvbuf is read on the root only) */
+static PyObject *accel_gatherv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "accel_gatherv takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int root;
+    if (!comm || (root = accel_root(args[3], comm)) < 0)
+        Py_RETURN_NONE;
+    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
+    struct msg in, out = {0};
+    int rc, err;
+    if (rank != root) {
+        if (!accel_msg(args[1], 0, 1, &in))
+            Py_RETURN_NONE;
+        CORE_CALL(comm, NULL, shmtopo_gatherv(comm, in.at.buf, (size_t)in.at.len / shmtopo_dtype_size(in.code),
+                                              NULL, NULL, NULL, in.code, root));
+        msg_release(&in);
+        return accel_done(rc, err);
+    }
+    size_t *sizes = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
+    if (!sizes)
+        return PyErr_NoMemory();
+    PyObject *result = NULL;
+    int ran = 0;
+    if (accel_vgathered(args[1], args[2], size, rank, sizes, &in, &out)) {
+        CORE_CALL(comm, NULL, shmtopo_gatherv(comm, in.at.buf, sizes[rank], out.at.buf, sizes, sizes + size,
+                                              in.code, root));
+        ran = 1;
+        result = accel_done(rc, err);
+        msg_release(&in);
+        msg_release(&out);
     }
     PyMem_Free(sizes);
     return ran ? result : new_ref(Py_None);
@@ -1925,6 +2027,10 @@ static PyMethodDef methods[] = {
      "accel_allgather(handle, windows, sendbuf, recvbuf) -> True | None"},
     {"accel_alltoall", (PyCFunction)(void (*)(void))accel_alltoall, METH_FASTCALL,
      "accel_alltoall(handle, sendbuf, recvbuf) -> True | None"},
+    {"accel_allgatherv", (PyCFunction)(void (*)(void))accel_allgatherv, METH_FASTCALL,
+     "accel_allgatherv(handle, sendbuf, recvbuf) -> True | None"},
+    {"accel_gatherv", (PyCFunction)(void (*)(void))accel_gatherv, METH_FASTCALL,
+     "accel_gatherv(handle, sendbuf, recvbuf, root) -> True | None"},
     {"accel_gather", (PyCFunction)(void (*)(void))accel_gather, METH_FASTCALL,
      "accel_gather(handle, sendbuf, recvbuf, root) -> True | None"},
     {"accel_scatter", (PyCFunction)(void (*)(void))accel_scatter, METH_FASTCALL,

@@ -94,6 +94,7 @@ _accel_allreduce, _accel_reduce = _fastpath.accel_allreduce, _fastpath.accel_red
 _accel_bcast, _accel_allgather = _fastpath.accel_bcast, _fastpath.accel_allgather
 _accel_alltoall, _accel_gather, _accel_scatter = _fastpath.accel_alltoall, _fastpath.accel_gather, _fastpath.accel_scatter
 _accel_alltoallv, _accel_barrier = _fastpath.accel_alltoallv, _fastpath.accel_barrier
+_accel_allgatherv, _accel_gatherv = _fastpath.accel_allgatherv, _fastpath.accel_gatherv
 
 # ---- the communicator ----------------------------------------------------------------
 
@@ -380,6 +381,10 @@ class AcceleratedComm:
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gatherv``."""
+        shm = self._shm
+        if shm is not None and _accel_gatherv(shm.fast_handle, sendbuf, recvbuf, root):
+            self._stats["Gatherv"][0] += 1
+            return
         self._shm_or_mpi(GATHERV, "Gatherv", plans.gatherv, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(api.gatherv, p, p.send, *(p.counts or (None, None)), p.root,
                                                   out=p.out), root)
@@ -392,6 +397,10 @@ class AcceleratedComm:
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgatherv``."""
+        shm = self._shm
+        if shm is not None and _accel_allgatherv(shm.fast_handle, sendbuf, recvbuf):
+            self._stats["Allgatherv"][0] += 1
+            return
         self._shm_or_mpi(ALLGATHERV, "Allgatherv", plans.allgatherv, (sendbuf, recvbuf),
                          lambda p: self._run_plan(api.allgatherv, p, p.send, *p.counts, out=p.out))
 
