@@ -18,7 +18,7 @@ from shmtopo.accel import plans, tables
 WORLD = MPI.COMM_WORLD
 OPS = ["SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR"]
 PLANNERS = ["bcast", "reduce", "allreduce", "allgather", "alltoall", "gather", "scatter", "alltoallv", "allgatherv",
-            "gatherv"]
+            "gatherv", "scan", "reduce_scatter_block"]
 
 
 def _has_mpi_type(dtype):
@@ -177,6 +177,25 @@ def message_calls(comm, size):
     result = np.zeros(k + 3, np.int32)
     comm.Allreduce([ints, (k, 5), MPI.INT], [result, (k, 3), MPI.INT], MPI.MAX)
     out["Allreduce (count, displ)"] = result.tobytes()
+    words = np.frombuffer(recv, np.int64, count=size // 8 * n)
+    words[:] = np.arange(words.size) + rank
+    comm.Allreduce(MPI.IN_PLACE, [recv, size // 8, MPI.INT64_T], MPI.MAX)
+    out["Allreduce IN_PLACE"] = bytes(recv[:size // 8 * 8])
+    words[:] = np.arange(words.size) + rank
+    comm.Reduce(MPI.IN_PLACE if rank == root else [recv, size // 8, MPI.INT64_T],
+                [recv, size // 8, MPI.INT64_T] if rank == root else None, MPI.SUM, root=root)
+    out["Reduce IN_PLACE"] = bytes(recv[:size // 8 * 8]) if rank == root else b""
+    scanned = np.zeros(size // 8, np.int64)
+    comm.Scan([send, size // 8, MPI.INT64_T], [scanned, MPI.INT64_T], MPI.BXOR)
+    out["Scan"] = scanned.tobytes()
+    comm.Exscan([send, size // 8, MPI.INT64_T], [scanned, MPI.INT64_T], MPI.BXOR)
+    out["Exscan"] = scanned.tobytes() if rank else b""  # rank 0's is undefined
+    words[:] = np.arange(words.size) + rank
+    comm.Scan(MPI.IN_PLACE, [recv, size // 8, MPI.INT64_T], MPI.SUM)
+    out["Scan IN_PLACE"] = bytes(recv[:size // 8 * 8])
+    block = np.zeros(size // 8, np.int64)
+    comm.Reduce_scatter_block([send, size // 8, MPI.INT64_T], [block, MPI.INT64_T], MPI.SUM)
+    out["Reduce_scatter_block"] = block.tobytes()
     alloc = MPI.Alloc_mem(max(size, 8))
     try:
         np.frombuffer(alloc, np.uint8)[:] = rank + 1
@@ -276,7 +295,7 @@ def test_what_is_not_plain_takes_the_planner(acomm, planned):
         "a read-only root buffer": lambda c, b: c.Bcast(readonly_at_root(b, root), root=root),
         "a type by name": lambda c, b: c.Allreduce([x, "d"], [b, "d"]),
         "a numpy integer count": lambda c, b: c.Allreduce([x, np.int64(7), MPI.DOUBLE], [b, 7, MPI.DOUBLE]),
-        "in place": lambda c, b: c.Allreduce(MPI.IN_PLACE, b),
+        "in place, misaligned": lambda c, b: c.Allreduce(MPI.IN_PLACE, [b[1:].view(np.float64), MPI.DOUBLE]),
         "above the fast entry's size": lambda c, b: c.Allreduce(data(rank, 9000, np.float64), b),
     }
     for name, call in cases.items():
@@ -304,7 +323,7 @@ def test_misaligned_plain_arrays_are_the_planners(acomm, planned):
 
 
 def result_buffer(name, rank):
-    if name == "misaligned input and result":
+    if name in ("misaligned input and result", "in place, misaligned"):
         return misaligned(7, np.float64, rank, 3).base  # the bytes; the call views them from offset 1
     if name == "long long":
         return np.zeros(7, np.longlong)

@@ -791,6 +791,25 @@ static PyObject *accel_done(int rc, int err)
     Py_RETURN_TRUE;
 }
 
+/* A reduction's input and result, of one datatype and length; sendbuf
+ * IN_PLACE (or None): the result's own entries. 0 with nothing held otherwise. */
+static int accel_in_out(PyObject *sendbuf, PyObject *recvbuf, struct msg *in, struct msg *out)
+{
+    if (accel_in_place(sendbuf)) {
+        if (!accel_msg(recvbuf, 1, 1, out))
+            return 0;
+        accel_block(out, 0, 1, in);
+        return 1;
+    }
+    if (!accel_msg(sendbuf, 0, 1, in))
+        return 0;
+    if (!accel_result(recvbuf, out, in)) {
+        msg_release(in);
+        return 0;
+    }
+    return 1;
+}
+
 /* accel_allreduce(handle, windows, sendbuf, recvbuf, op) -> True | None
  * (windows: the comm's list of its Windows, as for allreduce) */
 static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -802,14 +821,11 @@ static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize
     struct msg in, out;
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (!comm || !accel_msg(args[2], 0, 1, &in))
+    if (!comm || !accel_in_out(args[2], args[3], &in, &out))
         Py_RETURN_NONE;
     enum place place = place_of(args[1], comm, &in.at, &win, &offset);
-    if (place == UNKNOWN || (op = accel_op(args[4], in.type)) < 0 || !accel_result(args[3], &out, &in)) {
-        msg_release(&in);
-        Py_RETURN_NONE;
-    }
-    if (place == WINDOWED && !apart_or_same(&in.at, &out.at)) {
+    if (place == UNKNOWN || (op = accel_op(args[4], in.type)) < 0
+        || (place == WINDOWED && !apart_or_same(&in.at, &out.at))) {
         msg_release(&in);
         msg_release(&out);
         Py_RETURN_NONE;
@@ -821,7 +837,7 @@ static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize
 }
 
 /* accel_reduce(handle, windows, sendbuf, recvbuf, op, root) -> True | None
- * (recvbuf is read on the root only, as mpi4py does) */
+ * (recvbuf is read on the root only, as mpi4py does, where sendbuf may be IN_PLACE) */
 static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 6)
@@ -831,25 +847,21 @@ static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t 
     struct msg in, out = {0};
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (!comm || (root = accel_root(args[5], comm)) < 0 || !accel_msg(args[2], 0, 1, &in))
+    if (!comm || (root = accel_root(args[5], comm)) < 0)
         Py_RETURN_NONE;
-    int is_root = root == shmtopo_comm_rank(comm);
+    const int is_root = root == shmtopo_comm_rank(comm);
+    if (is_root ? !accel_in_out(args[2], args[3], &in, &out) : !accel_msg(args[2], 0, 1, &in))
+        Py_RETURN_NONE;
     enum place place = place_of(args[1], comm, &in.at, &win, &offset);
     if (place == UNKNOWN || (op = accel_op(args[4], in.type)) < 0
-        || (is_root && !accel_result(args[3], &out, &in))) {
+        || (place == WINDOWED && !apart_or_same(&in.at, &out.at))) {
         msg_release(&in);
-        Py_RETURN_NONE;
-    }
-    if (place == WINDOWED && !apart_or_same(&in.at, &out.at)) {
-        msg_release(&in);
-        if (is_root)
-            msg_release(&out);
+        msg_release(&out);
         Py_RETURN_NONE;
     }
     int rc = reduce_at(place, comm, win, offset, &in.at, out.at.buf, in.code, op, root), err = errno;
     msg_release(&in);
-    if (is_root)
-        msg_release(&out);
+    msg_release(&out);
     return accel_done(rc, err);
 }
 
@@ -1208,6 +1220,60 @@ static PyObject *accel_gatherv(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     PyMem_Free(sizes);
     return ran ? result : new_ref(Py_None);
+}
+
+/* accel_scan(handle, sendbuf, recvbuf, op, exclusive) -> True | None (in
+ * place, or apart; exclusive: Exscan, rank 0's recvbuf left as it is) */
+static PyObject *accel_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "accel_scan takes 5 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    struct msg in, out;
+    int op;
+    if (!comm || !accel_in_out(args[1], args[2], &in, &out))
+        Py_RETURN_NONE;
+    if ((op = accel_op(args[3], in.type)) < 0 || !apart_or_same(&in.at, &out.at)) {
+        msg_release(&in);
+        msg_release(&out);
+        Py_RETURN_NONE;
+    }
+    int rc, err;
+    CORE_CALL(comm, NULL, shmtopo_scan(comm, in.at.buf, out.at.buf, (size_t)in.at.len / shmtopo_dtype_size(in.code),
+                                       in.code, op, PyObject_IsTrue(args[4]) == 1));
+    msg_release(&in);
+    msg_release(&out);
+    return accel_done(rc, err);
+}
+
+/* accel_reduce_scatter_block(handle, sendbuf, recvbuf, op) -> True | None
+ * (sendbuf: a block per rank, of recvbuf's datatype and length, apart from it) */
+static PyObject *accel_reduce_scatter_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "accel_reduce_scatter_block takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    struct msg in, out;
+    int op;
+    const int size = comm ? shmtopo_comm_size(comm) : 0;
+    if (!comm || !accel_msg(args[2], 1, 1, &out))
+        Py_RETURN_NONE;
+    if (!accel_msg(args[1], 0, size, &in)) {
+        msg_release(&out);
+        Py_RETURN_NONE;
+    }
+    if (in.type != out.type || in.at.len != out.at.len * size || overlaps(&in.at, &out.at)
+        || (op = accel_op(args[3], out.type)) < 0) {
+        msg_release(&in);
+        msg_release(&out);
+        Py_RETURN_NONE;
+    }
+    int rc, err;
+    CORE_CALL(comm, NULL, shmtopo_reduce_scatter(comm, in.at.buf, out.at.buf,
+                                                 (size_t)out.at.len / shmtopo_dtype_size(out.code), out.code, op));
+    msg_release(&in);
+    msg_release(&out);
+    return accel_done(rc, err);
 }
 
 /* accel_barrier(handle) -> True | None */
@@ -2031,6 +2097,10 @@ static PyMethodDef methods[] = {
      "accel_allgatherv(handle, sendbuf, recvbuf) -> True | None"},
     {"accel_gatherv", (PyCFunction)(void (*)(void))accel_gatherv, METH_FASTCALL,
      "accel_gatherv(handle, sendbuf, recvbuf, root) -> True | None"},
+    {"accel_scan", (PyCFunction)(void (*)(void))accel_scan, METH_FASTCALL,
+     "accel_scan(handle, sendbuf, recvbuf, op, exclusive) -> True | None"},
+    {"accel_reduce_scatter_block", (PyCFunction)(void (*)(void))accel_reduce_scatter_block, METH_FASTCALL,
+     "accel_reduce_scatter_block(handle, sendbuf, recvbuf, op) -> True | None"},
     {"accel_gather", (PyCFunction)(void (*)(void))accel_gather, METH_FASTCALL,
      "accel_gather(handle, sendbuf, recvbuf, root) -> True | None"},
     {"accel_scatter", (PyCFunction)(void (*)(void))accel_scatter, METH_FASTCALL,

@@ -95,6 +95,7 @@ _accel_bcast, _accel_allgather = _fastpath.accel_bcast, _fastpath.accel_allgathe
 _accel_alltoall, _accel_gather, _accel_scatter = _fastpath.accel_alltoall, _fastpath.accel_gather, _fastpath.accel_scatter
 _accel_alltoallv, _accel_barrier = _fastpath.accel_alltoallv, _fastpath.accel_barrier
 _accel_allgatherv, _accel_gatherv = _fastpath.accel_allgatherv, _fastpath.accel_gatherv
+_accel_scan, _accel_reduce_scatter_block = _fastpath.accel_scan, _fastpath.accel_reduce_scatter_block
 
 # ---- the communicator ----------------------------------------------------------------
 
@@ -356,6 +357,10 @@ class AcceleratedComm:
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Reduce_scatter_block``."""
+        shm = self._shm
+        if shm is not None and _accel_reduce_scatter_block(shm.fast_handle, sendbuf, recvbuf, op):
+            self._stats["Reduce_scatter_block"][0] += 1
+            return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter_block", plans.reduce_scatter_block, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, out=p.out))
@@ -424,12 +429,20 @@ class AcceleratedComm:
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Scan``."""
+        shm = self._shm
+        if shm is not None and _accel_scan(shm.fast_handle, sendbuf, recvbuf, op, False):
+            self._stats["Scan"][0] += 1
+            return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(SCAN, "Scan", plans.scan, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.scan, p, p.send, p.op, out=p.out))
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Exscan`` (rank 0's recvbuf is left as it is)."""
+        shm = self._shm
+        if shm is not None and _accel_scan(shm.fast_handle, sendbuf, recvbuf, op, True):
+            self._stats["Exscan"][0] += 1
+            return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(EXSCAN, "Exscan", plans.scan, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.exscan, p, p.send, p.op, out=p.out))
