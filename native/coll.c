@@ -659,31 +659,30 @@ int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count
     return shmtopo_coll_step(comm, &sig, NULL, 0);
 }
 
-/* Single-copy allgather: every rank reads each peer's block straight from
- * its input into its own result (peers in a different order on each rank),
- * and its own block from its input. */
-static int sc_allgather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, char *out, size_t n)
+int shmtopo_coll_sc_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, char *out, size_t n,
+                           int collects, const char *what)
 {
     const uint64_t mine = (uint64_t)(uintptr_t)send;
     if (shmtopo_coll_step(comm, sig, &mine, sizeof(mine)) < 0) /* the agreement, and every rank's address */
         return -1;
-    const int P = comm->size;
-    uint64_t *from = malloc((size_t)P * sizeof(*from));
-    int err = from ? 0 : (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM);
+    const int P = comm->size, me = comm->rank;
+    uint64_t *from = collects ? malloc((size_t)P * sizeof(*from)) : NULL;
+    int err = collects && !from ? (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM) : 0;
     for (int p = 0; from && p < P; p++)
         from[p] = shmtopo_coll_posted_address(comm, p);
+    char *own = collects ? out + (size_t)me * n : NULL; /* a gather's other ranks have no out */
     for (size_t off = 0; off < n; off += SHMTOPO_SC_ROUND) {
         const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, n - off);
-        for (int i = 1; i < P && !err; i++) {
-            const int p = (comm->rank + i) % P;
-            if (shmtopo_sc_read(comm, p, out + (size_t)p * n + off, from[p] + off, m, "allgather") < 0) {
+        for (int i = 1; from && i < P && !err; i++) {
+            const int p = (me + i) % P;
+            if (shmtopo_sc_read(comm, p, out + (size_t)p * n + off, from[p] + off, m, what) < 0) {
                 if (shmtopo_sc_gone(comm, p))
                     goto out_failed;
                 err = errno;
             }
         }
-        if (!err)
-            memmove(out + (size_t)comm->rank * n + off, send + off, m);
+        if (from && !err && own != send)
+            memmove(own + off, send + off, m);
         /* every input stays until every rank has read it */
         if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
             goto out_failed;
@@ -711,7 +710,7 @@ int shmtopo_allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t
                       out && send == out + (size_t)comm->rank * n) < 0)
         return shmtopo_coll_refuse(comm, &sig);
     if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
-        return sc_allgather(comm, &sig, send, out, n);
+        return shmtopo_coll_sc_gather(comm, &sig, send, out, n, 1, "allgather");
     if (n <= SHMTOPO_INLINE) {
         if (shmtopo_coll_step(comm, &sig, send, n) < 0)
             return -1;

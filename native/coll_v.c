@@ -112,42 +112,6 @@ static int counts_check(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int root
 
 /* ---- single copy: gather and scatter ------------------------------------------ */
 
-/* Single-copy gather: the root reads each peer's block straight from its
- * input into its result, a round at a time; a peer keeps its input until
- * the step that ends the round. The first step is the agreement, carrying
- * every rank's input address. */
-static int sc_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, char *out, size_t n, int root)
-{
-    const uint64_t mine = (uint64_t)(uintptr_t)send;
-    if (shmtopo_coll_step(comm, sig, &mine, sizeof(mine)) < 0)
-        return -1;
-    const int P = comm->size, is_root = comm->rank == root;
-    uint64_t *from = is_root ? malloc((size_t)P * sizeof(*from)) : NULL;
-    int err = is_root && !from ? (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM) : 0;
-    for (int p = 0; from && p < P; p++)
-        from[p] = shmtopo_coll_posted_address(comm, p);
-    for (size_t off = 0; off < n; off += SHMTOPO_SC_ROUND) {
-        const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, n - off);
-        for (int i = 1; from && i < P && !err; i++) {
-            const int p = (root + i) % P;
-            if (shmtopo_sc_read(comm, p, out + (size_t)p * n + off, from[p] + off, m, "gather") < 0) {
-                if (shmtopo_sc_gone(comm, p))
-                    goto out_failed;
-                err = errno;
-            }
-        }
-        if (from && !err && out + (size_t)root * n != send)
-            memmove(out + (size_t)root * n + off, send + off, m);
-        if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
-            goto out_failed;
-    }
-    free(from);
-    return 0;
-out_failed:
-    free(from);
-    return -1;
-}
-
 /* Single-copy scatter: each peer reads its block straight from the root's
  * input, a round at a time; the root keeps its input until the step that
  * ends the round. The first step is the agreement, carrying the root's
@@ -236,7 +200,7 @@ static int gather_common(shmtopo_comm_t *comm, int kind, const void *send, size_
             return shmtopo_coll_refuse(comm, &sig);
     }
     if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
-        return sc_gather(comm, &sig, send, recv, n, root);
+        return shmtopo_coll_sc_gather(comm, &sig, send, recv, n, is_root, "gather");
     /* the root posts its counts, the others the first chunk of their block */
     int which = shmtopo_chan_next_buffer(comm);
     if (is_root && v)
