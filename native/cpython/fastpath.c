@@ -948,9 +948,31 @@ static PyObject *accel_alltoall(PyObject *self, PyObject *const *args, Py_ssize_
     return accel_done(rc, err);
 }
 
-/* accel_gather(handle, sendbuf, recvbuf, root) -> True | None (recvbuf, a
- * block per rank, is read on the root only, where sendbuf IN_PLACE is its
- * own block, and is apart from sendbuf otherwise) */
+/* A rooted call's root side: `whole`, a block per rank, and `one`, the
+ * root's own block (IN_PLACE: its block of whole), of one type, apart from
+ * each other; 0 with nothing held otherwise. */
+static int accel_rooted(PyObject *whole_spec, int whole_writable, PyObject *one_spec, int one_writable, int size,
+                        int root, struct msg *whole, struct msg *one)
+{
+    if (!accel_msg(whole_spec, whole_writable, size, whole))
+        return 0;
+    if (accel_in_place(one_spec)) {
+        accel_block(whole, root, size, one);
+        return 1;
+    }
+    if (!accel_msg(one_spec, one_writable, 1, one)) {
+        msg_release(whole);
+        return 0;
+    }
+    if (one->code != whole->code || whole->at.len != one->at.len * size || overlaps(&one->at, &whole->at)) {
+        msg_release(one);
+        msg_release(whole);
+        return 0;
+    }
+    return 1;
+}
+
+/* accel_gather(handle, sendbuf, recvbuf, root) -> True | None (recvbuf is read on the root only) */
 static PyObject *accel_gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4)
@@ -961,22 +983,8 @@ static PyObject *accel_gather(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (!comm || (root = accel_root(args[3], comm)) < 0)
         Py_RETURN_NONE;
     const int size = shmtopo_comm_size(comm), is_root = root == shmtopo_comm_rank(comm);
-    if (is_root) {
-        if (!accel_msg(args[2], 1, size, &out))
-            Py_RETURN_NONE;
-        if (accel_in_place(args[1])) {
-            accel_block(&out, root, size, &in);
-        } else if (!accel_msg(args[1], 0, 1, &in)) {
-            msg_release(&out);
-            Py_RETURN_NONE;
-        } else if (out.code != in.code || out.at.len != in.at.len * size || overlaps(&in.at, &out.at)) {
-            msg_release(&in);
-            msg_release(&out);
-            Py_RETURN_NONE;
-        }
-    } else if (!accel_msg(args[1], 0, 1, &in)) {
+    if (is_root ? !accel_rooted(args[2], 1, args[1], 0, size, root, &out, &in) : !accel_msg(args[1], 0, 1, &in))
         Py_RETURN_NONE;
-    }
     int rc, err;
     const size_t count = (size_t)in.at.len / shmtopo_dtype_size(in.code);
     CORE_CALL(comm, NULL, shmtopo_gather(comm, in.at.buf, is_root ? out.at.buf : NULL, count, in.code, root));
@@ -985,9 +993,7 @@ static PyObject *accel_gather(PyObject *self, PyObject *const *args, Py_ssize_t 
     return accel_done(rc, err);
 }
 
-/* accel_scatter(handle, sendbuf, recvbuf, root) -> True | None (sendbuf, a
- * block per rank, is read on the root only, where recvbuf IN_PLACE is its
- * own block, and is apart from recvbuf otherwise) */
+/* accel_scatter(handle, sendbuf, recvbuf, root) -> True | None (sendbuf is read on the root only) */
 static PyObject *accel_scatter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4)
@@ -998,22 +1004,8 @@ static PyObject *accel_scatter(PyObject *self, PyObject *const *args, Py_ssize_t
     if (!comm || (root = accel_root(args[3], comm)) < 0)
         Py_RETURN_NONE;
     const int size = shmtopo_comm_size(comm), is_root = root == shmtopo_comm_rank(comm);
-    if (is_root) {
-        if (!accel_msg(args[1], 0, size, &in))
-            Py_RETURN_NONE;
-        if (accel_in_place(args[2])) {
-            accel_block(&in, root, size, &out);
-        } else if (!accel_msg(args[2], 1, 1, &out)) {
-            msg_release(&in);
-            Py_RETURN_NONE;
-        } else if (out.code != in.code || in.at.len != out.at.len * size || overlaps(&in.at, &out.at)) {
-            msg_release(&in);
-            msg_release(&out);
-            Py_RETURN_NONE;
-        }
-    } else if (!accel_msg(args[2], 1, 1, &out)) {
+    if (is_root ? !accel_rooted(args[1], 0, args[2], 1, size, root, &in, &out) : !accel_msg(args[2], 1, 1, &out))
         Py_RETURN_NONE;
-    }
     int rc, err;
     const size_t count = (size_t)out.at.len / shmtopo_dtype_size(out.code);
     CORE_CALL(comm, NULL, shmtopo_scatter(comm, is_root ? in.at.buf : NULL, out.at.buf, count, out.code, root));
