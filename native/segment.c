@@ -2,7 +2,9 @@
  * posix: a named shm_open file, unlinked as soon as all peers mapped it.
  * memfd: no name at all; peers open /proc/PID/fd/N while the creator holds it.
  * sysv:  marked for removal right after creation (Linux lets peers attach a
- *        removed segment while it is attached), so it can never leak.
+ *        removed segment while it is attached); until then its key names the
+ *        creator, so a creator killed in between leaves nothing the sweep
+ *        does not find.
  * xpmem: needs the XPMEM kernel module; detected, not built here. */
 #include <dirent.h>
 #include <errno.h>
@@ -110,9 +112,21 @@ static int create_memfd(size_t length, int huge, shmtopo_seg_t *seg)
     return 0;
 }
 
+/* A sysv segment's key while it is not yet marked for removal: a tag in
+ * the top bits, the creator's pid (at most 22 bits on Linux) and a try
+ * count. IPC_RMID turns the key back to IPC_PRIVATE. */
+#define SYSV_TAG 0x40000000u
+#define SYSV_KEY(pid, try) ((key_t)(SYSV_TAG | ((uint32_t)(pid) & 0x3fffffu) << 8 | ((try) & 0xffu)))
+#define SYSV_KEY_PID(key) ((pid_t)(((uint32_t)(key) >> 8) & 0x3fffffu))
+
 static int create_sysv(size_t length, shmtopo_seg_t *seg)
 {
-    int id = shmget(IPC_PRIVATE, length, IPC_CREAT | IPC_EXCL | 0600);
+    int id = -1;
+    for (int tries = 0; tries < 256 && id < 0; tries++) {
+        id = shmget(SYSV_KEY(getpid(), tries), length, IPC_CREAT | IPC_EXCL | 0600);
+        if (id < 0 && errno != EEXIST)
+            break;
+    }
     if (id < 0)
         return shmtopo_fail(errno, -1, "shmget of %zu bytes: %s", length, strerror(errno));
     void *addr = shmat(id, NULL, 0);
@@ -515,9 +529,39 @@ static int sweep(const char *dir, const char *prefix)
     return removed;
 }
 
+/* Remove the sysv segments still keyed by a creator that is gone (killed
+ * between shmget and IPC_RMID): the key names the pid, and the kernel's
+ * creator pid must agree. */
+static int sweep_sysv(void)
+{
+    FILE *f = fopen("/proc/sysvipc/shm", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    int removed = 0;
+    if (!fgets(line, sizeof line, f)) { /* the header */
+        fclose(f);
+        return 0;
+    }
+    while (fgets(line, sizeof line, f)) {
+        long long key, id, cpid;
+        unsigned perms;
+        unsigned long long size;
+        if (sscanf(line, "%lld %lld %o %llu %lld", &key, &id, &perms, &size, &cpid) != 5)
+            continue;
+        if (((uint32_t)key & 0xc0000000u) != SYSV_TAG || SYSV_KEY_PID(key) != (pid_t)cpid ||
+            shmtopo_pid_running((pid_t)cpid))
+            continue;
+        if (shmctl((int)id, IPC_RMID, NULL) == 0)
+            removed++;
+    }
+    fclose(f);
+    return removed;
+}
+
 int shmtopo_sweep_stale_files(const char *topo_dir)
 {
-    int removed = sweep("/dev/shm", "shmtopo.") + sweep("/dev/shm", SHMTOPO_TOPO_PREFIX);
+    int removed = sweep("/dev/shm", "shmtopo.") + sweep("/dev/shm", SHMTOPO_TOPO_PREFIX) + sweep_sysv();
     if (topo_dir && *topo_dir && strcmp(topo_dir, "/dev/shm") != 0)
         removed += sweep(topo_dir, SHMTOPO_TOPO_PREFIX);
     return removed;

@@ -611,7 +611,8 @@ const char *shmtopo_topo_source_name(int source);
 int shmtopo_backend_probe(int backend);
 /* Unlink the posix segment names and topology files (in /dev/shm and
  * topo_dir, NULL: /dev/shm only) whose creator process no longer exists
- * (left by a kill during allocation or sharing); returns how many. Run by
+ * (left by a kill during allocation or sharing), and the System V segments
+ * such a creator had not yet marked for removal; returns how many. Run by
  * comm_create, when a wait finds a dead peer, and by the launcher
  * (python -m shmtopo run) once a job's ranks are gone. */
 int shmtopo_sweep_stale_files(const char *topo_dir);

@@ -316,45 +316,65 @@ def test_sigkill_during_allocation_loops(backend):
         assert left == set(), (victim, pids, left)
 
 
-def _allocate_posix_forever(comm, ready, seconds):
+def _allocate_forever(comm, ready, backend, seconds):
     ready.release()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        comm.allocate(1 << 20, backend="posix").free()
+        comm.allocate(1 << 20, backend=backend).free()
     return "done"
 
 
+def sysv_unremoved_of(pids) -> set[str]:
+    """The System V segments of `pids` not yet marked for removal (SHM_DEST
+    is 0o1000 in the perms column): what a creator killed then leaves."""
+    try:
+        lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except OSError:
+        return set()
+    pids = {int(p) for p in pids}
+    return {f"sysv shmid {f[1]}" for f in map(str.split, lines)
+            if len(f) > 4 and int(f[4]) in pids and not int(f[2], 8) & 0o1000}
+
+
+#: what a victim holds while its segment can still be found by others only
+HELD = {"posix": shm_names_of, "sysv": sysv_unremoved_of}
+
+
 @pytest.mark.no_mpi
-def test_kill_while_a_segment_is_named_leaves_nothing():
-    """The victim is stopped while /dev/shm holds its segment's name (inside
-    an allocation, before everyone mapped it), then killed: the survivors
-    raise PeerDeadError within 2 s and remove the name (the sweep of dead
-    creators' names on a dead peer)."""
+@pytest.mark.parametrize("backend", HELD)
+def test_kill_while_a_segment_is_held_leaves_nothing(backend):
+    """The victim is stopped inside an allocation while its segment can leak
+    (posix: /dev/shm holds its name, before everyone mapped it; sysv: created,
+    not yet marked for removal), then killed: the survivors raise
+    PeerDeadError within 2 s and remove it (the sweep of dead creators'
+    leftovers on a dead peer)."""
+    held = HELD[backend]
     for attempt in range(20):
-        ranks = Ranks(3, _allocate_posix_forever, 10.0)
-        victim, named = 1, None
+        ranks = Ranks(3, _allocate_forever, backend, 10.0)
+        victim, caught = 1, None
         try:
             ranks.wait_ready()
             deadline = time.monotonic() + 5.0
-            while named is None and time.monotonic() < deadline:
-                if shm_names_of([ranks.pids[victim]]):
+            while caught is None and time.monotonic() < deadline:
+                if held([ranks.pids[victim]]):
                     os.kill(ranks.pids[victim], signal.SIGSTOP)
-                    named = shm_names_of([ranks.pids[victim]]) or None
-                    if named is None:
+                    caught = held([ranks.pids[victim]]) or None
+                    if caught is None:
                         os.kill(ranks.pids[victim], signal.SIGCONT)
             os.kill(ranks.pids[victim], signal.SIGKILL)
             killed_at = time.monotonic()
         finally:
             out = ranks.finish(timeout=8.0)
-        if named is None:
-            continue  # never caught it with a name: try again
+        if caught is None:
+            continue  # never caught it holding one: try again
         for rank in (0, 2):
             status, value, when = out[rank]
             assert status in ("PeerDeadError", "PeerAbortedError"), out[rank]
             assert when - killed_at < DEAD_LIMIT, out[rank]
-        assert shm_names_of(ranks.pids) == set(), (named, shm_names_of(ranks.pids))
+        left = shm_names_of(ranks.pids) | sysv_segments_of(ranks.pids)
+        assert left == set(), (caught, left)
         return
-    pytest.fail("the victim's segment was never caught with its name in 20 attempts")
+    pytest.fail(f"the victim was never caught holding its {backend} segment in 20 attempts")
 
 
 # ---- 1c. hostile arguments ------------------------------------------------
