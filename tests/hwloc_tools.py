@@ -445,6 +445,23 @@ def mask_set(mask: str) -> set[int]:
     return bits
 
 
+def from_rank0(fn, *args):
+    """fn(*args) computed by rank 0 of the job and handed to every rank. The
+    others wait in a sleeping poll, not in a collective: MPICH's spinning
+    waits would take the cores the tools run on."""
+    import time
+
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    value = fn(*args) if world.rank == 0 else None
+    if world.size > 1:
+        done = world.Ibarrier()
+        while not done.Test():
+            time.sleep(0.005)
+    return world.bcast(value, root=0)
+
+
 @pytest.fixture(scope="session")
 def big_node():
     """Path of the big node's XML, built once by rank 0 of the job (the
@@ -453,8 +470,7 @@ def big_node():
 
     world = MPI.COMM_WORLD
     directory = tempfile.mkdtemp(prefix="shmtopo-big-node-") if world.rank == 0 else None
-    path = build_big_node(directory) if world.rank == 0 else None
-    path = world.bcast(path, root=0)
+    path = from_rank0(build_big_node, directory)
     yield path
     world.Barrier()
     if world.rank == 0:

@@ -73,7 +73,7 @@ def test_shared_big_node_matches_hwloc_info(comm, monkeypatch, big_node):
     for io in ("all", True):
         with shared_from(monkeypatch, comm, big_node, io=io) as topo:
             assert topo.source == "shmem" and topo.io == io
-            diffs = H.compare_objects(H.our_objects(topo), H.tool_objects(big_node, io))
+            diffs = H.compare_objects(H.our_objects(topo), H.from_rank0(H.tool_objects, big_node, io))
             rows = comm.mpi.allgather((len(diffs), diffs[:5]))
         assert all(r == (0, []) for r in rows), rows
 
@@ -82,8 +82,8 @@ def test_shared_big_node_matches_hwloc_info(comm, monkeypatch, big_node):
 def test_io_survives_every_share_path(comm, monkeypatch, big_node, source):
     with shared_from(monkeypatch, comm, big_node, io=True, source=source) as topo:
         rows = comm.mpi.allgather((topo.source, topo.io, [d.name for d in topo.osdevs()]))
-    names = sorted(b["name"] for b in H.info_blocks(H.run("hwloc-info", *H.io_args(True), "os:all",
-                                                           input=big_node)))
+    names = sorted(b["name"] for b in H.info_blocks(H.from_rank0(
+        lambda: H.run("hwloc-info", *H.io_args(True), "os:all", input=big_node))))
     assert all(r[0] == source and r[1] is True and sorted(r[2]) == names for r in rows), rows
 
 
@@ -442,20 +442,37 @@ def test_shared_attributes_match_lstopo(comm, monkeypatch, big_node):
     with shared_from(monkeypatch, comm, big_node) as topo:
         assert topo.source == "shmem"
         rows = comm.mpi.allgather((our_distances(topo), our_memattrs(topo), our_cpukinds(topo)))
-    expected = (H.tool_distances(big_node), tool_memattrs(big_node), H.tool_cpukinds(big_node))
+    expected = H.from_rank0(lambda: (H.tool_distances(big_node), tool_memattrs(big_node), H.tool_cpukinds(big_node)))
     assert all(r == expected for r in rows)
 
 
+MEMATTR_PLACES = ("pu:0-3", "pu:300", "package:1", "numa:5", "core:0 core:255")
+MEMATTR_ATTRS = ("Bandwidth", "Latency", "Capacity", "Locality")
+LOCAL_MEMORY_FLAGS = (("0", {}), ("1", {"larger": True}), ("2", {"smaller": True}),
+                      ("3", {"larger": True, "smaller": True}), ("4", {"all": True}))
+
+
+def tool_memory_answers(path):
+    """What hwloc-calc answers for each place: its cpus, the best target of
+    each attribute, and the local memory under each flag."""
+    return {loc: (tool_set(path, loc),
+                  {attr: calc("--local-memory-flags", "3", "--best-memattr", attr, *loc.split(), input=path)
+                   for attr in MEMATTR_ATTRS},
+                  {flags: calc("--local-memory-flags", flags, "--local-memory", *loc.split(), input=path)
+                   for flags, _ in LOCAL_MEMORY_FLAGS})
+            for loc in MEMATTR_PLACES}
+
+
 def test_memattr_queries_match_hwloc_calc(comm, monkeypatch, big_node):
+    answers = H.from_rank0(tool_memory_answers, big_node)
     with load_xml(big_node) as local, shared_from(monkeypatch, comm, big_node) as shared:
         for topo in (local, shared):
-            for loc in ("pu:0-3", "pu:300", "package:1", "numa:5", "core:0 core:255"):
-                cpus = tool_set(big_node, loc)
-                for attr in ("Bandwidth", "Latency", "Capacity", "Locality"):
+            for loc in MEMATTR_PLACES:
+                cpus, best_of, local_memory = answers[loc]
+                for attr in MEMATTR_ATTRS:
                     best = topo.best_target(attr, cpus)
                     # hwloc-calc --best-memattr picks among the local nodes
-                    local_best = calc("--local-memory-flags", "3", "--best-memattr", attr, *loc.split(),
-                                      input=big_node)
+                    local_best = best_of[attr]
                     if attr in ("Bandwidth", "Latency") and "," not in local_best:
                         candidates = topo.local_numa_nodes(cpus, larger=True, smaller=True)
                         values = {n.logical_index: topo.memattr_value(attr, n, cpus) for n in candidates}
@@ -466,9 +483,8 @@ def test_memattr_queries_match_hwloc_calc(comm, monkeypatch, big_node):
                     if best is not None:
                         node, value = best
                         assert topo.memattr_value(attr, node, cpus) == value
-                for flags, kw in (("0", {}), ("1", {"larger": True}), ("2", {"smaller": True}),
-                                  ("3", {"larger": True, "smaller": True}), ("4", {"all": True})):
-                    expected = calc("--local-memory-flags", flags, "--local-memory", *loc.split(), input=big_node)
+                for flags, kw in LOCAL_MEMORY_FLAGS:
+                    expected = local_memory[flags]
                     assert ",".join(str(n.logical_index) for n in topo.local_numa_nodes(cpus, **kw)) == expected
             n5 = topo.object("numanode", 5)
             assert topo.memattr_value("Bandwidth", n5, topo.object("package", 1)) == 20500
