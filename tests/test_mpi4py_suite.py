@@ -21,7 +21,7 @@ import mpi4py
 import pytest
 from mpi4py import MPI
 
-from conftest import CLEAN_ENV, fetch_sdist, run_mpiexec
+from conftest import CLEAN_ENV, SANITIZED, fetch_sdist, run_mpiexec
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -53,10 +53,6 @@ TIMEOUT = 900  # the 4-rank runs take minutes on a loaded 2-core machine
 # 194 s, against 13 s under Open MPI). Such runs go to MPICH only where every
 # rank has a core; strict runs, which hand nothing to MPI, run everywhere.
 SPINS_WHEN_OVERSUBSCRIBED = MPI.Get_library_version().startswith("MPICH")
-# Under ./dev sanitize only shmtopo's code is instrumented: what the drop-in
-# hands to MPI gives the sanitizers nothing to check that the strict runs of
-# the same size (which run everything in shmtopo) do not.
-SANITIZED = "libasan" in Path("/proc/self/maps").read_text()
 
 
 @pytest.fixture(scope="module")
