@@ -208,6 +208,58 @@ def test_fast_entry_takes_only_the_plain_case(comm):
     comm.barrier()
 
 
+def test_gather_scatter_alltoall_enter_c_once(comm):
+    """The plain calls of gather, scatter and alltoall (C-contiguous arrays,
+    out given, an int root) run no Python past the API function itself; the
+    rest goes to the general path, which does it or explains."""
+    import sys
+
+    from shmtopo import _fastpath
+
+    n, me, h = comm.world_size, comm.world_rank, comm.fast_handle
+    x = data(me, 6, np.int32)
+    table = np.arange(n * 6, dtype=np.int32).reshape(n, 6) + 100 * me
+    gathered, block, swapped = np.empty((n, 6), np.int32), np.empty(6, np.int32), np.empty((n, 6), np.int32)
+    root = n - 1
+    python_calls = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            python_calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        got = comm.gather(x, root, out=gathered)
+        scattered = comm.scatter(table, root, out=block)
+        exchanged = comm.alltoall(table, out=swapped)
+    finally:
+        sys.setprofile(None)
+    assert python_calls == ["gather", "scatter", "alltoall"], python_calls
+    everyone_x = everyone(comm, 6, np.int32)
+    if me == root:
+        assert got is gathered
+        np.testing.assert_array_equal(gathered, np.array(everyone_x))
+    else:
+        assert got is None
+    assert scattered is block
+    np.testing.assert_array_equal(block, np.arange(me * 6, me * 6 + 6) + 100 * root)
+    assert exchanged is swapped
+    np.testing.assert_array_equal(swapped, [np.arange(me * 6, me * 6 + 6) + 100 * p for p in range(n)])
+    # what the C entries hand back (None: no collective made)
+    assert _fastpath.gather(h, x, gathered, n) is None                      # root out of range
+    assert _fastpath.gather(h, x, gathered, "0") is None                     # not an int
+    assert _fastpath.scatter(h, table, block, -1) is None
+    assert _fastpath.alltoall(h, table, swapped[:, :5]) is None               # not contiguous
+    assert _fastpath.alltoall(h, table, table) is None                      # in place: the general path
+    assert _fastpath.alltoall(0, table, swapped) is None                    # no comm
+    # the same through the API: in place and other shapes go the general way
+    if me == root:
+        assert _fastpath.gather(h, x, np.empty((n, 5), np.int32), root) is None
+        assert _fastpath.scatter(h, table.reshape(-1), block, root) is None
+    np.testing.assert_array_equal(comm.alltoall(table.copy(), out=None), swapped)
+    comm.barrier()
+
+
 @pytest.mark.parametrize("op", ["allreduce", "reduce", "bcast", "allgather"])
 def test_fast_entry_finds_the_window(comm, op):
     """A large array in a window takes the window path from the fast entry

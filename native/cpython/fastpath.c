@@ -436,6 +436,108 @@ static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_
     return rc < 0 ? failed(NULL, err) : new_ref(args[3]);
 }
 
+/* The root as the core takes it, or -1 for the general path to judge. */
+static int root_in(PyObject *value, const shmtopo_comm_t *comm)
+{
+    int root = root_of(value);
+    return root < shmtopo_comm_size(comm) ? root : -1;
+}
+
+/* alltoall(handle, array, out) -> out | None: the first axis splits into
+ * one block per rank; out of the same type and length, apart from array */
+static PyObject *fast_alltoall(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "alltoall takes 3 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, out_code;
+    Py_buffer in, out;
+    if (!comm || !view_of(args[1], &in, 0, &code))
+        return not_handled();
+    const int size = shmtopo_comm_size(comm);
+    if (in.ndim == 0 || in.shape[0] % size || !view_of(args[2], &out, 1, &out_code)) {
+        PyBuffer_Release(&in);
+        return not_handled();
+    }
+    if (out_code != code || out.len != in.len || overlaps(&in, &out)) {
+        PyBuffer_Release(&in);
+        PyBuffer_Release(&out);
+        return not_handled();
+    }
+    int rc, err;
+    CORE_CALL(comm, NULL, shmtopo_alltoall(comm, in.buf, out.buf, count_of(&in, code) / (size_t)size, code));
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
+}
+
+/* gather(handle, array, out, root) -> out on the root, True elsewhere, None
+ * where the general path must look (out, a block per rank, is read on the
+ * root only; in place there is its business) */
+static PyObject *fast_gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "gather takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, out_code, root;
+    Py_buffer in, out = {0};
+    if (!comm || (root = root_in(args[3], comm)) < 0 || !view_of(args[1], &in, 0, &code))
+        return not_handled();
+    const int is_root = root == shmtopo_comm_rank(comm);
+    if (is_root) {
+        if (!view_of(args[2], &out, 1, &out_code)) {
+            PyBuffer_Release(&in);
+            return not_handled();
+        }
+        if (out_code != code || out.len != in.len * shmtopo_comm_size(comm) || overlaps(&in, &out)) {
+            PyBuffer_Release(&in);
+            PyBuffer_Release(&out);
+            return not_handled();
+        }
+    }
+    int rc, err;
+    CORE_CALL(comm, NULL, shmtopo_gather(comm, in.buf, is_root ? out.buf : NULL, count_of(&in, code), code, root));
+    PyBuffer_Release(&in);
+    if (is_root)
+        PyBuffer_Release(&out);
+    if (rc < 0)
+        return failed(NULL, err);
+    return is_root ? new_ref(args[2]) : new_ref(Py_True);
+}
+
+/* scatter(handle, array, out, root) -> out | None: on the root array holds a
+ * block per rank along its first axis, apart from out; array is not read
+ * elsewhere */
+static PyObject *fast_scatter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "scatter takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, in_code, root;
+    Py_buffer in = {0}, out;
+    if (!comm || (root = root_in(args[3], comm)) < 0 || !view_of(args[2], &out, 1, &code))
+        return not_handled();
+    const int is_root = root == shmtopo_comm_rank(comm), size = shmtopo_comm_size(comm);
+    if (is_root) {
+        if (!view_of(args[1], &in, 0, &in_code)) {
+            PyBuffer_Release(&out);
+            return not_handled();
+        }
+        if (in_code != code || in.ndim == 0 || in.shape[0] != size || in.len != out.len * size ||
+            overlaps(&in, &out)) {
+            PyBuffer_Release(&in);
+            PyBuffer_Release(&out);
+            return not_handled();
+        }
+    }
+    int rc, err;
+    CORE_CALL(comm, NULL, shmtopo_scatter(comm, is_root ? in.buf : NULL, out.buf, count_of(&out, code), code, root));
+    if (is_root)
+        PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
+}
+
 /* barrier(handle) -> True | None (handle 0: not a live single-node comm) */
 static PyObject *fast_barrier(PyObject *self, PyObject *handle)
 {
@@ -769,13 +871,6 @@ static int accel_result(PyObject *spec, struct msg *out, const struct msg *in)
     return 1;
 }
 
-/* The root as the core takes it, or -1 for what the planner must judge. */
-static int accel_root(PyObject *value, const shmtopo_comm_t *comm)
-{
-    int root = root_of(value);
-    return root < shmtopo_comm_size(comm) ? root : -1;
-}
-
 static PyObject *accel_done(int rc, int err)
 {
     if (rc < 0 && !accel.last_error) /* called before bind_accelerate */
@@ -847,7 +942,7 @@ static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t 
     struct msg in, out = {0};
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (!comm || (root = accel_root(args[5], comm)) < 0)
+    if (!comm || (root = root_in(args[5], comm)) < 0)
         Py_RETURN_NONE;
     const int is_root = root == shmtopo_comm_rank(comm);
     if (is_root ? !accel_in_out(args[2], args[3], &in, &out) : !accel_msg(args[2], 0, 1, &in))
@@ -876,7 +971,7 @@ static PyObject *accel_bcast(PyObject *self, PyObject *const *args, Py_ssize_t n
     struct msg buf;
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (!comm || (root = accel_root(args[3], comm)) < 0 || !accel_msg(args[2], 1, 1, &buf))
+    if (!comm || (root = root_in(args[3], comm)) < 0 || !accel_msg(args[2], 1, 1, &buf))
         Py_RETURN_NONE;
     enum place place = place_of(args[1], comm, &buf.at, &win, &offset);
     if (place == UNKNOWN) {
@@ -980,7 +1075,7 @@ static PyObject *accel_gather(PyObject *self, PyObject *const *args, Py_ssize_t 
     shmtopo_comm_t *comm = comm_of(args[0]);
     struct msg in, out = {0};
     int root;
-    if (!comm || (root = accel_root(args[3], comm)) < 0)
+    if (!comm || (root = root_in(args[3], comm)) < 0)
         Py_RETURN_NONE;
     const int size = shmtopo_comm_size(comm), is_root = root == shmtopo_comm_rank(comm);
     if (is_root ? !accel_rooted(args[2], 1, args[1], 0, size, root, &out, &in) : !accel_msg(args[1], 0, 1, &in))
@@ -1001,7 +1096,7 @@ static PyObject *accel_scatter(PyObject *self, PyObject *const *args, Py_ssize_t
     shmtopo_comm_t *comm = comm_of(args[0]);
     struct msg in = {0}, out;
     int root;
-    if (!comm || (root = accel_root(args[3], comm)) < 0)
+    if (!comm || (root = root_in(args[3], comm)) < 0)
         Py_RETURN_NONE;
     const int size = shmtopo_comm_size(comm), is_root = root == shmtopo_comm_rank(comm);
     if (is_root ? !accel_rooted(args[1], 0, args[2], 1, size, root, &in, &out) : !accel_msg(args[2], 1, 1, &out))
@@ -1184,7 +1279,7 @@ static PyObject *accel_gatherv(PyObject *self, PyObject *const *args, Py_ssize_t
         return PyErr_Format(PyExc_TypeError, "accel_gatherv takes 4 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
     int root;
-    if (!comm || (root = accel_root(args[3], comm)) < 0)
+    if (!comm || (root = root_in(args[3], comm)) < 0)
         Py_RETURN_NONE;
     const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
     struct msg in, out = {0};
@@ -2069,6 +2164,10 @@ static PyMethodDef methods[] = {
     {"bcast", (PyCFunction)(void (*)(void))fast_bcast, METH_FASTCALL, "bcast(handle, windows, array, root)"},
     {"allgather", (PyCFunction)(void (*)(void))fast_allgather, METH_FASTCALL, "allgather(handle, windows, array, out, nranks)"},
     {"barrier", fast_barrier, METH_O, "barrier(handle) -> True | None"},
+    {"alltoall", (PyCFunction)(void (*)(void))fast_alltoall, METH_FASTCALL, "alltoall(handle, array, out) -> out | None"},
+    {"gather", (PyCFunction)(void (*)(void))fast_gather, METH_FASTCALL,
+     "gather(handle, array, out, root) -> out on the root, True elsewhere | None"},
+    {"scatter", (PyCFunction)(void (*)(void))fast_scatter, METH_FASTCALL, "scatter(handle, array, out, root) -> out | None"},
     {"claim", (PyCFunction)(void (*)(void))claim, METH_FASTCALL,
      "claim(comm, win): this thread's calls only, until unclaim (EBUSY otherwise)"},
     {"unclaim", (PyCFunction)(void (*)(void))unclaim, METH_FASTCALL, "unclaim(comm, win)"},

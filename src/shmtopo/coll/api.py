@@ -35,7 +35,8 @@ from .across import (hier_allgather, hier_allreduce, hier_bcast, hier_reduce, ru
                      world_alltoall, world_alltoallv, world_gatherv, world_scatterv)
 from .args import (allgather_args, allgatherv_args, alltoallv_args, bcast_args, blocks_args, equal_blocks, gather_args,
                    gatherv_args, reduce_args, reduce_scatter_counts_args, scan_args, scatter_args, scatterv_args)
-from .node import (checked, fast_allgather, fast_barrier, fast_allreduce, fast_bcast, fast_reduce, native_barrier, node_allgather,
+from .node import (checked, fast_allgather, fast_alltoall, fast_barrier, fast_allreduce, fast_bcast, fast_gather,
+                   fast_reduce, fast_scatter, native_barrier, node_allgather,
                    node_bcast, node_reduce, pointer, sizes_pointer, window_of)
 
 
@@ -176,18 +177,22 @@ def reduce_scatter(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, cou
     return result
 
 
-@holding_comm
 def alltoall(comm: CommLike, array: npt.ArrayLike, *, out: Array | None = None) -> Array:
     """Collective: block p of the result is block `rank` of rank p's array
     (first axis split into nranks equal blocks)."""
-    a, code, _, block, result = normalised(comm, ALLTOALL, blocks_args, comm, "alltoall", array, None, out)
-    count = math.prod(block)
-    if comm.nnodes == 1:
-        checked(lib.shmtopo_alltoall(comm.handle, pointer(a), pointer(result), count, code))
+    if out is not None:
+        fast: Array | None = fast_alltoall(comm.fast_handle, array, out)
+        if fast is not None:
+            return fast
+    with Held(comm.address):
+        a, code, _, block, result = normalised(comm, ALLTOALL, blocks_args, comm, "alltoall", array, None, out)
+        count = math.prod(block)
+        if comm.nnodes == 1:
+            checked(lib.shmtopo_alltoall(comm.handle, pointer(a), pointer(result), count, code))
+            return result
+        agree(comm, ALLTOALL, count, code)
+        run_across_nodes(comm, world_alltoall, a, result)
         return result
-    agree(comm, ALLTOALL, count, code)
-    run_across_nodes(comm, world_alltoall, a, result)
-    return result
 
 
 def _root_counts(comm: CommLike, table: Array | None, root: int) -> Array:
@@ -201,38 +206,45 @@ def _own_counts(comm: CommLike, count: int) -> Array:
     return allgather(comm, np.array([count], SIZES)).reshape(-1)
 
 
-@holding_comm
 def gather(comm: CommLike, array: Any, root: int = 0, *, out: Array | None = None) -> Array | None:
     """Collective: on rank `root`, shape (nranks, *array.shape) with row r
     from rank r (out, if given); None elsewhere. Every rank passes the same
     shape and dtype. In place on the root: array None (or out[root]), its
     block then already in out."""
-    a, code, r, result = normalised(comm, GATHER, gather_args, comm, array, root, out)
-    if comm.nnodes == 1:
-        checked(lib.shmtopo_gather(comm.handle, pointer(a), pointer(result), a.size, code, r))
+    done = fast_gather(comm.fast_handle, array, out, root)
+    if done is not None:
+        return None if done is True else done  # the root's out
+    with Held(comm.address):
+        a, code, r, result = normalised(comm, GATHER, gather_args, comm, array, root, out)
+        if comm.nnodes == 1:
+            checked(lib.shmtopo_gather(comm.handle, pointer(a), pointer(result), a.size, code, r))
+            return result
+        agree(comm, GATHER, a.size, code, -1, r)
+        counts, displs = equal_blocks(comm, a.size)
+        run_across_nodes(comm, world_gatherv, a.reshape(-1),
+                         None if result is None else result.reshape(-1), counts, displs, r)
         return result
-    agree(comm, GATHER, a.size, code, -1, r)
-    counts, displs = equal_blocks(comm, a.size)
-    run_across_nodes(comm, world_gatherv, a.reshape(-1),
-                     None if result is None else result.reshape(-1), counts, displs, r)
-    return result
 
 
-@holding_comm
 def scatter(comm: CommLike, array: Any, root: int = 0, *, out: Array | None = None) -> Array:
     """Collective: rank r gets block r of the root's array (shape (nranks,
     *block)); returns it (out, or a new array). Elsewhere array may be None,
     and out (shape block) is then needed. In place on the root: out is the
     root's own block of array (array[root]), left where it is."""
-    a, code, r, result = normalised(comm, SCATTER, scatter_args, comm, array, root, out)
-    if comm.nnodes == 1:
-        checked(lib.shmtopo_scatter(comm.handle, pointer(a), pointer(result), result.size, code, r))
+    if out is not None:
+        fast: Array | None = fast_scatter(comm.fast_handle, array, out, root)
+        if fast is not None:
+            return fast
+    with Held(comm.address):
+        a, code, r, result = normalised(comm, SCATTER, scatter_args, comm, array, root, out)
+        if comm.nnodes == 1:
+            checked(lib.shmtopo_scatter(comm.handle, pointer(a), pointer(result), result.size, code, r))
+            return result
+        agree(comm, SCATTER, result.size, code, -1, r)
+        counts, displs = equal_blocks(comm, result.size)
+        run_across_nodes(comm, world_scatterv, None if a is None else a.reshape(-1),
+                         result.reshape(-1), counts, displs, r)
         return result
-    agree(comm, SCATTER, result.size, code, -1, r)
-    counts, displs = equal_blocks(comm, result.size)
-    run_across_nodes(comm, world_scatterv, None if a is None else a.reshape(-1),
-                     result.reshape(-1), counts, displs, r)
-    return result
 
 
 @holding_comm

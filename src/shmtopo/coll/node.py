@@ -37,6 +37,7 @@ on_new_dtype(_bind_fast_entry)  # bfloat16, once taken in, takes the fast entry 
 fast_allreduce, fast_reduce = _fastpath.allreduce, _fastpath.reduce
 fast_bcast, fast_allgather = _fastpath.bcast, _fastpath.allgather
 fast_barrier = _fastpath.barrier
+fast_alltoall, fast_gather, fast_scatter = _fastpath.alltoall, _fastpath.gather, _fastpath.scatter
 native_barrier = lib.shmtopo_barrier
 
 
