@@ -129,9 +129,10 @@ def test_cli_bench_collectives_runs(n):
     assert header.split()[2:] == ["floor", "us", "mpi4py", "us", "(min-max)", "x", "floor", "shmtopo", "us",
                                   "(min-max)", "x", "floor", "ratio", "GB/s", "(shm)"], header
     rows = [line.split() for line in proc.stdout.splitlines()
-            if line.split()[:1] and line.split()[0] in ("allreduce", "bcast", "reduce", "allgather")
+            if line.split()[:1] and line.split()[0] in ("allreduce", "bcast", "reduce", "allgather", "gather",
+                                                       "scatter", "alltoall")
             and len(line.split()) > 8 and line.split()[1:3] != ["(run", "ahead)"]]
-    assert len(rows) == 8 * 5, proc.stdout  # 8 rows x 8, 32, 128, 512, 2048 B
+    assert len(rows) == 11 * 5, proc.stdout  # 11 rows x 8, 32, 128, 512, 2048 B
     # small bcast and reduce on a comm that runs ahead, up to 1 KiB, where there are peers
     ahead = [line.split() for line in proc.stdout.splitlines() if line.split()[1:3] == ["(run", "ahead)"]]
     assert sorted((r[0], int(r[3])) for r in ahead) == (
@@ -140,13 +141,14 @@ def test_cli_bench_collectives_runs(n):
     # the drop-in's upper-case calls, each size, with both figures and the ratio
     dropin = [line.split() for line in proc.stdout.splitlines() if "(drop-in)" in line.split()[1:2]]
     assert sorted((r[0], int(r[2])) for r in dropin) == sorted(
-        (name, size) for name in ("Allgather", "Allreduce", "Bcast", "Reduce") for size in (8, 32, 128, 512, 2048)
+        (name, size) for name in ("Allgather", "Allreduce", "Alltoall", "Bcast", "Gather", "Reduce", "Scatter")
+        for size in (8, 32, 128, 512, 2048)
     ), proc.stdout
     for row in dropin:
         words = [w for w in row if not w.startswith("(") or w == "(drop-in)"]
         assert float(words[4]) > 0 and float(words[6]) > 0 and float(words[8]) >= 0, row  # mpi4py, shmtopo, ratio
     line = next(line for line in proc.stdout.splitlines() if line.startswith("drop-in over shmtopo's own API"))
-    for name in ("Allreduce", "Bcast", "Reduce", "Allgather"):
+    for name in ("Allreduce", "Bcast", "Reduce", "Allgather", "Gather", "Scatter", "Alltoall"):
         assert f"{name} " in line, line
     floors = [float(words[len(words) - 7]) for words in ([w for w in row if not w.startswith("(")] for row in rows)]
     if n == 2:  # data crosses cores: the larger copies show a floor

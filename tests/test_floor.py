@@ -131,6 +131,11 @@ def test_p_rank_model(p):
         min(max(X1(q * n), q * r(n)), max(X2(share), q * r(n / p)) + X1(share)))
     assert m.time("bcast", n) == pytest.approx(min(X1(n), X2(share)))
     assert m.time("allgather", n) == pytest.approx(X2(q * n) + c(n))
+    # gather, scatter, alltoall: n is one rank's block
+    assert m.time("gather", n) == pytest.approx(X1(q * n) + c(n))
+    assert m.time("gather", n, in_place=True) == pytest.approx(X1(q * n))
+    assert m.time("scatter", n) == pytest.approx(X1(n))
+    assert m.time("alltoall", n) == pytest.approx(X2(q * n) + c(n))
     # more ranks never make the floor smaller for allgather (more to read)
     assert m.time("allgather", n) > F.Model(made_up(), ranks=2).time("allgather", n)
 
@@ -142,7 +147,7 @@ def test_one_rank_model_is_local():
     fl.reduce = {"float64": _stat(1e-6)}
     m = F.Model(fl)
     assert m.time("fence") == 0 and m.time("peer_fence") == 0
-    for op in ("allreduce", "reduce", "allgather"):
+    for op in ("allreduce", "reduce", "allgather", "gather", "scatter", "alltoall"):
         assert m.time(op, 4096) == pytest.approx(c(4096))  # the result into a separate output
         assert m.time(op, 4096, in_place=True) == 0
     assert m.time("bcast", 4096) == 0
@@ -154,7 +159,7 @@ def test_one_rank_model_is_local():
 @pytest.mark.serial
 def test_model_refuses_unknown_operations():
     with pytest.raises(ValueError, match="unknown operation"):
-        F.Model(made_up()).time("alltoall", 8)
+        F.Model(made_up()).time("alltoallv", 8)
     with pytest.raises(ValueError):
         F.Model(made_up(), ranks=0)
 

@@ -347,11 +347,12 @@ def run_window_bench(seconds: float = 0.1, repeats: int = REPEATS) -> list[Windo
 # 8 B ... 32 MiB in steps of 4 (cut at max_bytes), plus 1 MiB, a size the targets name
 COLLECTIVE_SIZES = sorted({8 * 4**k for k in range(12)} | {1 << 20})
 _ROW_ORDER = ["allreduce", "allreduce persistent", "allreduce in window", "bcast", "bcast in window",
-              "reduce", "allgather", "allgather in window"]
+              "reduce", "allgather", "allgather in window", "gather", "scatter", "alltoall"]
 # The drop-in's upper-case calls (shmtopo.accelerate), after the lower-case rows
 # they run; their mpi4py figure is the raw call on the same buffers in the same rounds.
 DROPIN = " (drop-in)"
-_DROPIN_ROWS = {"allreduce": "Allreduce", "bcast": "Bcast", "reduce": "Reduce", "allgather": "Allgather"}
+_DROPIN_ROWS = {"allreduce": "Allreduce", "bcast": "Bcast", "reduce": "Reduce", "allgather": "Allgather",
+                "gather": "Gather", "scatter": "Scatter", "alltoall": "Alltoall"}
 _ROW_ORDER += [f"{upper}{DROPIN}" for upper in _DROPIN_ROWS.values()]
 # Small bcast and reduce on a second comm made with SHMTOPO_RUN_AHEAD=1 (where
 # the first does not run ahead), against the plain mpi4py calls of the same rounds
@@ -400,6 +401,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
         a = np.full(count, comm.rank + 1.0)
         out = np.empty_like(a)
         gathered = np.empty((comm.size, count))
+        swapped = np.empty_like(gathered)  # gather, scatter, alltoall: count elements per rank's block
         private, shared = np.zeros(count), win.local[:count]
         shared[:] = 0.0  # sums in place stay 0: no overflow over many repetitions
         cases = {
@@ -414,6 +416,9 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
                                 lambda: comm.bcast(shared, root=0, out=shared)),
             "allgather in window": (lambda: mpi.Allgather(a, gathered),
                                     lambda: comm.allgather(shared, out=gathered)),
+            "gather": (lambda: mpi.Gather(a, gathered, root=0), lambda: comm.gather(a, 0, out=gathered)),
+            "scatter": (lambda: mpi.Scatter(gathered, out, root=0), lambda: comm.scatter(gathered, 0, out=out)),
+            "alltoall": (lambda: mpi.Alltoall(gathered, swapped), lambda: comm.alltoall(gathered, out=swapped)),
         }
         # the drop-in: mpi4py's own calls, word for word, on the accelerated comm
         dropin: dict[str, Callable[[], object]] = {
@@ -421,6 +426,9 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
             "bcast": lambda: acomm.Bcast(out, root=0),
             "reduce": lambda: acomm.Reduce(a, out, root=0),
             "allgather": lambda: acomm.Allgather(a, gathered),
+            "gather": lambda: acomm.Gather(a, gathered, root=0),
+            "scatter": lambda: acomm.Scatter(gathered, out, root=0),
+            "alltoall": lambda: acomm.Alltoall(gathered, swapped),
         }
         if ahead is not None and nbytes <= AHEAD_MAX:
             dropin["bcast" + AHEAD] = lambda: ahead.bcast(out, root=0, out=out)

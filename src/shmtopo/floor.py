@@ -241,7 +241,7 @@ def _interpolate(table: dict[int, Stat], nbytes: float) -> float:
 
 
 # The operations the model knows, and what their rows in the benchmarks are.
-OPERATIONS = ("fence", "peer_fence", "allreduce", "bcast", "reduce", "allgather")
+OPERATIONS = ("fence", "peer_fence", "allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall")
 
 
 class Model:
@@ -267,6 +267,12 @@ class Model:
     bcast      min( X1(N), X2(qN/p) )                        receivers read alone, or
                                                              all cores copy a share
     allgather  X2(qN) + C(N)                                 every block to every rank
+    gather     X1(qN) + C(N)                                 the root reads every block
+    scatter    X1(N)                                         each rank reads its block
+    alltoall   X2(qN) + C(N)                                 every rank reads a block of each
+
+    (gather, scatter and alltoall: N is one rank's block, as OSU counts it;
+    C(N) is the block a rank keeps, 0 in place)
 
     A phase that reads across cores and reduces what it reads costs the
     slower of the two (the kernel runs on the data as it arrives); phases one
@@ -312,6 +318,7 @@ class Model:
             return 0.0 if p == 1 else self.L()
         if p == 1:
             return 0.0 if in_place or op == "bcast" or N == 0 else self.C(N)
+        own = 0.0 if in_place or N == 0 else self.C(N)
         q = p - 1
         if op == "allreduce":
             whole = max(self.X2(q * N), q * self.R(N))
@@ -323,4 +330,8 @@ class Model:
             return min(whole, split)
         if op == "bcast":
             return min(self.X1(N), self.X2(q * N / p))
-        return self.X2(q * N) + self.C(N)  # allgather
+        if op == "gather":
+            return self.X1(q * N) + own
+        if op == "scatter":
+            return self.X1(N)
+        return self.X2(q * N) + own  # allgather, alltoall
