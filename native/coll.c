@@ -660,17 +660,19 @@ int shmtopo_win_bcast(shmtopo_win_t *win, size_t offset, void *buf, size_t count
 }
 
 int shmtopo_coll_sc_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, char *out, size_t n,
-                           int collects, const char *what)
+                           int root, const char *what)
 {
-    const uint64_t mine = (uint64_t)(uintptr_t)send;
-    if (shmtopo_coll_step(comm, sig, &mine, sizeof(mine)) < 0) /* the agreement, and every rank's address */
-        return -1;
     const int P = comm->size, me = comm->rank;
-    uint64_t *from = collects ? malloc((size_t)P * sizeof(*from)) : NULL;
-    int err = collects && !from ? (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM) : 0;
+    /* allgather: every rank posts its input; gather: the root its output */
+    const uint64_t mine = (uint64_t)(uintptr_t)(root < 0 ? send : me == root ? out : NULL);
+    if (shmtopo_coll_step(comm, sig, &mine, sizeof(mine)) < 0) /* the agreement, and the addresses */
+        return -1;
+    uint64_t *from = root < 0 ? malloc((size_t)P * sizeof(*from)) : NULL;
+    int err = root < 0 && !from ? (shmtopo_fail(ENOMEM, -1, "out of memory"), ENOMEM) : 0;
     for (int p = 0; from && p < P; p++)
         from[p] = shmtopo_coll_posted_address(comm, p);
-    char *own = collects ? out + (size_t)me * n : NULL; /* a gather's other ranks have no out */
+    const uint64_t into = root >= 0 && me != root ? shmtopo_coll_posted_address(comm, root) : 0;
+    char *own = root < 0 || me == root ? out + (size_t)me * n : NULL;
     for (size_t off = 0; off < n; off += SHMTOPO_SC_ROUND) {
         const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, n - off);
         for (int i = 1; from && i < P && !err; i++) {
@@ -681,9 +683,15 @@ int shmtopo_coll_sc_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const
                 err = errno;
             }
         }
-        if (from && !err && own != send)
+        /* a gather's other ranks write their blocks at once, while the root copies its own */
+        if (into && !err && shmtopo_sc_write(comm, root, into + (uint64_t)me * n + off, send + off, m, what) < 0) {
+            if (shmtopo_sc_gone(comm, root))
+                goto out_failed;
+            err = errno;
+        }
+        if (own && !err && own != send)
             memmove(own + off, send + off, m);
-        /* every input stays until every rank has read it */
+        /* every input (an allgather's) and the output (a gather's) stay until the step */
         if (shmtopo_step(comm, sig, err, NULL, 0) < 0)
             goto out_failed;
     }
@@ -710,7 +718,7 @@ int shmtopo_allgather(shmtopo_comm_t *comm, const void *send, void *recv, size_t
                       out && send == out + (size_t)comm->rank * n) < 0)
         return shmtopo_coll_refuse(comm, &sig);
     if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
-        return shmtopo_coll_sc_gather(comm, &sig, send, out, n, 1, "allgather");
+        return shmtopo_coll_sc_gather(comm, &sig, send, out, n, -1, "allgather");
     if (n <= SHMTOPO_INLINE) {
         if (shmtopo_coll_step(comm, &sig, send, n) < 0)
             return -1;

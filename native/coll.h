@@ -59,14 +59,16 @@ uint64_t shmtopo_coll_posted_address(const shmtopo_comm_t *comm, int rank);
  * it: a step is a few microseconds, and a wait then never spans more than
  * a few milliseconds of copying (the timeout stays meaningful). */
 #define SHMTOPO_SC_ROUND ((size_t)32 << 20)
-/* Single-copy gathering, after the first step's agreement posts every
- * rank's input address: a rank that collects (every rank of an allgather,
- * a gather's root) reads each peer's n-byte block into out at p * n (peers
- * in a different order on each rank) and copies its own from `send` unless
- * it is in place, a round at a time; every input stays until the step that
- * ends the round. `what` names the call in failures. */
+/* Single-copy gathering, a round at a time, after the first step's
+ * agreement posts the addresses. root < 0, allgather: every rank posts its
+ * input and reads each peer's n-byte block into out at p * n (peers in a
+ * different order on each rank). root >= 0, gather: the root posts out, and
+ * every other rank writes its block there at once, while the root copies
+ * its own. Blocks are copied from `send` unless in place; inputs and the
+ * output stay until the step that ends the round. `what` names the call in
+ * failures. */
 int shmtopo_coll_sc_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, char *out, size_t n,
-                           int collects, const char *what);
+                           int root, const char *what);
 
 typedef const char *(*shmtopo_coll_src_fn)(const shmtopo_comm_t *comm, int rank, const void *arg);
 /* dst = in[0] op ... op in[nranks - 1], in rank order (bit-identical on every rank). */

@@ -200,7 +200,7 @@ static int gather_common(shmtopo_comm_t *comm, int kind, const void *send, size_
             return shmtopo_coll_refuse(comm, &sig);
     }
     if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
-        return shmtopo_coll_sc_gather(comm, &sig, send, recv, n, is_root, "gather");
+        return shmtopo_coll_sc_gather(comm, &sig, send, recv, n, root, "gather");
     /* the root posts its counts, the others the first chunk of their block */
     int which = shmtopo_chan_next_buffer(comm);
     if (is_root && v)

@@ -188,6 +188,28 @@ def test_allgather_over_several_rounds(monkeypatch, setting):
             assert (got[r][::4097] == 200 - r).all() and np.count_nonzero(got[r] == r + 1) == count - len(mine[::4097])
 
 
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_gather_over_several_rounds_and_in_place(monkeypatch, setting):
+    """A gather's ranks write their blocks into the root's output (single
+    copy) round by round; the root's own block stays where it is in place."""
+    with comm_with(monkeypatch, setting) as comm:
+        count, root = SC_ROUND + 4096 + 3, comm.size - 1
+        mine = np.full(count, comm.rank + 1, np.uint8)
+        mine[::4097] = 200 - comm.rank
+        out = np.zeros((comm.size, count), np.uint8) if comm.rank == root else None
+        for in_place in (False, True):
+            if in_place and comm.rank == root:
+                out[:] = 0
+                out[root] = mine
+            got = comm.gather(None if in_place and comm.rank == root else mine, root, out=out)
+            if comm.rank != root:
+                assert got is None
+                continue
+            assert got is out
+            for r in range(comm.size):
+                assert (out[r][::4097] == 200 - r).all() and np.count_nonzero(out[r] == r + 1) == count - len(mine[::4097])
+
+
 def test_single_copy_is_the_same_on_every_rank(monkeypatch):
     with comm_with(monkeypatch, "auto") as comm:
         everyone = WORLD.allgather(comm.single_copy)

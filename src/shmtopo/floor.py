@@ -267,7 +267,8 @@ class Model:
     bcast      min( X1(N), X2(qN/p) )                        receivers read alone, or
                                                              all cores copy a share
     allgather  X2(qN) + C(N)                                 every block to every rank
-    gather     X1(qN) + C(N)                                 the root reads every block
+    gather     max(X1(N), C(N))                              each rank's block crosses at once,
+                                                             the root copies its own meanwhile
     scatter    X1(N)                                         each rank reads its block
     alltoall   X2(qN) + C(N)                                 every rank reads a block of each
 
@@ -331,7 +332,7 @@ class Model:
         if op == "bcast":
             return min(self.X1(N), self.X2(q * N / p))
         if op == "gather":
-            return self.X1(q * N) + own
+            return max(self.X1(N), own)
         if op == "scatter":
             return self.X1(N)
         return self.X2(q * N) + own  # allgather, alltoall
