@@ -18,7 +18,7 @@ from shmtopo.accel import plans, tables
 WORLD = MPI.COMM_WORLD
 OPS = ["SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR"]
 PLANNERS = ["bcast", "reduce", "allreduce", "allgather", "alltoall", "gather", "scatter", "alltoallv", "allgatherv",
-            "gatherv", "scan", "reduce_scatter_block"]
+            "gatherv", "scatterv", "scan", "reduce_scatter_block"]
 
 
 def _has_mpi_type(dtype):
@@ -172,6 +172,10 @@ def message_calls(comm, size):
     comm.Gatherv([send, size, MPI.BYTE], [recv, (np.full(n, size, np.intc), None)] if rank == root else None,
                  root=root)
     out["Gatherv [buf, (int32 counts, None)]"] = bytes(recv[:n * size]) if rank == root else b""
+    backwards = [size * (n - 1 - p) for p in range(n)]  # the blocks in reverse order
+    comm.Scatterv([send, [size] * n, backwards, MPI.BYTE] if rank == root else None, [recv, size, MPI.BYTE],
+                  root=root)
+    out["Scatterv [buf, counts, displs, T]"] = bytes(recv[:size])
     ints = np.frombuffer(send, np.int32)
     k = size // 8
     result = np.zeros(k + 3, np.int32)

@@ -1223,22 +1223,23 @@ static PyObject *accel_alltoallv(PyObject *self, PyObject *const *args, Py_ssize
     return ran ? result : new_ref(Py_None);
 }
 
-/* The v-gathers' receiving side: recvbuf's vector (counts and displs in
- * sizes, 2n) and sendbuf, of its type and of counts[rank] entries, apart
- * from it; 0 with nothing held otherwise. */
-static int accel_vgathered(PyObject *sendbuf, PyObject *recvbuf, int size, int rank, size_t *sizes, struct msg *in,
-                           struct msg *out)
+/* A v-variant's vector side and this rank's own block: `vector` (counts
+ * and displs in sizes, 2n) and `own`, of its type and of counts[rank]
+ * entries, apart from it (the v-gathers receive into the vector, Scatterv
+ * sends from it); 0 with nothing held otherwise. */
+static int accel_v_and_own(PyObject *vector, int vector_writable, PyObject *own, int own_writable, int size,
+                           int rank, size_t *sizes, struct msg *v, struct msg *o)
 {
-    if (!accel_vector(recvbuf, 1, size, out, sizes, sizes + size))
+    if (!accel_vector(vector, vector_writable, size, v, sizes, sizes + size))
         return 0;
-    if (!accel_msg(sendbuf, 0, 1, in)) {
-        msg_release(out);
+    if (!accel_msg(own, own_writable, 1, o)) {
+        msg_release(v);
         return 0;
     }
-    if (in->code != out->code || (size_t)in->at.len != sizes[rank] * shmtopo_dtype_size(in->code)
-        || overlaps(&in->at, &out->at)) {
-        msg_release(in);
-        msg_release(out);
+    if (o->code != v->code || (size_t)o->at.len != sizes[rank] * shmtopo_dtype_size(o->code)
+        || overlaps(&o->at, &v->at)) {
+        msg_release(o);
+        msg_release(v);
         return 0;
     }
     return 1;
@@ -1259,7 +1260,7 @@ static PyObject *accel_allgatherv(PyObject *self, PyObject *const *args, Py_ssiz
     struct msg in, out;
     PyObject *result = NULL;
     int ran = 0;
-    if (accel_vgathered(args[1], args[2], size, rank, sizes, &in, &out)) {
+    if (accel_v_and_own(args[2], 1, args[1], 0, size, rank, sizes, &out, &in)) {
         int rc, err;
         CORE_CALL(comm, NULL, shmtopo_allgatherv(comm, in.at.buf, sizes[rank], out.at.buf, sizes, sizes + size,
                                                  in.code));
@@ -1297,9 +1298,46 @@ static PyObject *accel_gatherv(PyObject *self, PyObject *const *args, Py_ssize_t
         return PyErr_NoMemory();
     PyObject *result = NULL;
     int ran = 0;
-    if (accel_vgathered(args[1], args[2], size, rank, sizes, &in, &out)) {
+    if (accel_v_and_own(args[2], 1, args[1], 0, size, rank, sizes, &out, &in)) {
         CORE_CALL(comm, NULL, shmtopo_gatherv(comm, in.at.buf, sizes[rank], out.at.buf, sizes, sizes + size,
                                               in.code, root));
+        ran = 1;
+        result = accel_done(rc, err);
+        msg_release(&in);
+        msg_release(&out);
+    }
+    PyMem_Free(sizes);
+    return ran ? result : new_ref(Py_None);
+}
+
+/* accel_scatterv(handle, sendbuf, recvbuf, root) -> True | None (sendbuf is read on the root only) */
+static PyObject *accel_scatterv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "accel_scatterv takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int root;
+    if (!comm || (root = root_in(args[3], comm)) < 0)
+        Py_RETURN_NONE;
+    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
+    struct msg in = {0}, out;
+    int rc, err;
+    if (rank != root) {
+        if (!accel_msg(args[2], 1, 1, &out))
+            Py_RETURN_NONE;
+        CORE_CALL(comm, NULL, shmtopo_scatterv(comm, NULL, NULL, NULL, out.at.buf,
+                                               (size_t)out.at.len / shmtopo_dtype_size(out.code), out.code, root));
+        msg_release(&out);
+        return accel_done(rc, err);
+    }
+    size_t *sizes = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
+    if (!sizes)
+        return PyErr_NoMemory();
+    PyObject *result = NULL;
+    int ran = 0;
+    if (accel_v_and_own(args[1], 0, args[2], 1, size, rank, sizes, &in, &out)) {
+        CORE_CALL(comm, NULL, shmtopo_scatterv(comm, in.at.buf, sizes, sizes + size, out.at.buf, sizes[rank],
+                                               in.code, root));
         ran = 1;
         result = accel_done(rc, err);
         msg_release(&in);
@@ -2186,6 +2224,8 @@ static PyMethodDef methods[] = {
      "accel_alltoall(handle, sendbuf, recvbuf) -> True | None"},
     {"accel_allgatherv", (PyCFunction)(void (*)(void))accel_allgatherv, METH_FASTCALL,
      "accel_allgatherv(handle, sendbuf, recvbuf) -> True | None"},
+    {"accel_scatterv", (PyCFunction)(void (*)(void))accel_scatterv, METH_FASTCALL,
+     "accel_scatterv(handle, sendbuf, recvbuf, root) -> True | None"},
     {"accel_gatherv", (PyCFunction)(void (*)(void))accel_gatherv, METH_FASTCALL,
      "accel_gatherv(handle, sendbuf, recvbuf, root) -> True | None"},
     {"accel_scan", (PyCFunction)(void (*)(void))accel_scan, METH_FASTCALL,

@@ -95,6 +95,7 @@ _accel_bcast, _accel_allgather = _fastpath.accel_bcast, _fastpath.accel_allgathe
 _accel_alltoall, _accel_gather, _accel_scatter = _fastpath.accel_alltoall, _fastpath.accel_gather, _fastpath.accel_scatter
 _accel_alltoallv, _accel_barrier = _fastpath.accel_alltoallv, _fastpath.accel_barrier
 _accel_allgatherv, _accel_gatherv = _fastpath.accel_allgatherv, _fastpath.accel_gatherv
+_accel_scatterv = _fastpath.accel_scatterv
 _accel_scan, _accel_reduce_scatter_block = _fastpath.accel_scan, _fastpath.accel_reduce_scatter_block
 
 # ---- the communicator ----------------------------------------------------------------
@@ -396,6 +397,10 @@ class AcceleratedComm:
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatterv``."""
+        shm = self._shm
+        if shm is not None and _accel_scatterv(shm.fast_handle, sendbuf, recvbuf, root):
+            self._stats["Scatterv"][0] += 1
+            return
         self._shm_or_mpi(SCATTERV, "Scatterv", plans.scatterv, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(api.scatterv, p, self._root_only(p),
                                                   *(p.counts or (None, None)), p.root, out=p.out), root)
