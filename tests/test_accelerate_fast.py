@@ -18,7 +18,7 @@ from shmtopo.accel import plans, tables
 WORLD = MPI.COMM_WORLD
 OPS = ["SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR"]
 PLANNERS = ["bcast", "reduce", "allreduce", "allgather", "alltoall", "gather", "scatter", "alltoallv", "allgatherv",
-            "gatherv", "scatterv", "scan", "reduce_scatter_block"]
+            "gatherv", "scatterv", "scan", "reduce_scatter_block", "reduce_scatter"]
 
 
 def _has_mpi_type(dtype):
@@ -200,6 +200,10 @@ def message_calls(comm, size):
     block = np.zeros(size // 8, np.int64)
     comm.Reduce_scatter_block([send, size // 8, MPI.INT64_T], [block, MPI.INT64_T], MPI.SUM)
     out["Reduce_scatter_block"] = block.tobytes()
+    shares = [size // 8 // n + (p < size // 8 % n) for p in range(n)]  # uneven
+    mine = np.zeros(shares[rank], np.int64)
+    comm.Reduce_scatter([send, sum(shares), MPI.INT64_T], [mine, MPI.INT64_T], shares, MPI.SUM)
+    out["Reduce_scatter counts"] = mine.tobytes()
     alloc = MPI.Alloc_mem(max(size, 8))
     try:
         np.frombuffer(alloc, np.uint8)[:] = rank + 1

@@ -1401,6 +1401,44 @@ static PyObject *accel_reduce_scatter_block(PyObject *self, PyObject *const *arg
     return accel_done(rc, err);
 }
 
+/* accel_reduce_scatter(handle, sendbuf, recvbuf, recvcounts, op) -> True |
+ * None: recvcounts given, sendbuf of exactly their sum and recvbuf of this
+ * rank's count, apart (in place and the rest: the planner) */
+static PyObject *accel_reduce_scatter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "accel_reduce_scatter takes 5 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    if (!comm || args[3] == Py_None)
+        Py_RETURN_NONE;
+    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
+    size_t *counts = PyMem_Malloc((size_t)size * sizeof(size_t));
+    if (!counts)
+        return PyErr_NoMemory();
+    struct msg in, out;
+    PyObject *result = NULL;
+    int ran = 0, op;
+    if (accel_sizes(args[3], size, counts) && accel_msg(args[2], 1, 1, &out)) {
+        if (accel_msg(args[1], 0, 1, &in)) {
+            size_t total = 0;
+            for (int p = 0; p < size; p++)
+                total += counts[p];
+            const size_t esz = shmtopo_dtype_size(out.code);
+            if (in.type == out.type && (size_t)out.at.len == counts[rank] * esz && (size_t)in.at.len == total * esz
+                && !overlaps(&in.at, &out.at) && (op = accel_op(args[4], out.type)) >= 0) {
+                int rc, err;
+                CORE_CALL(comm, NULL, shmtopo_reduce_scatterv(comm, in.at.buf, out.at.buf, counts, out.code, op));
+                ran = 1;
+                result = accel_done(rc, err);
+            }
+            msg_release(&in);
+        }
+        msg_release(&out);
+    }
+    PyMem_Free(counts);
+    return ran ? result : new_ref(Py_None);
+}
+
 /* accel_barrier(handle) -> True | None */
 static PyObject *accel_barrier(PyObject *self, PyObject *handle)
 {
@@ -2224,6 +2262,8 @@ static PyMethodDef methods[] = {
      "accel_alltoall(handle, sendbuf, recvbuf) -> True | None"},
     {"accel_allgatherv", (PyCFunction)(void (*)(void))accel_allgatherv, METH_FASTCALL,
      "accel_allgatherv(handle, sendbuf, recvbuf) -> True | None"},
+    {"accel_reduce_scatter", (PyCFunction)(void (*)(void))accel_reduce_scatter, METH_FASTCALL,
+     "accel_reduce_scatter(handle, sendbuf, recvbuf, recvcounts, op) -> True | None"},
     {"accel_scatterv", (PyCFunction)(void (*)(void))accel_scatterv, METH_FASTCALL,
      "accel_scatterv(handle, sendbuf, recvbuf, root) -> True | None"},
     {"accel_gatherv", (PyCFunction)(void (*)(void))accel_gatherv, METH_FASTCALL,

@@ -95,7 +95,7 @@ _accel_bcast, _accel_allgather = _fastpath.accel_bcast, _fastpath.accel_allgathe
 _accel_alltoall, _accel_gather, _accel_scatter = _fastpath.accel_alltoall, _fastpath.accel_gather, _fastpath.accel_scatter
 _accel_alltoallv, _accel_barrier = _fastpath.accel_alltoallv, _fastpath.accel_barrier
 _accel_allgatherv, _accel_gatherv = _fastpath.accel_allgatherv, _fastpath.accel_gatherv
-_accel_scatterv = _fastpath.accel_scatterv
+_accel_scatterv, _accel_reduce_scatter = _fastpath.accel_scatterv, _fastpath.accel_reduce_scatter
 _accel_scan, _accel_reduce_scatter_block = _fastpath.accel_scan, _fastpath.accel_reduce_scatter_block
 
 # ---- the communicator ----------------------------------------------------------------
@@ -427,6 +427,10 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Reduce_scatter`` (recvcounts None: every
         rank's receive count, gathered first, as mpi4py does)."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
+        shm = self._shm
+        if shm is not None and _accel_reduce_scatter(shm.fast_handle, sendbuf, recvbuf, recvcounts, op):
+            self._stats["Reduce_scatter"][0] += 1
+            return
         self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter", plans.reduce_scatter,
                          (sendbuf, recvbuf, recvcounts, op),
                          lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, counts=self._counts(p),
