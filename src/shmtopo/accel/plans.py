@@ -256,7 +256,7 @@ def scatterv(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, root: Any) -> Cal
         if moved_type(recv, "recvbuf").dtype != known.dtype:
             raise LeftToMPI("Scatterv: sendbuf and recvbuf have different types")
         if recv.entries != v.counts[r]:
-            raise ValueError(f"Scatterv: recvbuf has {recv.entries} entries where sendbuf sends "
+            raise ValueError(f"recvbuf has {recv.entries} entries where sendbuf sends "
                              f"{v.counts[r]} to this rank")
         out, back = _out_and_back(elements(recv, recv.entries))
         if back is not None or np.may_share_memory(a, out):
