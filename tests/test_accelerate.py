@@ -1080,6 +1080,8 @@ def test_v_bad_arguments_raise_on_every_rank(acomm, i):
     if not lowered(name):
         pytest.skip(f"{name} goes to MPI in this build")
     match = v_bad_calls(acomm, False)[i][0]
+    if match == "disagree" and n == 1:
+        pytest.skip("one rank has no one to disagree with")
     for culprit in culprits(n):
         with pytest.raises(shmtopo.ShmtopoArgumentError, match=match) as info:
             v_bad_calls(acomm, WORLD.rank == culprit)[i][1]()

@@ -104,35 +104,105 @@ static PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
     return o;
 }
 
+/* The leading fields of numpy's array object (PyArrayObject_fields of
+ * numpy/ndarraytypes.h), the same in numpy 1.x and 2.x: its C-API macros
+ * (PyArray_DATA, PyArray_DIMS, PyArray_DESCR, PyArray_FLAGS) read them so
+ * from compiled extensions. Reading them costs a few loads where the buffer
+ * protocol and a dtype attribute lookup cost several hundred instructions a
+ * call; the first array checked is compared with its buffer, and any
+ * difference sends every later call through the buffer protocol. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions;
+    Py_ssize_t *strides;
+    PyObject *base;
+    PyObject *descr;
+    int flags;
+} ArrayFields;
+#define ARRAY_C_CONTIGUOUS 0x0001 /* NPY_ARRAY_C_CONTIGUOUS */
+#define ARRAY_WRITEABLE 0x0400    /* NPY_ARRAY_WRITEABLE */
+
+static int fields_checked; /* 0: not yet, 1: the mirror holds, -1: use the buffer protocol */
+
 /* The element type's shmtopo_dtype code: numpy's built-in native-order
  * dtypes are singletons, so an identity scan of the ones bound at start finds
  * them (asking the buffer for its format string would make numpy build that
  * string on every call). -1 for anything else: the general path decides. */
+static int code_of_dtype(PyObject *dtype)
+{
+    for (int i = 0; i < NDTYPES; i++)
+        if (dtype == bound.dtypes[i])
+            return i;
+    return -1;
+}
+
 static int dtype_code(PyObject *array)
 {
+    if (fields_checked > 0)
+        return code_of_dtype(((ArrayFields *)array)->descr);
     PyObject *dtype = PyObject_GetAttr(array, bound.dtype_name);
     if (!dtype) {
         PyErr_Clear();
         return -1;
     }
-    int code = -1;
-    for (int i = 0; i < NDTYPES && code < 0; i++)
-        if (dtype == bound.dtypes[i])
-            code = i;
+    int code = code_of_dtype(dtype);
     Py_DECREF(dtype);
     return code;
 }
 
+/* Whether the mirror reads `obj` (an exact ndarray) as its buffer `view` does. */
+static int fields_match(PyObject *obj, const Py_buffer *view)
+{
+    const ArrayFields *a = (const ArrayFields *)obj;
+    PyObject *dtype = PyObject_GetAttr(obj, bound.dtype_name);
+    if (!dtype) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = a->data == (char *)view->buf && a->nd == view->ndim && a->descr == dtype &&
+               (a->flags & ARRAY_C_CONTIGUOUS);
+    for (int i = 0; same && i < a->nd; i++)
+        same = a->dimensions[i] == view->shape[i];
+    Py_DECREF(dtype);
+    return same;
+}
+
 /* A view of an exact, C-contiguous ndarray of a supported type; 0 with no
- * error set (and no view held) otherwise. */
+ * error set (and no view held) otherwise. Through the mirror, the view holds
+ * no export (view->obj NULL: PyBuffer_Release does nothing): the caller's
+ * reference keeps the array, which a thread cannot resize while referenced. */
 static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
 {
-    if (Py_TYPE(obj) != (PyTypeObject *)bound.ndarray || (*code = dtype_code(obj)) < 0)
+    if (Py_TYPE(obj) != (PyTypeObject *)bound.ndarray)
+        return 0;
+    if (fields_checked > 0) {
+        const ArrayFields *a = (const ArrayFields *)obj;
+        if ((*code = code_of_dtype(a->descr)) < 0 || !(a->flags & ARRAY_C_CONTIGUOUS) ||
+            (writable && !(a->flags & ARRAY_WRITEABLE)))
+            return 0;
+        Py_ssize_t len = (Py_ssize_t)shmtopo_dtype_size(*code);
+        for (int i = 0; i < a->nd; i++)
+            len *= a->dimensions[i];
+        memset(view, 0, sizeof(*view));
+        view->buf = a->data;
+        view->len = len;
+        view->readonly = !(a->flags & ARRAY_WRITEABLE);
+        view->itemsize = (Py_ssize_t)shmtopo_dtype_size(*code);
+        view->ndim = a->nd;
+        view->shape = a->dimensions;
+        view->strides = a->strides;
+        return 1;
+    }
+    if ((*code = dtype_code(obj)) < 0)
         return 0;
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
         PyErr_Clear(); /* not contiguous, read-only: the general path says so */
         return 0;
     }
+    if (!fields_checked)
+        fields_checked = fields_match(obj, view) ? 1 : -1;
     return 1;
 }
 
