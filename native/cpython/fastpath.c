@@ -864,12 +864,17 @@ static int accel_buffer(PyObject *buf, int type, int writable, struct msg *m)
     if (!accel_data(buf))
         return -1;
     if (type < 0 && Py_TYPE(buf) == (PyTypeObject *)bound.ndarray) {
-        /* by numpy's dtype object: asking an array for its format string costs more */
-        if ((code = dtype_code(buf)) < 0 || (type = accel.by_code[code]) < 0)
+        /* typed by numpy's dtype object, read as the lower-case entries read it */
+        if (!view_of(buf, &m->held, writable, &code))
             return -1;
-    } else if (type < 0) {
-        flags |= PyBUF_FORMAT;
+        if ((type = accel.by_code[code]) < 0 || !(accel.masks[type] & ACCEL_MOVES)) {
+            msg_release(m);
+            return -1;
+        }
+        return type;
     }
+    if (type < 0)
+        flags |= PyBUF_FORMAT;
     if (PyObject_GetBuffer(buf, &m->held, flags) < 0) {
         PyErr_Clear(); /* no buffer, not contiguous, read-only: the planner says which */
         return -1;
