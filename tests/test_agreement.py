@@ -41,8 +41,7 @@ import numpy as np
 import pytest
 
 import shmtopo
-from conftest import CLEAN_ENV, SANITIZED, mpiexec_command
-from shmtopo.bench import mpi_library
+from conftest import CLEAN_ENV, REPEATED_RUN, mpiexec_command
 import test_hardening
 from test_hardening import DEAD_LIMIT, OOB_TIMEOUT, Ranks, shm_names_of, sysv_segments_of
 
@@ -64,12 +63,10 @@ FULL = os.environ.get("MISUSE_FULL") == "1"
 LAYOUTS = [("1node-2", 2, None), ("1node-3", 3, None), ("1node-4", 4, None),
            ("nodes2-4", 4, 2), ("nodes1-3", 3, 1), ("nodes2-3", 3, 2),
            ("ahead-3", 3, None), ("ahead-4", 4, None)]
-# The agreement is shmtopo's own: no MPI takes part. Open MPI's run takes every
-# layout; the runs that repeat it (sanitized, or under MPICH) keep the smallest
-# layouts that take each path: first, middle and last rank, a node of one,
-# another node's leader, running ahead.
-REPEATS_THE_MATRIX = SANITIZED or mpi_library().startswith("MPICH")
-if REPEATS_THE_MATRIX:
+# The agreement is shmtopo's own (no MPI takes part). Where a run repeats the
+# first (conftest.REPEATED_RUN), the smallest layouts that take each path:
+# first, middle and last rank, a node of one, another node's leader, running ahead.
+if REPEATED_RUN:
     LAYOUTS = [lay for lay in LAYOUTS if lay[0] in ("1node-3", "nodes1-3", "nodes2-4", "ahead-3")]
 # Layouts whose id starts so run with SHMTOPO_RUN_AHEAD=1: a rank that ran
 # past a failed small bcast or reduce raises it at its next call (the
@@ -411,7 +408,7 @@ INVALID_ENV = [("SHMTOPO_TIMEOUT", "nan"), ("SHMTOPO_TIMEOUT", "1e400"), ("SHMTO
                ("SHMTOPO_RUN_AHEAD", "yes")]
 ENV_LAYOUTS = [("1node-3", 3, None), ("nodes2-4", 4, 2)]
 ENV_ALL_LAYOUTS = [("1node-2", 2, None), ("nodes2-4", 4, 2)]
-if REPEATS_THE_MATRIX:  # every culprit position and a node boundary, at one layout
+if REPEATED_RUN:  # every culprit position and a node boundary, at one layout
     ENV_LAYOUTS = ENV_ALL_LAYOUTS = [("nodes2-4", 4, 2)]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLEAN_ENV, SANITIZED, mpiexec_command
+from conftest import CLEAN_ENV, REPEATED_RUN, mpiexec_command
 from shmtopo._native import ffi, lib
 from shmtopo.coll.levels import Structure, Tier, structure_of
 
@@ -94,8 +94,8 @@ NODE = "numanode (4 groups of 2) > package (2 groups of 2 numanode) > node (1 gr
     (5, "pack:1 l3:5 core:1 pu:1", "l3", "l3 (5 groups of 1)", True),         # never a level: flat
 ])
 def test_levels_match_the_flat_bits(n, synthetic, setting, expected, quick):
-    if SANITIZED and setting is None:
-        pytest.skip("sanitized build: the same levels as the run that names them")
+    if REPEATED_RUN and setting is None:
+        pytest.skip("a repeated run (conftest.REPEATED_RUN): the same levels as the run that names them")
     flat = expected.startswith("l3 (5")
     if flat:
         expected = "flat (l3: no level splits"
@@ -107,8 +107,8 @@ def test_levels_match_the_flat_bits(n, synthetic, setting, expected, quick):
     (8, "pack:2 numa:2 core:2 pu:1", "flat", "flat (SHMTOPO_COLL_LEVELS=flat)"),
 ])
 def test_flat_where_levels_are_not_asked_for(n, synthetic, setting, expected):
-    if SANITIZED and n > 4:
-        pytest.skip("sanitized build: flat collectives at 8 ranks take no path 4 ranks do not")
+    if REPEATED_RUN and n > 4:
+        pytest.skip("a repeated run (conftest.REPEATED_RUN): flat at 8 ranks takes no path 4 ranks do not")
     run_check(n, synthetic, setting, expected, "flat", "quick")
 
 
