@@ -1348,24 +1348,29 @@ static PyObject *accel_allgatherv(PyObject *self, PyObject *const *args, Py_ssiz
     return ran ? result : new_ref(Py_None);
 }
 
-/* accel_gatherv(handle, sendbuf, recvbuf, root) -> True | None (recvbuf is read on the root only) */
-static PyObject *accel_gatherv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Gatherv (scatter 0) and Scatterv (1): off the root one message (Gatherv's
+ * sendbuf, Scatterv's recvbuf); at the root the vector (Gatherv's recvbuf,
+ * Scatterv's sendbuf) and the root's own block. */
+static PyObject *accel_v_rooted(PyObject *const *args, Py_ssize_t nargs, int scatter)
 {
     if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "accel_gatherv takes 4 arguments"), NULL;
+        return PyErr_Format(PyExc_TypeError, "%s takes 4 arguments", scatter ? "accel_scatterv" : "accel_gatherv"),
+               NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
     int root;
     if (!comm || (root = root_in(args[3], comm)) < 0)
         Py_RETURN_NONE;
     const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
-    struct msg in, out = {0};
+    PyObject *vector = args[scatter ? 1 : 2], *own = args[scatter ? 2 : 1];
+    struct msg v, o;
     int rc, err;
     if (rank != root) {
-        if (!accel_msg(args[1], 0, 1, &in))
+        if (!accel_msg(own, scatter, 1, &o))
             Py_RETURN_NONE;
-        CORE_CALL(comm, NULL, shmtopo_gatherv(comm, in.at.buf, (size_t)in.at.len / shmtopo_dtype_size(in.code),
-                                              NULL, NULL, NULL, in.code, root));
-        msg_release(&in);
+        const size_t count = (size_t)o.at.len / shmtopo_dtype_size(o.code);
+        CORE_CALL(comm, NULL, scatter ? shmtopo_scatterv(comm, NULL, NULL, NULL, o.at.buf, count, o.code, root)
+                                      : shmtopo_gatherv(comm, o.at.buf, count, NULL, NULL, NULL, o.code, root));
+        msg_release(&o);
         return accel_done(rc, err);
     }
     size_t *sizes = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
@@ -1373,53 +1378,30 @@ static PyObject *accel_gatherv(PyObject *self, PyObject *const *args, Py_ssize_t
         return PyErr_NoMemory();
     PyObject *result = NULL;
     int ran = 0;
-    if (accel_v_and_own(args[2], 1, args[1], 0, size, rank, sizes, &out, &in)) {
-        CORE_CALL(comm, NULL, shmtopo_gatherv(comm, in.at.buf, sizes[rank], out.at.buf, sizes, sizes + size,
-                                              in.code, root));
+    if (accel_v_and_own(vector, !scatter, own, scatter, size, rank, sizes, &v, &o)) {
+        const size_t *counts = sizes, *displs = sizes + size;
+        CORE_CALL(comm, NULL,
+                  scatter ? shmtopo_scatterv(comm, v.at.buf, counts, displs, o.at.buf, counts[rank], o.code, root)
+                          : shmtopo_gatherv(comm, o.at.buf, counts[rank], v.at.buf, counts, displs, o.code, root));
         ran = 1;
         result = accel_done(rc, err);
-        msg_release(&in);
-        msg_release(&out);
+        msg_release(&v);
+        msg_release(&o);
     }
     PyMem_Free(sizes);
     return ran ? result : new_ref(Py_None);
 }
 
+/* accel_gatherv(handle, sendbuf, recvbuf, root) -> True | None (recvbuf is read on the root only) */
+static PyObject *accel_gatherv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return accel_v_rooted(args, nargs, 0);
+}
+
 /* accel_scatterv(handle, sendbuf, recvbuf, root) -> True | None (sendbuf is read on the root only) */
 static PyObject *accel_scatterv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "accel_scatterv takes 4 arguments"), NULL;
-    shmtopo_comm_t *comm = comm_of(args[0]);
-    int root;
-    if (!comm || (root = root_in(args[3], comm)) < 0)
-        Py_RETURN_NONE;
-    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
-    struct msg in = {0}, out;
-    int rc, err;
-    if (rank != root) {
-        if (!accel_msg(args[2], 1, 1, &out))
-            Py_RETURN_NONE;
-        CORE_CALL(comm, NULL, shmtopo_scatterv(comm, NULL, NULL, NULL, out.at.buf,
-                                               (size_t)out.at.len / shmtopo_dtype_size(out.code), out.code, root));
-        msg_release(&out);
-        return accel_done(rc, err);
-    }
-    size_t *sizes = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
-    if (!sizes)
-        return PyErr_NoMemory();
-    PyObject *result = NULL;
-    int ran = 0;
-    if (accel_v_and_own(args[1], 0, args[2], 1, size, rank, sizes, &in, &out)) {
-        CORE_CALL(comm, NULL, shmtopo_scatterv(comm, in.at.buf, sizes, sizes + size, out.at.buf, sizes[rank],
-                                               in.code, root));
-        ran = 1;
-        result = accel_done(rc, err);
-        msg_release(&in);
-        msg_release(&out);
-    }
-    PyMem_Free(sizes);
-    return ran ? result : new_ref(Py_None);
+    return accel_v_rooted(args, nargs, 1);
 }
 
 /* accel_scan(handle, sendbuf, recvbuf, op, exclusive) -> True | None (in
