@@ -57,6 +57,23 @@ REPEATED_RUN = SANITIZED or (not rendezvous.in_environment()
                              and MPI.Get_library_version().startswith("MPICH"))
 
 
+class PythonCalls(list):
+    """The names of the Python functions called inside a ``with`` block
+    (sys.setprofile), its own ``__exit__`` left out: a C entry that runs no
+    Python leaves it empty."""
+
+    def __enter__(self) -> "PythonCalls":
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.setprofile(None)
+
+    def _profile(self, frame, event, arg) -> None:
+        if event == "call" and frame.f_code is not PythonCalls.__exit__.__code__:
+            self.append(frame.f_code.co_name)
+
+
 def pytest_collection_modifyitems(config, items):
     if WORLD.Get_size() > 1:
         skip = pytest.mark.skip(reason="serial test: runs in the 1-process pass only")

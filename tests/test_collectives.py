@@ -6,6 +6,8 @@ import pytest
 import shmtopo
 from shmtopo import rendezvous
 
+from conftest import PythonCalls
+
 INT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 FLOAT_TYPES = [np.float32, np.float64]
 ALL_TYPES = INT_TYPES + FLOAT_TYPES
@@ -212,8 +214,6 @@ def test_gather_scatter_alltoall_enter_c_once(comm):
     """The plain calls of gather, scatter and alltoall (C-contiguous arrays,
     out given, an int root) run no Python past the API function itself; the
     rest goes to the general path, which does it or explains."""
-    import sys
-
     from shmtopo import _fastpath
 
     n, me, h = comm.world_size, comm.world_rank, comm.fast_handle
@@ -221,19 +221,10 @@ def test_gather_scatter_alltoall_enter_c_once(comm):
     table = np.arange(n * 6, dtype=np.int32).reshape(n, 6) + 100 * me
     gathered, block, swapped = np.empty((n, 6), np.int32), np.empty(6, np.int32), np.empty((n, 6), np.int32)
     root = n - 1
-    python_calls = []
-
-    def profile(frame, event, arg):
-        if event == "call":
-            python_calls.append(frame.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
+    with PythonCalls() as python_calls:
         got = comm.gather(x, root, out=gathered)
         scattered = comm.scatter(table, root, out=block)
         exchanged = comm.alltoall(table, out=swapped)
-    finally:
-        sys.setprofile(None)
     assert python_calls == ["gather", "scatter", "alltoall"], python_calls
     everyone_x = everyone(comm, 6, np.int32)
     if me == root:

@@ -10,6 +10,7 @@ import pytest
 from mpi4py import MPI
 
 import shmtopo
+from conftest import PythonCalls
 
 WORLD = MPI.COMM_WORLD
 
@@ -49,18 +50,10 @@ def test_plain_calls_run_no_python(awin):
     """The plain calls (numpy arrays, int ranks and displacements, in an
     epoch) are the window's C methods: not one Python function runs for
     them, and their counts are in the stats as the Python path's are."""
-    import sys
     n, rank = WORLD.size, WORLD.rank
     peer = (rank + 1) % n
     one, got, old = np.ones(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64)
-    python_calls = []
-
-    def profile(frame, event, arg):
-        if event == "call":
-            python_calls.append(frame.f_code.co_name)
-
-    sys.setprofile(profile)
-    try:
+    with PythonCalls() as python_calls:
         awin.Fence()
         awin.Put(one, peer, 3)
         awin.Get(got, peer, 4)
@@ -75,8 +68,6 @@ def test_plain_calls_run_no_python(awin):
         awin.Get(got, peer, 3)
         awin.Unlock(peer)
         awin.Fence()
-    finally:
-        sys.setprofile(None)
     assert python_calls == [], python_calls
     assert awin.shm_stats() == {"Fence": (3, 0), "Lock": (1, 0), "Unlock": (1, 0), "Lock_all": (1, 0),
                                 "Unlock_all": (1, 0), "Flush": (1, 0), "Put": (1, 0), "Get": (2, 0),
