@@ -148,6 +148,14 @@ def test_mpi4py_window_tests(mpi4py_tests, n):
     assert counts["ran"] > 0 and counts["failed"] == 0
 
 
+# nxtval's counter (Lock, Get_accumulate, Unlock on a Win.Allocate window) is
+# MPI's own one-sided layer, which the one line leaves alone. Open MPI 4.1's
+# loses updates or hangs in it at 2 ranks with no shmtopo loaded: 12 of 200
+# plain runs here failed its check or hung, under osc sm and rdma alike (0 of
+# 100 under MPICH). A comparison against that baseline fails at random.
+LOSES_RMA_UPDATES = MPI.Get_library_version().startswith("Open MPI v4.")
+
+
 def test_mpi4py_demos_give_the_same_results_accelerated(mpi4py_demos):
     """cpi, mandelbrot, the nxtval counter on an MPI-3 window and the mpi-ref
     examples print and compute the same with the world comm accelerated by
@@ -155,10 +163,11 @@ def test_mpi4py_demos_give_the_same_results_accelerated(mpi4py_demos):
     the size they are written for (at 3, nxtval's counter fails its own
     check without shmtopo too, and ex-2.34 leaves the third rank's buffer
     unwritten)."""
-    cmd = [sys.executable, HERE / "scripts" / "mpi4py_demos.py", *(mpi4py_demos / name for name in DEMOS)]
+    demos = [name for name in DEMOS if not (LOSES_RMA_UPDATES and name.startswith("nxtval/"))]
+    cmd = [sys.executable, HERE / "scripts" / "mpi4py_demos.py", *(mpi4py_demos / name for name in demos)]
     proc = run_mpiexec(2, cmd, timeout=300, env=dict(CLEAN_ENV))
     summary = [line for line in proc.stdout.splitlines() if line.startswith("SUMMARY")]
     assert proc.returncode == 0 and summary, proc.stdout + proc.stderr[-20000:]
     words = summary[0].split()
     counts = {words[i]: int(words[i + 1]) for i in range(1, len(words), 2)}
-    assert counts["ran"] == len(DEMOS) and counts["differ"] == 0 and counts["accelerated"] > 0, proc.stdout
+    assert counts["ran"] == len(demos) and counts["differ"] == 0 and counts["accelerated"] > 0, proc.stdout
