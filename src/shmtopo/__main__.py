@@ -1,4 +1,5 @@
-"""python -m shmtopo: what this machine offers shmtopo, benchmarks, the shared
+"""python -m shmtopo: what this machine offers shmtopo, benchmarks, the floor
+model at scale on paper, the shared
 topology, the compiler flags of C programs written for the KUPL API, and a
 launcher for jobs without MPI (run -n N script.py).
 
@@ -120,6 +121,30 @@ def bench(args: argparse.Namespace) -> None:
         run_floor_bench(seconds=args.seconds, repeats=args.repeats, max_bytes=args.max_bytes)
     else:
         run_fence_bench(seconds=args.seconds, repeats=args.repeats)
+
+
+def scaling(args: argparse.Namespace) -> None:
+    if args.plot:
+        _need("matplotlib", "plot", "scaling --plot")
+    from shmtopo import scale_model
+
+    predictions = scale_model.predict(chunk=args.chunk)
+    print(scale_model.report(predictions))
+    if args.plot:
+        smaller = scale_model.WHAT_IF_CHUNK
+        what_if = (f"levels, chain in {smaller >> 10} KiB chunks", scale_model.predict(chunk=smaller))
+        scale_model.plot(predictions, args.plot, what_if=None if args.chunk == smaller else what_if)
+        print(f"plot: {args.plot}")
+
+
+def _bytes(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"a size in bytes must be a whole number >= 1, not {text!r}")
+    return n
 
 
 def _repeats(text: str) -> int:
@@ -248,6 +273,15 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--plot", metavar="PNG",
                    help="with --collectives: write a latency plot (needs matplotlib: pip install 'shmtopo[plot]')")
     b.set_defaults(fn=bench)
+    from shmtopo.coll.levels import CHUNK
+
+    sc = sub.add_parser("scaling", help="the floor model at 8-128 ranks on the topologies of big nodes (2-socket "
+                        "EPYC, Kunpeng 920, KNL), levels against flat, on paper: no MPI, nothing measured")
+    sc.add_argument("--plot", metavar="PNG", help="write the predictions at 1 MiB per rank as a plot (needs "
+                    "matplotlib: pip install 'shmtopo[plot]')")
+    sc.add_argument("--chunk", type=_bytes, default=CHUNK,
+                    help=f"price the levelled reduce chain with chunks of this many bytes (the code's: {CHUNK})")
+    sc.set_defaults(fn=scaling)
     sub.add_parser("topo", help="share the hwloc topology and time it against a load; run under mpiexec"
                    ).set_defaults(fn=topo)
     r = sub.add_parser("run", help="run a Python program as N ranks of one job on this node, without MPI "

@@ -168,6 +168,15 @@ def _indices(topo: Any, pu: Any, types: list[str]) -> list[int]:
     return found
 
 
+def places_on(topo: Any, nranks: int, types: list[str]) -> tuple[list[str], list[list[int]]]:
+    """Local, for a topology of another machine: rank r on PU r in logical
+    order (as _place puts it there). Returns the types the topology has and
+    each rank's object index per type, ready for structure_of."""
+    present = [t for t in types if topo.nbobjs(t) > 0]
+    pus = topo.objects("pu")
+    return present, [_indices(topo, pus[r % len(pus)].cpuset, present) for r in range(nranks)]
+
+
 def find_structure(comm: CommLike, types: list[str]) -> Structure:
     """Collective: every rank's place in the shared topology, exchanged with
     an allgather of the comm, and the structure they give."""
