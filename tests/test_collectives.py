@@ -251,6 +251,50 @@ def test_gather_scatter_alltoall_enter_c_once(comm):
     comm.barrier()
 
 
+def test_scans_and_reduce_scatter_enter_c_once(comm):
+    """scan and exscan (out given, or a new array for scan), in place too,
+    and reduce_scatter of equal blocks with out given run no Python past the
+    API function; the rest takes the general path, which does it or explains."""
+    from shmtopo import _fastpath
+
+    n, me, h = comm.world_size, comm.world_rank, comm.fast_handle
+    x = data(me, 5, np.float64)
+    blocks = np.arange(n * 3, dtype=np.int64) * (me + 1)
+    scanned, excl, block = np.empty(5), np.full(5, -1.0), np.empty(3, np.int64)
+    inplace = x.copy()
+    with PythonCalls() as python_calls:
+        got_scan = comm.scan(x, out=scanned)
+        got_new = comm.scan(x, "max")
+        got_excl = comm.exscan(x, out=excl)
+        got_inplace = comm.scan(inplace, out=inplace)
+        got_block = comm.reduce_scatter(blocks, out=block)
+    # numpy's empty_like makes scan's new array
+    assert python_calls == ["scan", "scan", "empty_like", "exscan", "scan", "reduce_scatter"], python_calls
+    rows = np.array(everyone(comm, 5, np.float64))
+    folds = [rows[0].copy()]  # folds[r]: ranks 0..r folded in rank order, as the core does, bit for bit
+    for r in range(1, n):
+        folds.append(folds[-1] + rows[r])
+    folded = folds[me]
+    assert got_scan is scanned and got_inplace is inplace and got_excl is excl and got_block is block
+    np.testing.assert_array_equal(scanned, folded)
+    np.testing.assert_array_equal(inplace, folded)
+    np.testing.assert_array_equal(got_new, rows[:me + 1].max(axis=0))
+    np.testing.assert_array_equal(excl, np.full(5, -1.0) if me == 0 else folds[me - 1])  # rank 0's left as it was
+    np.testing.assert_array_equal(block, np.arange(me * 3, me * 3 + 3) * sum(range(1, n + 1)))
+    # what the C entries hand back (None: no collective made)
+    assert _fastpath.scan(h, x, None, "sum", True) is None                  # exscan's new array: zeroed
+    assert _fastpath.scan(h, x, scanned[:4], "sum", False) is None          # another length
+    assert _fastpath.scan(h, x, x[1:].copy(), "sum", False) is None
+    assert _fastpath.scan(h, x, scanned, "bogus", False) is None            # no such op
+    assert _fastpath.scan(0, x, scanned, "sum", False) is None              # no comm
+    assert _fastpath.reduce_scatter(h, blocks, block[:2], "sum") is None     # a block is 3
+    assert _fastpath.reduce_scatter(h, blocks, blocks[:3], "sum") is None    # over the input
+    # through the API: the general path does the rest, on every rank alike
+    np.testing.assert_array_equal(comm.exscan(x), np.zeros(5) if me == 0 else folds[me - 1])
+    np.testing.assert_array_equal(comm.reduce_scatter(blocks), block)
+    comm.barrier()
+
+
 @pytest.mark.parametrize("op", ["allreduce", "reduce", "bcast", "allgather"])
 def test_fast_entry_finds_the_window(comm, op):
     """A large array in a window takes the window path from the fast entry

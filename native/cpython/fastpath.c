@@ -608,6 +608,64 @@ static PyObject *fast_scatter(PyObject *self, PyObject *const *args, Py_ssize_t 
     return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
 }
 
+/* scan(handle, array, out, op, exclusive) -> result | None: out given, in
+ * place (out is array) or apart; or, for scan only, None for a new array
+ * (exscan's new array starts zeroed: the general path makes it) */
+static PyObject *fast_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "scan takes 5 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, op = op_code(args[3]), exclusive = PyObject_IsTrue(args[4]);
+    Py_buffer in, out;
+    if (exclusive < 0)
+        PyErr_Clear(), comm = NULL;
+    if (!comm || op < 0 || (exclusive && args[2] == Py_None) || !view_of(args[1], &in, 0, &code))
+        return not_handled();
+    PyObject *result = result_of(args[2], args[1], &in, code, &out);
+    if (result && !apart_or_same(&in, &out)) {
+        PyBuffer_Release(&out);
+        Py_CLEAR(result);
+    }
+    if (!result) {
+        PyBuffer_Release(&in);
+        return not_handled();
+    }
+    int rc, err;
+    CORE_CALL(comm, NULL, shmtopo_scan(comm, in.buf, out.buf, count_of(&in, code), code, op, exclusive));
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return rc < 0 ? failed(result, err) : result;
+}
+
+/* reduce_scatter(handle, array, out, op) -> out | None: the first axis of
+ * array splits into one block per rank; out holds one block, apart */
+static PyObject *fast_reduce_scatter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "reduce_scatter takes 4 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, out_code, op = op_code(args[3]);
+    Py_buffer in, out;
+    if (!comm || op < 0 || !view_of(args[1], &in, 0, &code))
+        return not_handled();
+    const int size = shmtopo_comm_size(comm);
+    if (in.ndim == 0 || in.shape[0] % size || !view_of(args[2], &out, 1, &out_code)) {
+        PyBuffer_Release(&in);
+        return not_handled();
+    }
+    if (out_code != code || out.len * size != in.len || overlaps(&in, &out)) {
+        PyBuffer_Release(&in);
+        PyBuffer_Release(&out);
+        return not_handled();
+    }
+    int rc, err;
+    CORE_CALL(comm, NULL, shmtopo_reduce_scatter(comm, in.buf, out.buf, count_of(&out, code), code, op));
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
+}
+
 /* barrier(handle) -> True | None (handle 0: not a live single-node comm) */
 static PyObject *fast_barrier(PyObject *self, PyObject *handle)
 {
@@ -2301,6 +2359,10 @@ static PyMethodDef methods[] = {
     {"gather", (PyCFunction)(void (*)(void))fast_gather, METH_FASTCALL,
      "gather(handle, array, out, root) -> out on the root, True elsewhere | None"},
     {"scatter", (PyCFunction)(void (*)(void))fast_scatter, METH_FASTCALL, "scatter(handle, array, out, root) -> out | None"},
+    {"scan", (PyCFunction)(void (*)(void))fast_scan, METH_FASTCALL,
+     "scan(handle, array, out, op, exclusive) -> result | None"},
+    {"reduce_scatter", (PyCFunction)(void (*)(void))fast_reduce_scatter, METH_FASTCALL,
+     "reduce_scatter(handle, array, out, op) -> out | None"},
     {"claim", (PyCFunction)(void (*)(void))claim, METH_FASTCALL,
      "claim(comm, win): this thread's calls only, until unclaim (EBUSY otherwise)"},
     {"unclaim", (PyCFunction)(void (*)(void))unclaim, METH_FASTCALL, "unclaim(comm, win)"},

@@ -460,6 +460,24 @@ def _vcoll_cases():
         case(f"{kind}_count_100000")(lambda comm, cx, kind=kind: getattr(comm, kind)(data(100000 if cx.bad else 4)))
         case(f"{kind}_op_bogus")(lambda comm, cx, kind=kind: getattr(comm, kind)(data(4), "bogus" if cx.bad else "sum"))
 
+    # out given: the others take the fast entries (C), the culprit too where its arguments let it
+    @case("scan_out_op_bogus")
+    def _(comm, cx):
+        return comm.scan(data(4), "bogus" if cx.bad else "sum", out=np.empty(4))
+
+    @case("exscan_out_count")
+    def _(comm, cx):
+        n = 5 if cx.bad else 4
+        return comm.exscan(data(n), out=np.empty(n))
+
+    @case("reduce_scatter_out_op_max")
+    def _(comm, cx):
+        return comm.reduce_scatter(np.ones(2 * WS), "max" if cx.bad else "sum", out=np.empty(2))
+
+    @case("reduce_scatter_out_short")
+    def _(comm, cx):
+        return comm.reduce_scatter(np.ones(2 * WS), out=np.empty(1 if cx.bad else 2))
+
 
 _vcoll_cases()
 

@@ -36,7 +36,7 @@ from .across import (hier_allgather, hier_allreduce, hier_bcast, hier_reduce, ru
 from .args import (allgather_args, allgatherv_args, alltoallv_args, bcast_args, blocks_args, equal_blocks, gather_args,
                    gatherv_args, reduce_args, reduce_scatter_counts_args, scan_args, scatter_args, scatterv_args)
 from .node import (checked, fast_allgather, fast_alltoall, fast_barrier, fast_allreduce, fast_bcast, fast_gather,
-                   fast_reduce, fast_scatter, native_barrier, node_allgather,
+                   fast_reduce, fast_reduce_scatter, fast_scan, fast_scatter, native_barrier, node_allgather,
                    node_bcast, node_reduce, pointer, sizes_pointer, window_of)
 
 
@@ -153,7 +153,6 @@ def allgather(comm: CommLike, array: npt.ArrayLike, *, out: Array | None = None)
         return result
 
 
-@holding_comm
 def reduce_scatter(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, counts: Any = None,
                    out: Array | None = None) -> Array:
     """Collective: array's first axis splits into nranks equal blocks; rank r
@@ -163,18 +162,23 @@ def reduce_scatter(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, cou
     of sum(counts) elements): rank r gets counts[r] elements, the reduction of
     everybody's elements from sum(counts[:r]). In place: out=array, the
     result then fills its first counts[r] elements (out is returned)."""
-    if counts is not None:
-        return _reduce_scatter_counts(comm, array, op, counts, out)
-    a, code, opc, block, result = normalised(comm, REDUCE_SCATTER, blocks_args, comm, "reduce_scatter",
-                                              array, op, out)
-    if comm.nnodes == 1:
-        checked(lib.shmtopo_reduce_scatter(comm.handle, pointer(a), pointer(result), result.size, code, opc))
+    if counts is None and out is not None:
+        fast: Array | None = fast_reduce_scatter(comm.fast_handle, array, out, op)
+        if fast is not None:
+            return fast
+    with Held(comm.address):
+        if counts is not None:
+            return _reduce_scatter_counts(comm, array, op, counts, out)
+        a, code, opc, block, result = normalised(comm, REDUCE_SCATTER, blocks_args, comm, "reduce_scatter",
+                                                  array, op, out)
+        if comm.nnodes == 1:
+            checked(lib.shmtopo_reduce_scatter(comm.handle, pointer(a), pointer(result), result.size, code, opc))
+            return result
+        agree(comm, REDUCE_SCATTER, result.size, code, opc)
+        total = np.empty_like(a)
+        run_across_nodes(comm, hier_allreduce, a, total, opc, lib.SHMTOPO_COLL_AUTO)
+        result[...] = total.reshape((comm.world_size,) + block)[comm.world_rank]
         return result
-    agree(comm, REDUCE_SCATTER, result.size, code, opc)
-    total = np.empty_like(a)
-    run_across_nodes(comm, hier_allreduce, a, total, opc, lib.SHMTOPO_COLL_AUTO)
-    result[...] = total.reshape((comm.world_size,) + block)[comm.world_rank]
-    return result
 
 
 def alltoall(comm: CommLike, array: npt.ArrayLike, *, out: Array | None = None) -> Array:
@@ -347,7 +351,7 @@ def _reduce_scatter_counts(comm: CommLike, array: Any, op: Any, counts: Any, out
     return ret
 
 
-def _scan_common(comm: CommLike, kind: int, array: Any, op: Any, out: Any) -> Array:
+def _scan_general(comm: CommLike, kind: int, array: Any, op: Any, out: Any) -> Array:
     exclusive = kind == EXSCAN
     what = "exscan" if exclusive else "scan"
     a, code, opc, result = normalised(comm, kind, scan_args, comm, what, array, op, out, exclusive)
@@ -368,17 +372,23 @@ def _scan_common(comm: CommLike, kind: int, array: Any, op: Any, out: Any) -> Ar
     return result
 
 
-@holding_comm
 def scan(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Array | None = None) -> Array:
     """Collective: on rank r, the reduction of ranks 0..r's arrays, folded in
     rank order (bit for bit what a loop over ranks 0..r computes). Returns
     out (a new array when None); out=array for in place."""
-    return _scan_common(comm, SCAN, array, op, out)
+    fast: Array | None = fast_scan(comm.fast_handle, array, out, op, False)
+    if fast is not None:
+        return fast
+    with Held(comm.address):
+        return _scan_general(comm, SCAN, array, op, out)
 
 
-@holding_comm
 def exscan(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Array | None = None) -> Array:
     """Collective: scan of ranks 0..r-1 (exclusive). Rank 0 has none: its out
     is left as it was (MPI leaves it undefined) and returned, or a new
     zero-filled array when out is None. out=array for in place."""
-    return _scan_common(comm, EXSCAN, array, op, out)
+    fast: Array | None = fast_scan(comm.fast_handle, array, out, op, True)
+    if fast is not None:
+        return fast
+    with Held(comm.address):
+        return _scan_general(comm, EXSCAN, array, op, out)

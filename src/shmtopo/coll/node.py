@@ -38,6 +38,7 @@ fast_allreduce, fast_reduce = _fastpath.allreduce, _fastpath.reduce
 fast_bcast, fast_allgather = _fastpath.bcast, _fastpath.allgather
 fast_barrier = _fastpath.barrier
 fast_alltoall, fast_gather, fast_scatter = _fastpath.alltoall, _fastpath.gather, _fastpath.scatter
+fast_scan, fast_reduce_scatter = _fastpath.scan, _fastpath.reduce_scatter
 native_barrier = lib.shmtopo_barrier
 
 
