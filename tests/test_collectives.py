@@ -295,6 +295,66 @@ def test_scans_and_reduce_scatter_enter_c_once(comm):
     comm.barrier()
 
 
+def test_v_variants_enter_c_once(comm):
+    """gatherv, scatterv, allgatherv and alltoallv with out given (counts as a
+    list, a tuple, numpy int64 or int32; displs given or packed) run no
+    Python past the API function and land every block where its layout says;
+    in place, a new result and odd counts go the general way."""
+    from shmtopo import _fastpath
+
+    n, me, h = comm.world_size, comm.world_rank, comm.fast_handle
+    root = n - 1
+    counts = [1 + r % 3 for r in range(n)]                     # 1, 2, 3, 1, ...
+    displs = [2 * sum(counts[:r]) + 1 for r in range(n)]       # gaps between the blocks
+    end = displs[-1] + counts[-1]
+    mine = np.arange(counts[me], dtype=np.float64) + 10 * me
+    gathered, allgathered = np.full(end, -1.0), np.full(end, -1.0)
+    table = np.arange(sum(counts), dtype=np.float64) + 100 * root
+    scattered = np.empty(counts[me])
+    # alltoallv: rank p gets (me + p) % 2 + 1 elements from me, packed
+    sendc = [(me + p) % 2 + 1 for p in range(n)]
+    recvc = [(p + me) % 2 + 1 for p in range(n)]
+    send = np.arange(sum(sendc), dtype=np.int32) + 1000 * me
+    received = np.empty(sum(recvc), np.int32)
+    forms = [list, tuple, lambda c: np.array(c, np.int64), lambda c: np.array(c, np.int32)]
+    for form in forms:
+        c, d, sc, rc = form(counts), form(displs), form(sendc), form(recvc)
+        with PythonCalls() as python_calls:
+            got_g = comm.gatherv(mine, c, d, root, out=gathered)
+            got_s = comm.scatterv(table, c, None, root, out=scattered)
+            got_a = comm.allgatherv(mine, c, d, out=allgathered)
+            got_t = comm.alltoallv(send, sc, None, rc, None, out=received)
+        assert python_calls == ["gatherv", "scatterv", "allgatherv", "alltoallv"], (form, python_calls)
+        assert (got_g is gathered) if me == root else got_g is None
+        assert got_s is scattered and got_a is allgathered and got_t is received
+    expect = np.full(end, -1.0)
+    for r in range(n):
+        expect[displs[r]:displs[r] + counts[r]] = np.arange(counts[r]) + 10 * r
+    if me == root:
+        np.testing.assert_array_equal(gathered, expect)
+    np.testing.assert_array_equal(allgathered, expect)
+    np.testing.assert_array_equal(scattered, table[sum(counts[:me]):sum(counts[:me + 1])])
+    sdispls = np.cumsum([0] + recvc)
+    for p in range(n):  # rank p's block for me starts after its blocks for ranks < me
+        theirs = [(p + q) % 2 + 1 for q in range(n)]
+        start = sum(theirs[:me])
+        np.testing.assert_array_equal(received[sdispls[p]:sdispls[p + 1]],
+                                      np.arange(start, start + recvc[p]) + 1000 * p)
+    # what the C entries hand back (None: no collective made)
+    assert _fastpath.allgatherv(h, mine, counts[:-1], None, allgathered) is None     # n - 1 counts
+    assert _fastpath.allgatherv(h, mine, [-1] * n, None, allgathered) is None       # negative
+    assert _fastpath.allgatherv(h, mine, counts, displs, allgathered[:end - 1]) is None  # out too short
+    assert _fastpath.allgatherv(h, mine, [c + 1 for c in counts], None, allgathered) is None  # own count
+    assert _fastpath.alltoallv(h, send, sendc, None, recvc, None, send) is None     # over the input
+    assert _fastpath.gatherv(h, mine, counts, displs, n, gathered) is None          # root out of range
+    if me == root:
+        assert _fastpath.gatherv(h, mine, counts, displs, root, None) is None       # a new result
+        assert _fastpath.scatterv(h, table, counts, None, root, table[:counts[me]]) is None  # in place
+    # through the API: the general path does those, on every rank alike
+    np.testing.assert_array_equal(comm.allgatherv(mine, counts, displs)[displs[0]:], expect[displs[0]:])
+    comm.barrier()
+
+
 @pytest.mark.parametrize("op", ["allreduce", "reduce", "bcast", "allgather"])
 def test_fast_entry_finds_the_window(comm, op):
     """A large array in a window takes the window path from the fast entry

@@ -264,6 +264,77 @@ static int root_of(PyObject *value)
     return overflow || v < 0 || v > INT_MAX ? -1 : (int)v;
 }
 
+/* A count or a displacement given as a Python int, not negative; -1 for
+ * anything else, which the general paths judge. */
+static Py_ssize_t index_of(PyObject *value)
+{
+    if (!PyLong_CheckExact(value))
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(value);
+    if (n < 0 && PyErr_Occurred())
+        PyErr_Clear();
+    return n < 0 ? -1 : n;
+}
+
+/* A v-variant's counts or displacements, n of them, not negative: a list or
+ * tuple of Python ints, or a buffer of C ints or longs (array('i'), numpy);
+ * 0 for anything else, which the general paths judge (the planner's
+ * buffers.int_list, the lower-case counts_layout). */
+static int sizes_of(PyObject *obj, Py_ssize_t n, size_t *out)
+{
+    if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj)) {
+        if (PySequence_Fast_GET_SIZE(obj) != n)
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t v = index_of(PySequence_Fast_ITEMS(obj)[i]);
+            if (v < 0)
+                return 0;
+            out[i] = (size_t)v;
+        }
+        return 1;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = view.format ? view.format : "B";
+    f += *f == '@';
+    int ok = (!strcmp(f, "i") || !strcmp(f, "l") || !strcmp(f, "q")) && (view.itemsize == 4 || view.itemsize == 8)
+             && view.itemsize * n == view.len;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        long long v = view.itemsize == 4 ? ((const int *)view.buf)[i] : ((const long long *)view.buf)[i];
+        ok = v >= 0;
+        out[i] = (size_t)v;
+    }
+    PyBuffer_Release(&view);
+    return ok;
+}
+
+/* A v-variant's layout: counts and displacements (None: packed in rank
+ * order), n of each, as sizes_of reads them; 0 for anything else. */
+static int layout_of(PyObject *counts, PyObject *displs, Py_ssize_t n, size_t *c, size_t *d)
+{
+    if (!sizes_of(counts, n, c))
+        return 0;
+    if (displs != Py_None)
+        return sizes_of(displs, n, d);
+    size_t at = 0;
+    for (Py_ssize_t i = 0; i < n; at += c[i], i++)
+        d[i] = at;
+    return 1;
+}
+
+/* One past the last element a layout reaches (blocks of 0 reach nothing). */
+static size_t layout_end(const size_t *c, const size_t *d, Py_ssize_t n)
+{
+    size_t end = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (c[i] && d[i] + c[i] > end)
+            end = d[i] + c[i];
+    return end;
+}
+
 static PyObject *not_handled(void)
 {
     if (PyErr_Occurred())
@@ -666,6 +737,148 @@ static PyObject *fast_reduce_scatter(PyObject *self, PyObject *const *args, Py_s
     return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
 }
 
+/* The lower-case v-variants: arrays as the entries above take them, counts
+ * and displs as layout_of reads them, out given and apart from the input
+ * (in place, a new result and the rest go to the general path, which does
+ * them or explains). The root's own count must be its array's length. */
+
+/* gatherv(handle, array, counts, displs, root, out) -> out on the root, True
+ * elsewhere | None (counts, displs and out are read on the root only) */
+static PyObject *fast_gatherv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6)
+        return PyErr_Format(PyExc_TypeError, "gatherv takes 6 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, out_code, root, rc, err;
+    Py_buffer in, out;
+    if (!comm || (root = root_in(args[4], comm)) < 0 || !view_of(args[1], &in, 0, &code))
+        return not_handled();
+    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
+    const size_t count = count_of(&in, code);
+    if (rank != root) {
+        CORE_CALL(comm, NULL, shmtopo_gatherv(comm, in.buf, count, NULL, NULL, NULL, code, root));
+        PyBuffer_Release(&in);
+        return rc < 0 ? failed(NULL, err) : new_ref(Py_True);
+    }
+    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t)), *d = c + size;
+    if (!c) {
+        PyBuffer_Release(&in);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = NULL;
+    if (layout_of(args[2], args[3], size, c, d) && view_of(args[5], &out, 1, &out_code)) {
+        if (out_code == code && c[rank] == count && layout_end(c, d, size) <= count_of(&out, code)
+            && !overlaps(&in, &out)) {
+            CORE_CALL(comm, NULL, shmtopo_gatherv(comm, in.buf, count, out.buf, c, d, code, root));
+            result = rc < 0 ? failed(NULL, err) : new_ref(args[5]);
+        }
+        PyBuffer_Release(&out);
+    }
+    PyMem_Free(c);
+    PyBuffer_Release(&in);
+    return result || PyErr_Occurred() ? result : not_handled();
+}
+
+/* scatterv(handle, array, counts, displs, root, out) -> out | None (array,
+ * counts and displs are read on the root only) */
+static PyObject *fast_scatterv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6)
+        return PyErr_Format(PyExc_TypeError, "scatterv takes 6 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, in_code, root, rc, err;
+    Py_buffer in, out;
+    if (!comm || (root = root_in(args[4], comm)) < 0 || !view_of(args[5], &out, 1, &code))
+        return not_handled();
+    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
+    const size_t count = count_of(&out, code);
+    if (rank != root) {
+        CORE_CALL(comm, NULL, shmtopo_scatterv(comm, NULL, NULL, NULL, out.buf, count, code, root));
+        PyBuffer_Release(&out);
+        return rc < 0 ? failed(NULL, err) : new_ref(args[5]);
+    }
+    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t)), *d = c + size;
+    if (!c) {
+        PyBuffer_Release(&out);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = NULL;
+    if (layout_of(args[2], args[3], size, c, d) && view_of(args[1], &in, 0, &in_code)) {
+        if (in_code == code && c[rank] == count && layout_end(c, d, size) <= count_of(&in, code)
+            && !overlaps(&in, &out)) {
+            CORE_CALL(comm, NULL, shmtopo_scatterv(comm, in.buf, c, d, out.buf, count, code, root));
+            result = rc < 0 ? failed(NULL, err) : new_ref(args[5]);
+        }
+        PyBuffer_Release(&in);
+    }
+    PyMem_Free(c);
+    PyBuffer_Release(&out);
+    return result || PyErr_Occurred() ? result : not_handled();
+}
+
+/* allgatherv(handle, array, counts, displs, out) -> out | None */
+static PyObject *fast_allgatherv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "allgatherv takes 5 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, out_code, rc, err;
+    Py_buffer in, out;
+    if (!comm || !view_of(args[1], &in, 0, &code))
+        return not_handled();
+    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
+    const size_t count = count_of(&in, code);
+    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t)), *d = c + size;
+    if (!c) {
+        PyBuffer_Release(&in);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = NULL;
+    if (layout_of(args[2], args[3], size, c, d) && view_of(args[4], &out, 1, &out_code)) {
+        if (out_code == code && c[rank] == count && layout_end(c, d, size) <= count_of(&out, code)
+            && !overlaps(&in, &out)) {
+            CORE_CALL(comm, NULL, shmtopo_allgatherv(comm, in.buf, count, out.buf, c, d, code));
+            result = rc < 0 ? failed(NULL, err) : new_ref(args[4]);
+        }
+        PyBuffer_Release(&out);
+    }
+    PyMem_Free(c);
+    PyBuffer_Release(&in);
+    return result || PyErr_Occurred() ? result : not_handled();
+}
+
+/* alltoallv(handle, array, sendcounts, sdispls, recvcounts, rdispls, out) -> out | None */
+static PyObject *fast_alltoallv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7)
+        return PyErr_Format(PyExc_TypeError, "alltoallv takes 7 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    int code, out_code, rc, err;
+    Py_buffer in, out;
+    if (!comm || !view_of(args[1], &in, 0, &code))
+        return not_handled();
+    const int size = shmtopo_comm_size(comm);
+    size_t *sc = PyMem_Malloc(4 * (size_t)size * sizeof(size_t)), *sd = sc + size, *rcs = sd + size,
+           *rd = rcs + size;
+    if (!sc) {
+        PyBuffer_Release(&in);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = NULL;
+    if (layout_of(args[2], args[3], size, sc, sd) && layout_of(args[4], args[5], size, rcs, rd)
+        && view_of(args[6], &out, 1, &out_code)) {
+        if (out_code == code && layout_end(sc, sd, size) <= count_of(&in, code)
+            && layout_end(rcs, rd, size) <= count_of(&out, code) && !overlaps(&in, &out)) {
+            CORE_CALL(comm, NULL, shmtopo_alltoallv(comm, in.buf, sc, sd, out.buf, rcs, rd, code));
+            result = rc < 0 ? failed(NULL, err) : new_ref(args[6]);
+        }
+        PyBuffer_Release(&out);
+    }
+    PyMem_Free(sc);
+    PyBuffer_Release(&in);
+    return result || PyErr_Occurred() ? result : not_handled();
+}
+
 /* barrier(handle) -> True | None (handle 0: not a live single-node comm) */
 static PyObject *fast_barrier(PyObject *self, PyObject *handle)
 {
@@ -842,18 +1055,6 @@ static int accel_op(PyObject *op, int type)
     return -1;
 }
 
-/* A count or a displacement given as a Python int, not negative; -1 for
- * anything else, which the planner judges. */
-static Py_ssize_t accel_index(PyObject *value)
-{
-    if (!PyLong_CheckExact(value))
-        return -1;
-    Py_ssize_t n = PyLong_AsSsize_t(value);
-    if (n < 0 && PyErr_Occurred())
-        PyErr_Clear();
-    return n < 0 ? -1 : n;
-}
-
 /* The datatype of a buffer passed without one, from its format (NULL: bytes). */
 static int accel_format(const char *format)
 {
@@ -897,7 +1098,7 @@ static int accel_split(PyObject *spec, PyObject **buf, Py_ssize_t *count, Py_ssi
         d = PySequence_Fast_ITEMS(c)[1];
         c = PySequence_Fast_ITEMS(c)[0];
     }
-    return (!c || (*count = accel_index(c)) >= 0) && (!d || (*displ = accel_index(d)) >= 0);
+    return (!c || (*count = index_of(c)) >= 0) && (!d || (*displ = index_of(d)) >= 0);
 }
 
 /* One buffer argument, read as buffers.message reads it. */
@@ -1242,40 +1443,6 @@ static PyObject *accel_scatter(PyObject *self, PyObject *const *args, Py_ssize_t
     return accel_done(rc, err);
 }
 
-/* A v-variant's counts or displacements, n of them, not negative: a list or
- * tuple of Python ints, or a buffer of C ints or longs (array('i'), numpy);
- * 0 for anything else, which the planner judges (buffers.int_list). */
-static int accel_sizes(PyObject *obj, Py_ssize_t n, size_t *out)
-{
-    if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj)) {
-        if (PySequence_Fast_GET_SIZE(obj) != n)
-            return 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            Py_ssize_t v = accel_index(PySequence_Fast_ITEMS(obj)[i]);
-            if (v < 0)
-                return 0;
-            out[i] = (size_t)v;
-        }
-        return 1;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    const char *f = view.format ? view.format : "B";
-    f += *f == '@';
-    int ok = (!strcmp(f, "i") || !strcmp(f, "l") || !strcmp(f, "q")) && (view.itemsize == 4 || view.itemsize == 8)
-             && view.itemsize * n == view.len;
-    for (Py_ssize_t i = 0; ok && i < n; i++) {
-        long long v = view.itemsize == 4 ? ((const int *)view.buf)[i] : ((const long long *)view.buf)[i];
-        ok = v >= 0;
-        out[i] = (size_t)v;
-    }
-    PyBuffer_Release(&view);
-    return ok;
-}
-
 /* A v-variant's buffer argument (buffers.vector) in its plain forms:
  * [buf, counts], [buf, (counts, displs)], [buf, counts, T],
  * [buf, (counts, displs), T], [buf, counts, displs, T] (displs None: packed
@@ -1299,14 +1466,8 @@ static int accel_vector(PyObject *spec, int writable, Py_ssize_t n, struct msg *
         d = PyTuple_GET_ITEM(c, 1);
         c = PyTuple_GET_ITEM(c, 0);
     }
-    if (!accel_sizes(c, n, counts))
+    if (!layout_of(c, d, n, counts, displs))
         return 0;
-    if (d == Py_None) {
-        for (Py_ssize_t i = 0, at = 0; i < n; at += (Py_ssize_t)counts[i], i++)
-            displs[i] = (size_t)at;
-    } else if (!accel_sizes(d, n, displs)) {
-        return 0;
-    }
     if ((type = accel_buffer(item[0], type, writable, m)) < 0)
         return 0;
     const int code = accel.codes[type];
@@ -1533,7 +1694,7 @@ static PyObject *accel_reduce_scatter(PyObject *self, PyObject *const *args, Py_
     struct msg in, out;
     PyObject *result = NULL;
     int ran = 0, op;
-    if (accel_sizes(args[3], size, counts) && accel_msg(args[2], 1, 1, &out)) {
+    if (sizes_of(args[3], size, counts) && accel_msg(args[2], 1, 1, &out)) {
         if (accel_msg(args[1], 0, 1, &in)) {
             size_t total = 0;
             for (int p = 0; p < size; p++)
@@ -2359,6 +2520,14 @@ static PyMethodDef methods[] = {
     {"gather", (PyCFunction)(void (*)(void))fast_gather, METH_FASTCALL,
      "gather(handle, array, out, root) -> out on the root, True elsewhere | None"},
     {"scatter", (PyCFunction)(void (*)(void))fast_scatter, METH_FASTCALL, "scatter(handle, array, out, root) -> out | None"},
+    {"gatherv", (PyCFunction)(void (*)(void))fast_gatherv, METH_FASTCALL,
+     "gatherv(handle, array, counts, displs, root, out) -> out on the root, True elsewhere | None"},
+    {"scatterv", (PyCFunction)(void (*)(void))fast_scatterv, METH_FASTCALL,
+     "scatterv(handle, array, counts, displs, root, out) -> out | None"},
+    {"allgatherv", (PyCFunction)(void (*)(void))fast_allgatherv, METH_FASTCALL,
+     "allgatherv(handle, array, counts, displs, out) -> out | None"},
+    {"alltoallv", (PyCFunction)(void (*)(void))fast_alltoallv, METH_FASTCALL,
+     "alltoallv(handle, array, sendcounts, sdispls, recvcounts, rdispls, out) -> out | None"},
     {"scan", (PyCFunction)(void (*)(void))fast_scan, METH_FASTCALL,
      "scan(handle, array, out, op, exclusive) -> result | None"},
     {"reduce_scatter", (PyCFunction)(void (*)(void))fast_reduce_scatter, METH_FASTCALL,

@@ -383,14 +383,17 @@ def _counts():
     return [3 + r % 2 for r in range(WS)]
 
 
-def _vcall(comm, kind, a, counts, root):
+def _vcall(comm, kind, a, counts, root, out=False):
+    """out: the receiving ranks pass an out (the calls then take the fast
+    entries where their arguments let them)."""
     me = ME
+    full = np.empty(sum(counts), a.dtype) if out else None
     if kind == "gatherv":
-        return comm.gatherv(a, counts if me == root else None, root=root)
+        return comm.gatherv(a, counts if me == root else None, root=root, out=full if me == root else None)
     if kind == "scatterv":
         return comm.scatterv(np.ones(sum(counts)) if me == root else None, counts if me == root else None,
                              root=root, out=a)
-    return comm.allgatherv(a, counts)
+    return comm.allgatherv(a, counts, out=full)
 
 
 def _rooted(comm, kind, n=4, dtype=np.float64, root=None):
@@ -415,6 +418,11 @@ def _vcoll_cases():
             comm, kind, np.ones(_counts()[ME] + (1 if cx.bad else 0)), _counts(), WS - 1))
         case(f"{kind}_dtype_f32")(lambda comm, cx, kind=kind: _vcall(
             comm, kind, np.ones(_counts()[ME], np.float32 if cx.bad else np.float64), _counts(), WS - 1))
+    for kind in ("gatherv", "allgatherv"):
+        case(f"{kind}_out_count")(lambda comm, cx, kind=kind: _vcall(
+            comm, kind, np.ones(_counts()[ME] + (1 if cx.bad else 0)), _counts(), WS - 1, out=True))
+        case(f"{kind}_out_dtype_f32")(lambda comm, cx, kind=kind: _vcall(
+            comm, kind, np.ones(_counts()[ME], np.float32 if cx.bad else np.float64), _counts(), WS - 1, out=True))
 
     # the root's counts disagree with what the culprit sends (the root's table is wrong about it)
     def root_table(comm, cx, kind):
@@ -439,6 +447,11 @@ def _vcoll_cases():
     def _(comm, cx):
         sc = [3 if cx.bad else 2] * WS
         return comm.alltoallv(np.ones(sum(sc)), sc, None, [2] * WS, None)
+
+    @case("alltoallv_out_sendcounts")
+    def _(comm, cx):
+        sc = [3 if cx.bad else 2] * WS
+        return comm.alltoallv(np.ones(sum(sc)), sc, None, [2] * WS, None, out=np.empty(2 * WS))
 
     @case("alltoallv_counts_negative")
     def _(comm, cx):

@@ -28,15 +28,16 @@ import numpy.typing as npt
 from .._native import ffi, lib
 from .._types import (ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, COUNTS, EXSCAN, GATHER,
                       GATHERV, OWN_COUNT, REDUCE, REDUCE_SCATTER, SCAN, SCATTER, SCATTERV, SIZES, Array)
-from .._base import CommLike, Held, holding_comm
+from .._base import CommLike, Held
 from ..agreement import agree, counts_digest, counts_verdict, normalised, pairs_verdict, signature
 from . import levels
 from .across import (hier_allgather, hier_allreduce, hier_bcast, hier_reduce, run_across_nodes, world_allgatherv,
                      world_alltoall, world_alltoallv, world_gatherv, world_scatterv)
 from .args import (allgather_args, allgatherv_args, alltoallv_args, bcast_args, blocks_args, equal_blocks, gather_args,
                    gatherv_args, reduce_args, reduce_scatter_counts_args, scan_args, scatter_args, scatterv_args)
-from .node import (checked, fast_allgather, fast_alltoall, fast_barrier, fast_allreduce, fast_bcast, fast_gather,
-                   fast_reduce, fast_reduce_scatter, fast_scan, fast_scatter, native_barrier, node_allgather,
+from .node import (checked, fast_allgather, fast_allgatherv, fast_alltoall, fast_alltoallv, fast_barrier,
+                   fast_allreduce, fast_bcast, fast_gather, fast_gatherv, fast_reduce, fast_reduce_scatter, fast_scan,
+                   fast_scatter, fast_scatterv, native_barrier, node_allgather,
                    node_bcast, node_reduce, pointer, sizes_pointer, window_of)
 
 
@@ -251,7 +252,6 @@ def scatter(comm: CommLike, array: Any, root: int = 0, *, out: Array | None = No
         return result
 
 
-@holding_comm
 def gatherv(comm: CommLike, array: Any, counts: Any = None, displs: Any = None, root: int = 0, *,
             out: Array | None = None) -> Array | None:
     """Collective: rank r's array (flattened, of counts[r] elements) lands in
@@ -261,19 +261,22 @@ def gatherv(comm: CommLike, array: Any, counts: Any = None, displs: Any = None, 
     sums of counts. A rank whose array.size is not the root's counts[rank]
     makes every rank raise ShmtopoValueError naming it. In place on the
     root: array None (or the view of out at its displacement)."""
-    a, code, r, result, c, d, ret = normalised(comm, GATHERV, gatherv_args, comm, array, counts, displs,
-                                                root, out)
-    if comm.nnodes == 1:
-        checked(lib.shmtopo_gatherv(comm.handle, pointer(a), a.size, pointer(result), sizes_pointer(c), sizes_pointer(d), code, r))
+    done = fast_gatherv(comm.fast_handle, array, counts, displs, root, out)
+    if done is not None:
+        return None if done is True else done  # the root's out
+    with Held(comm.address):
+        a, code, r, result, c, d, ret = normalised(comm, GATHERV, gatherv_args, comm, array, counts, displs,
+                                                    root, out)
+        if comm.nnodes == 1:
+            checked(lib.shmtopo_gatherv(comm.handle, pointer(a), a.size, pointer(result), sizes_pointer(c), sizes_pointer(d), code, r))
+            return ret
+        agree(comm, GATHERV, a.size, code, -1, r, flags=OWN_COUNT)
+        table = _root_counts(comm, c, r)
+        counts_verdict(signature(GATHERV, a.size, code, -1, r, flags=OWN_COUNT), _own_counts(comm, a.size), table)
+        run_across_nodes(comm, world_gatherv, a, result, c, d, r)
         return ret
-    agree(comm, GATHERV, a.size, code, -1, r, flags=OWN_COUNT)
-    table = _root_counts(comm, c, r)
-    counts_verdict(signature(GATHERV, a.size, code, -1, r, flags=OWN_COUNT), _own_counts(comm, a.size), table)
-    run_across_nodes(comm, world_gatherv, a, result, c, d, r)
-    return ret
 
 
-@holding_comm
 def scatterv(comm: CommLike, array: Any, counts: Any = None, displs: Any = None, root: int = 0, *,
              out: Array | None = None) -> Array:
     """Collective: rank r gets counts[r] elements of the root's array
@@ -283,36 +286,44 @@ def scatterv(comm: CommLike, array: Any, counts: Any = None, displs: Any = None,
     its size that rank's count: one that is not the root's counts[rank]
     makes every rank raise ShmtopoValueError naming it. In place on the root:
     out is the view of array at its displacement."""
-    a, code, r, result, c, d, ret = normalised(comm, SCATTERV, scatterv_args, comm, array, counts, displs,
-                                                root, out)
-    if comm.nnodes == 1:
-        checked(lib.shmtopo_scatterv(comm.handle, pointer(a), sizes_pointer(c), sizes_pointer(d), pointer(result), result.size, code, r))
+    if out is not None:
+        fast: Array | None = fast_scatterv(comm.fast_handle, array, counts, displs, root, out)
+        if fast is not None:
+            return fast
+    with Held(comm.address):
+        a, code, r, result, c, d, ret = normalised(comm, SCATTERV, scatterv_args, comm, array, counts, displs,
+                                                    root, out)
+        if comm.nnodes == 1:
+            checked(lib.shmtopo_scatterv(comm.handle, pointer(a), sizes_pointer(c), sizes_pointer(d), pointer(result), result.size, code, r))
+            return ret
+        agree(comm, SCATTERV, result.size, code, -1, r, flags=OWN_COUNT)
+        table = _root_counts(comm, c, r)
+        counts_verdict(signature(SCATTERV, result.size, code, -1, r, flags=OWN_COUNT),
+                       _own_counts(comm, result.size), table)
+        run_across_nodes(comm, world_scatterv, a, result, c, d, r)
         return ret
-    agree(comm, SCATTERV, result.size, code, -1, r, flags=OWN_COUNT)
-    table = _root_counts(comm, c, r)
-    counts_verdict(signature(SCATTERV, result.size, code, -1, r, flags=OWN_COUNT),
-                   _own_counts(comm, result.size), table)
-    run_across_nodes(comm, world_scatterv, a, result, c, d, r)
-    return ret
 
 
-@holding_comm
 def allgatherv(comm: CommLike, array: Any, counts: Any, displs: Any = None, *, out: Array | None = None) -> Array:
     """Collective: every rank's array (flattened, counts[r] elements on rank
     r) lands in every rank's out at displs[r]; returns out (a new 1-D array
     when None). counts must be the same on every rank (displs are each
     rank's own layout, defaulting to the prefix sums). In place: array None
     (or the view of out at this rank's displacement)."""
-    a, code, result, c, d, ret = normalised(comm, ALLGATHERV, allgatherv_args, comm, array, counts, displs, out)
-    if comm.nnodes == 1:
-        checked(lib.shmtopo_allgatherv(comm.handle, pointer(a), a.size, pointer(result), sizes_pointer(c), sizes_pointer(d), code))
+    if out is not None:
+        fast: Array | None = fast_allgatherv(comm.fast_handle, array, counts, displs, out)
+        if fast is not None:
+            return fast
+    with Held(comm.address):
+        a, code, result, c, d, ret = normalised(comm, ALLGATHERV, allgatherv_args, comm, array, counts, displs, out)
+        if comm.nnodes == 1:
+            checked(lib.shmtopo_allgatherv(comm.handle, pointer(a), a.size, pointer(result), sizes_pointer(c), sizes_pointer(d), code))
+            return ret
+        agree(comm, ALLGATHERV, a.size, code, extra=counts_digest(c), flags=OWN_COUNT | COUNTS)
+        run_across_nodes(comm, world_allgatherv, a, result, c, d)
         return ret
-    agree(comm, ALLGATHERV, a.size, code, extra=counts_digest(c), flags=OWN_COUNT | COUNTS)
-    run_across_nodes(comm, world_allgatherv, a, result, c, d)
-    return ret
 
 
-@holding_comm
 def alltoallv(comm: CommLike, array: Any, sendcounts: Any, sdispls: Any, recvcounts: Any, rdispls: Any, *,
               out: Array | None = None) -> Array:
     """Collective: rank r sends sendcounts[p] elements of its array
@@ -321,20 +332,25 @@ def alltoallv(comm: CommLike, array: Any, sendcounts: Any, sdispls: Any, recvcou
     recvcounts[r] (else every rank raises, naming the rank at fault).
     Displacements None: the prefix sums. Returns out (a new 1-D array when
     None); the input must not overlap it."""
-    a, code, result, sc, sd, rc, rd, ret = normalised(comm, ALLTOALLV, alltoallv_args, comm, array, sendcounts,
-                                                      sdispls, recvcounts, rdispls, out)
-    if comm.nnodes == 1:
-        checked(lib.shmtopo_alltoallv(comm.handle, pointer(a), sizes_pointer(sc), sizes_pointer(sd), pointer(result), sizes_pointer(rc),
-                                   sizes_pointer(rd), code))
+    if out is not None:
+        fast: Array | None = fast_alltoallv(comm.fast_handle, array, sendcounts, sdispls, recvcounts, rdispls, out)
+        if fast is not None:
+            return fast
+    with Held(comm.address):
+        a, code, result, sc, sd, rc, rd, ret = normalised(comm, ALLTOALLV, alltoallv_args, comm, array, sendcounts,
+                                                          sdispls, recvcounts, rdispls, out)
+        if comm.nnodes == 1:
+            checked(lib.shmtopo_alltoallv(comm.handle, pointer(a), sizes_pointer(sc), sizes_pointer(sd), pointer(result), sizes_pointer(rc),
+                                       sizes_pointer(rd), code))
+            return ret
+        sent = int(sc.sum())
+        agree(comm, ALLTOALLV, sent, code, flags=OWN_COUNT)
+        n = comm.world_size
+        rows = allgather(comm, np.concatenate([sc, rc]))
+        pairs_verdict(signature(ALLTOALLV, sent, code, flags=OWN_COUNT), np.ascontiguousarray(rows[:, :n]),
+                      np.ascontiguousarray(rows[:, n:]))
+        run_across_nodes(comm, world_alltoallv, a, result, sc, sd, rc, rd)
         return ret
-    sent = int(sc.sum())
-    agree(comm, ALLTOALLV, sent, code, flags=OWN_COUNT)
-    n = comm.world_size
-    rows = allgather(comm, np.concatenate([sc, rc]))
-    pairs_verdict(signature(ALLTOALLV, sent, code, flags=OWN_COUNT), np.ascontiguousarray(rows[:, :n]),
-                  np.ascontiguousarray(rows[:, n:]))
-    run_across_nodes(comm, world_alltoallv, a, result, sc, sd, rc, rd)
-    return ret
 
 
 def _reduce_scatter_counts(comm: CommLike, array: Any, op: Any, counts: Any, out: Any) -> Array:

@@ -39,6 +39,8 @@ fast_bcast, fast_allgather = _fastpath.bcast, _fastpath.allgather
 fast_barrier = _fastpath.barrier
 fast_alltoall, fast_gather, fast_scatter = _fastpath.alltoall, _fastpath.gather, _fastpath.scatter
 fast_scan, fast_reduce_scatter = _fastpath.scan, _fastpath.reduce_scatter
+fast_gatherv, fast_scatterv = _fastpath.gatherv, _fastpath.scatterv
+fast_allgatherv, fast_alltoallv = _fastpath.allgatherv, _fastpath.alltoallv
 native_barrier = lib.shmtopo_barrier
 
 
