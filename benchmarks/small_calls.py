@@ -1,0 +1,78 @@
+"""One-element calls of the lower-case API that have no row in bench
+--collectives (scan, exscan, reduce_scatter and the v-variants, out given),
+each next to mpi4py's same call on the same arrays, interleaved, and next to
+the floor of a call that meets every rank (one cache line one way, half the
+round trip shmtopo.floor measures here).
+
+    mpiexec -n 2 python benchmarks/small_calls.py [--calls 20000] [--repeats 7]
+
+Prints, per call, the median time per call over the repetitions and its
+min-max, shmtopo then mpi4py, and the ratios to mpi4py and to the floor.
+"""
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import shmtopo
+from shmtopo import floor
+from shmtopo.bench import mpi_library
+
+W = MPI.COMM_WORLD
+
+
+def calls(comm):
+    n, D = W.size, MPI.DOUBLE
+    x, out, xs, outn, out1 = np.ones(1), np.empty(1), np.ones(n), np.empty(n), np.empty(1)
+    counts, displs = np.ones(n, np.int64), np.arange(n, dtype=np.int64)
+    return {
+        "scan": (lambda: comm.scan(x, out=out), lambda: W.Scan(x, out)),
+        "exscan": (lambda: comm.exscan(x, out=out), lambda: W.Exscan(x, out)),
+        "reduce_scatter": (lambda: comm.reduce_scatter(xs, out=out1), lambda: W.Reduce_scatter_block(xs, out1)),
+        "gatherv": (lambda: comm.gatherv(x, counts, displs, 0, out=outn),
+                    lambda: W.Gatherv(x, [outn, counts, displs, D], 0)),
+        "scatterv": (lambda: comm.scatterv(xs, counts, displs, 0, out=out1),
+                     lambda: W.Scatterv([xs, counts, displs, D], out1, 0)),
+        "allgatherv": (lambda: comm.allgatherv(x, counts, displs, out=outn),
+                       lambda: W.Allgatherv(x, [outn, counts, displs, D])),
+        "alltoallv": (lambda: comm.alltoallv(xs, counts, displs, counts, displs, out=outn),
+                      lambda: W.Alltoallv([xs, counts, displs, D], [outn, counts, displs, D])),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=20000, help="calls per timing (default 20000)")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved repetitions (default 7)")
+    args = p.parse_args()
+    load = os.getloadavg()[0]
+    with shmtopo.Comm.from_mpi(W) as comm:
+        measured = floor.measure(comm, copies=False)
+        one_way = floor.Model(measured).L() if W.size > 1 else 0.0
+        table = calls(comm)
+        times = {name: ([], []) for name in table}
+        for _ in range(args.repeats):
+            for name, pair in table.items():
+                for side, fn in enumerate(pair):
+                    W.Barrier()
+                    t0 = time.perf_counter()
+                    for _ in range(args.calls):
+                        fn()
+                    times[name][side].append((time.perf_counter() - t0) / args.calls)
+    if W.rank:
+        return
+    print(f"{W.size} ranks, {mpi_library()}, load {load:.2f} before; "
+          f"floor (one line one way) {one_way * 1e6:.3f} us; per call, median (min-max) of {args.repeats}")
+    print(f"{'call':15} {'shmtopo us':>22} {'mpi4py us':>22} {'x mpi4py':>9} {'x floor':>8}")
+    for name, (ours, theirs) in times.items():
+        a, b = statistics.median(ours), statistics.median(theirs)
+        cell = lambda s, m: f"{m * 1e6:.3f} ({min(s) * 1e6:.3f}-{max(s) * 1e6:.3f})"  # noqa: E731
+        ratio = f"{a / one_way:8.1f}" if one_way else f"{'-':>8}"
+        print(f"{name:15} {cell(ours, a):>22} {cell(theirs, b):>22} {a / b:9.2f} {ratio}")
+
+
+if __name__ == "__main__":
+    main()
