@@ -6,11 +6,11 @@ round trip shmtopo.floor measures here).
 
     mpiexec -n 2 python benchmarks/small_calls.py [--calls 20000] [--repeats 7]
 
-Prints, per call, the median time per call over the repetitions and its
-min-max, shmtopo then mpi4py, and the ratios to mpi4py and to the floor.
+Prints the load before the run, then per call the median over the
+repetitions of the slowest rank's time per call, with its min-max, shmtopo
+then mpi4py, and the ratios to mpi4py and to the floor.
 """
 import argparse
-import os
 import statistics
 import time
 
@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 import shmtopo
 from shmtopo import floor
-from shmtopo.bench import mpi_library
+from shmtopo.bench import mpi_library, print_load
 
 W = MPI.COMM_WORLD
 
@@ -48,7 +48,8 @@ def main():
     p.add_argument("--calls", type=int, default=20000, help="calls per timing (default 20000)")
     p.add_argument("--repeats", type=int, default=7, help="interleaved repetitions (default 7)")
     args = p.parse_args()
-    load = os.getloadavg()[0]
+    if W.rank == 0:
+        print_load()
     with shmtopo.Comm.from_mpi(W) as comm:
         measured = floor.measure(comm, copies=False)
         one_way = floor.Model(measured).L() if W.size > 1 else 0.0
@@ -61,10 +62,10 @@ def main():
                     t0 = time.perf_counter()
                     for _ in range(args.calls):
                         fn()
-                    times[name][side].append((time.perf_counter() - t0) / args.calls)
+                    times[name][side].append(W.allreduce((time.perf_counter() - t0) / args.calls, op=MPI.MAX))
     if W.rank:
         return
-    print(f"{W.size} ranks, {mpi_library()}, load {load:.2f} before; "
+    print(f"{W.size} ranks, {mpi_library()}; "
           f"floor (one line one way) {one_way * 1e6:.3f} us; per call, median (min-max) of {args.repeats}")
     print(f"{'call':15} {'shmtopo us':>22} {'mpi4py us':>22} {'x mpi4py':>9} {'x floor':>8}")
     for name, (ours, theirs) in times.items():

@@ -93,6 +93,19 @@ def test_cli_bench_runs(n):
     assert len(rows) == 8 and all(_x_floor(line) > 0 for line in rows), proc.stdout
 
 
+def test_small_calls_benchmark_runs():
+    """benchmarks/small_calls.py prints every call with mpi4py's beside it
+    and the floor (a short run: what it prints, not how fast)."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "small_calls.py"
+    proc = run_mpiexec(2, [sys.executable, script, "--calls", "20", "--repeats", "5"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("load average (1 min) before the run: "), proc.stdout
+    names = ["scan", "exscan", "reduce_scatter", "gatherv", "scatterv", "allgatherv", "alltoallv"]
+    rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in names]
+    assert [r[0] for r in rows] == names, proc.stdout
+    assert all(float(r[-1]) > 0 and float(r[-2]) > 0 for r in rows), proc.stdout
+
+
 def _assert_honest(out: str) -> None:
     """What every benchmark prints: the load before the run, and figures
     that are medians of 5 interleaved repetitions with their range."""
