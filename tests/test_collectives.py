@@ -287,8 +287,19 @@ def test_scans_and_reduce_scatter_enter_c_once(comm):
     assert _fastpath.scan(h, x, x[1:].copy(), "sum", False) is None
     assert _fastpath.scan(h, x, scanned, "bogus", False) is None            # no such op
     assert _fastpath.scan(0, x, scanned, "sum", False) is None              # no comm
-    assert _fastpath.reduce_scatter(h, blocks, block[:2], "sum") is None     # a block is 3
-    assert _fastpath.reduce_scatter(h, blocks, blocks[:3], "sum") is None    # over the input
+    assert _fastpath.reduce_scatter(h, blocks, block[:2], "sum", None) is None     # a block is 3
+    assert _fastpath.reduce_scatter(h, blocks, blocks[:3], "sum", None) is None    # over the input
+    assert _fastpath.reduce_scatter(h, blocks, block, "sum", [3] * (n - 1)) is None  # n - 1 counts
+    assert _fastpath.reduce_scatter(h, blocks, block, "sum", [2**62] * n) is None   # past the input
+    # with counts: rank r gets r + 1 elements of everybody's (1 + 2 + ... + n) summed
+    counts = list(range(1, n + 1))
+    values = np.arange(sum(counts), dtype=np.int64) * (me + 1)
+    mine = np.empty(me + 1, np.int64)
+    with PythonCalls() as python_calls:
+        got = comm.reduce_scatter(values, counts=counts, out=mine)
+    assert python_calls == ["reduce_scatter"] and got is mine, python_calls
+    start = sum(counts[:me])
+    np.testing.assert_array_equal(mine, np.arange(start, start + me + 1) * sum(range(1, n + 1)))
     # through the API: the general path does the rest, on every rank alike
     np.testing.assert_array_equal(comm.exscan(x), np.zeros(5) if me == 0 else folds[me - 1])
     np.testing.assert_array_equal(comm.reduce_scatter(blocks), block)

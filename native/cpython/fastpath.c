@@ -709,32 +709,49 @@ static PyObject *fast_scan(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return rc < 0 ? failed(result, err) : result;
 }
 
-/* reduce_scatter(handle, array, out, op) -> out | None: the first axis of
- * array splits into one block per rank; out holds one block, apart */
+/* reduce_scatter(handle, array, out, op, counts) -> out | None: counts None,
+ * the first axis of array splits into one block per rank and out holds one;
+ * else array holds sum(counts) elements and out this rank's count. out
+ * apart from array (in place goes to the general path). */
 static PyObject *fast_reduce_scatter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4)
-        return PyErr_Format(PyExc_TypeError, "reduce_scatter takes 4 arguments"), NULL;
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "reduce_scatter takes 5 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, out_code, op = op_code(args[3]);
+    int code, out_code, op = op_code(args[3]), rc, err;
     Py_buffer in, out;
     if (!comm || op < 0 || !view_of(args[1], &in, 0, &code))
         return not_handled();
-    const int size = shmtopo_comm_size(comm);
-    if (in.ndim == 0 || in.shape[0] % size || !view_of(args[2], &out, 1, &out_code)) {
+    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
+    if (!view_of(args[2], &out, 1, &out_code)) {
         PyBuffer_Release(&in);
         return not_handled();
     }
-    if (out_code != code || out.len * size != in.len || overlaps(&in, &out)) {
-        PyBuffer_Release(&in);
-        PyBuffer_Release(&out);
-        return not_handled();
+    PyObject *result = NULL;
+    size_t *counts = NULL;
+    if (out_code != code || overlaps(&in, &out)) {
+        /* the general path explains */
+    } else if (args[4] == Py_None) {
+        if (in.ndim > 0 && in.shape[0] % size == 0 && out.len * size == in.len) {
+            CORE_CALL(comm, NULL, shmtopo_reduce_scatter(comm, in.buf, out.buf, count_of(&out, code), code, op));
+            result = rc < 0 ? failed(NULL, err) : new_ref(args[2]);
+        }
+    } else if ((counts = PyMem_Malloc((size_t)size * sizeof(size_t))) == NULL) {
+        PyErr_NoMemory();
+    } else if (sizes_of(args[4], size, counts)) {
+        size_t total = 0;
+        int r = 0;
+        for (; r < size && counts[r] <= count_of(&in, code) - total; r++) /* no sum past the input */
+            total += counts[r];
+        if (r == size && total == count_of(&in, code) && counts[rank] == count_of(&out, code)) {
+            CORE_CALL(comm, NULL, shmtopo_reduce_scatterv(comm, in.buf, out.buf, counts, code, op));
+            result = rc < 0 ? failed(NULL, err) : new_ref(args[2]);
+        }
     }
-    int rc, err;
-    CORE_CALL(comm, NULL, shmtopo_reduce_scatter(comm, in.buf, out.buf, count_of(&out, code), code, op));
+    PyMem_Free(counts);
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
-    return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
+    return result || PyErr_Occurred() ? result : not_handled();
 }
 
 /* The lower-case v-variants: arrays as the entries above take them, counts
@@ -2531,7 +2548,7 @@ static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))fast_scan, METH_FASTCALL,
      "scan(handle, array, out, op, exclusive) -> result | None"},
     {"reduce_scatter", (PyCFunction)(void (*)(void))fast_reduce_scatter, METH_FASTCALL,
-     "reduce_scatter(handle, array, out, op) -> out | None"},
+     "reduce_scatter(handle, array, out, op, counts) -> out | None"},
     {"claim", (PyCFunction)(void (*)(void))claim, METH_FASTCALL,
      "claim(comm, win): this thread's calls only, until unclaim (EBUSY otherwise)"},
     {"unclaim", (PyCFunction)(void (*)(void))unclaim, METH_FASTCALL, "unclaim(comm, win)"},

@@ -464,6 +464,13 @@ def _vcoll_cases():
             counts[-1] = 3
         return comm.reduce_scatter(np.ones(sum(counts)), counts=counts)
 
+    @case("reduce_scatter_counts_out")
+    def _(comm, cx):
+        counts = [2] * WS
+        if cx.bad:
+            counts[-1] = 3
+        return comm.reduce_scatter(np.ones(sum(counts)), counts=counts, out=np.empty(counts[ME]))
+
     @case("reduce_scatter_counts_size")
     def _(comm, cx):
         return comm.reduce_scatter(np.ones(2 * WS + (1 if cx.bad else 0)), counts=[2] * WS)

@@ -163,8 +163,8 @@ def reduce_scatter(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, cou
     of sum(counts) elements): rank r gets counts[r] elements, the reduction of
     everybody's elements from sum(counts[:r]). In place: out=array, the
     result then fills its first counts[r] elements (out is returned)."""
-    if counts is None and out is not None:
-        fast: Array | None = fast_reduce_scatter(comm.fast_handle, array, out, op)
+    if out is not None:
+        fast: Array | None = fast_reduce_scatter(comm.fast_handle, array, out, op, counts)
         if fast is not None:
             return fast
     with Held(comm.address):
