@@ -777,11 +777,12 @@ static PyObject *fast_gatherv(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyBuffer_Release(&in);
         return rc < 0 ? failed(NULL, err) : new_ref(Py_True);
     }
-    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t)), *d = c + size;
+    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
     if (!c) {
         PyBuffer_Release(&in);
         return PyErr_NoMemory();
     }
+    size_t *d = c + size;
     PyObject *result = NULL;
     if (layout_of(args[2], args[3], size, c, d) && view_of(args[5], &out, 1, &out_code)) {
         if (out_code == code && c[rank] == count && layout_end(c, d, size) <= count_of(&out, code)
@@ -814,11 +815,12 @@ static PyObject *fast_scatterv(PyObject *self, PyObject *const *args, Py_ssize_t
         PyBuffer_Release(&out);
         return rc < 0 ? failed(NULL, err) : new_ref(args[5]);
     }
-    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t)), *d = c + size;
+    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
     if (!c) {
         PyBuffer_Release(&out);
         return PyErr_NoMemory();
     }
+    size_t *d = c + size;
     PyObject *result = NULL;
     if (layout_of(args[2], args[3], size, c, d) && view_of(args[1], &in, 0, &in_code)) {
         if (in_code == code && c[rank] == count && layout_end(c, d, size) <= count_of(&in, code)
@@ -845,11 +847,12 @@ static PyObject *fast_allgatherv(PyObject *self, PyObject *const *args, Py_ssize
         return not_handled();
     const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
     const size_t count = count_of(&in, code);
-    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t)), *d = c + size;
+    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
     if (!c) {
         PyBuffer_Release(&in);
         return PyErr_NoMemory();
     }
+    size_t *d = c + size;
     PyObject *result = NULL;
     if (layout_of(args[2], args[3], size, c, d) && view_of(args[4], &out, 1, &out_code)) {
         if (out_code == code && c[rank] == count && layout_end(c, d, size) <= count_of(&out, code)
@@ -875,12 +878,12 @@ static PyObject *fast_alltoallv(PyObject *self, PyObject *const *args, Py_ssize_
     if (!comm || !view_of(args[1], &in, 0, &code))
         return not_handled();
     const int size = shmtopo_comm_size(comm);
-    size_t *sc = PyMem_Malloc(4 * (size_t)size * sizeof(size_t)), *sd = sc + size, *rcs = sd + size,
-           *rd = rcs + size;
+    size_t *sc = PyMem_Malloc(4 * (size_t)size * sizeof(size_t));
     if (!sc) {
         PyBuffer_Release(&in);
         return PyErr_NoMemory();
     }
+    size_t *sd = sc + size, *rcs = sd + size, *rd = rcs + size;
     PyObject *result = NULL;
     if (layout_of(args[2], args[3], size, sc, sd) && layout_of(args[4], args[5], size, rcs, rd)
         && view_of(args[6], &out, 1, &out_code)) {
