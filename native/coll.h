@@ -60,13 +60,12 @@ uint64_t shmtopo_coll_posted_address(const shmtopo_comm_t *comm, int rank);
  * a few milliseconds of copying (the timeout stays meaningful). */
 #define SHMTOPO_SC_ROUND ((size_t)32 << 20)
 /* Single-copy gathering, a round at a time, after the first step's
- * agreement posts the addresses. root < 0, allgather: every rank posts its
- * input and reads each peer's n-byte block into out at p * n (peers in a
- * different order on each rank). root >= 0, gather: the root posts out, and
- * every other rank writes its block there at once, while the root copies
- * its own. Blocks are copied from `send` unless in place; inputs and the
- * output stay until the step that ends the round. `what` names the call in
- * failures. */
+ * agreement posts the addresses. The ranks that receive post their out
+ * (root < 0, allgather: every rank; root >= 0, gather: the root), and every
+ * rank writes its n-byte block into each of them at me * n (peers in a
+ * different order on each rank) while it copies its own into its own out.
+ * Blocks are copied from `send` unless in place; inputs and outputs stay
+ * until the step that ends the round. `what` names the call in failures. */
 int shmtopo_coll_sc_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, char *out, size_t n,
                            int root, const char *what);
 
