@@ -139,26 +139,25 @@ static int sc_scatter(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char
     return 0;
 }
 
-/* Single-copy alltoallv, after its first step: this rank reads each peer's
- * block for it (len[r] bytes at address at_peer[r] of rank r) straight into
- * its result, a round at a time; every input stays until the step that
- * ends the round. */
-static int sc_alltoallv(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, char *out, const size_t *rdispls,
-                        size_t esz, const size_t *at_peer, const size_t *len)
+/* Single-copy alltoallv, after its first step: this rank writes its block
+ * for each peer (sendcounts[r] elements from sdispls[r]) straight into that
+ * peer's result, at the address the peer posted for it (to[r]), as the
+ * other single-copy gathers do, a round at a time. Every rank takes the
+ * same rounds, as many as the longest block of all (`longest`, bytes): each
+ * ends in a step, and the results are whole after the last. */
+static int sc_alltoallv(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const char *send, const size_t *sendcounts,
+                        const size_t *sdispls, size_t esz, const size_t *to, size_t longest)
 {
     const int P = comm->size, me = comm->rank;
-    size_t longest = 0;
-    for (int r = 0; r < P; r++)
-        longest = r != me ? max_size(longest, len[r]) : longest;
     int err = 0;
     for (size_t off = 0; off < longest; off += SHMTOPO_SC_ROUND) {
         for (int i = 1; i < P && !err; i++) {
             const int r = (me + i) % P;
-            if (len[r] <= off)
+            const size_t len = sendcounts[r] * esz;
+            if (len <= off)
                 continue;
-            const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, len[r] - off);
-            if (shmtopo_sc_read(comm, r, out + rdispls[r] * esz + off, (uint64_t)at_peer[r] + off, m,
-                                "alltoallv") < 0) {
+            const size_t m = shmtopo_min_size(SHMTOPO_SC_ROUND, len - off);
+            if (shmtopo_sc_write(comm, r, (uint64_t)to[r] + off, send + sdispls[r] * esz + off, m, "alltoallv") < 0) {
                 if (shmtopo_sc_gone(comm, r))
                     return -1;
                 err = errno;
@@ -441,8 +440,8 @@ int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *send
     int which = shmtopo_chan_next_buffer(comm);
     memcpy(buffer(comm, me, which), sendcounts, row);
     memcpy(buffer(comm, me, which) + row, recvcounts, row);
-    for (int p = 0; p < P; p++) /* for single copy: where my block for p lies */
-        ((size_t *)(buffer(comm, me, which) + 2 * row))[p] = (size_t)(uintptr_t)send + sdispls[p] * esz;
+    for (int p = 0; p < P; p++) /* for single copy: where p's block for me goes */
+        ((size_t *)(buffer(comm, me, which) + 2 * row))[p] = (size_t)(uintptr_t)recv + rdispls[p] * esz;
     if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
         goto out_failed;
     for (int r = 0; r < P; r++) {
@@ -471,7 +470,11 @@ int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *send
         memcpy(out + rdispls[me] * esz, in + sdispls[me] * esz, recvcounts[me] * esz);
     /* every rank knows every stream now, so all take the same path */
     if (comm->single_copy && P > 1 && longest >= shmtopo_coll_sc_min(comm, SHMTOPO_KIND_ALLTOALLV)) {
-        const int rc = sc_alltoallv(comm, &sig, out, rdispls, esz, at_peer, len);
+        size_t block = 0; /* the longest block between two ranks: the rounds every rank takes */
+        for (int r = 0; r < P; r++)
+            for (int p = 0; p < P; p++)
+                block = p != r ? max_size(block, S[(size_t)r * P + p] * esz) : block;
+        const int rc = sc_alltoallv(comm, &sig, send, sendcounts, sdispls, esz, at_peer, block);
         free(S);
         return rc;
     }

@@ -468,3 +468,24 @@ def test_peer_killed_mid_copy_fails_every_survivor(victim, what):
         assert (name, blamed) == ("PeerDeadError", victim), out
         assert waited < 2.0, out
     assert ranks.shm_files() - before == set()
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_alltoallv_with_one_block_over_a_round(monkeypatch, setting):
+    """One block longer than a round of copying, every other one short:
+    every rank takes the same rounds (each ends in a step), so the call
+    and the next one both complete, with every block where it belongs."""
+    with comm_with(monkeypatch, setting) as comm:
+        n, me = comm.size, comm.rank
+        big = SC_ROUND + 4096 + 3
+        # rank 0 sends `big` bytes to the last rank; every other block is 5 bytes
+        send_counts = [big if me == 0 and p == n - 1 and n > 1 else 5 for p in range(n)]
+        recv_counts = [big if p == 0 and me == n - 1 and n > 1 else 5 for p in range(n)]
+        send = np.concatenate([np.full(c, 10 * me + p, np.uint8) for p, c in enumerate(send_counts)])
+        out = np.zeros(sum(recv_counts), np.uint8)
+        comm.alltoallv(send, send_counts, None, recv_counts, None, out=out)
+        comm.barrier()
+        at = 0
+        for p, c in enumerate(recv_counts):
+            assert (out[at:at + c] == 10 * p + me).all(), (p, c)
+            at += c
