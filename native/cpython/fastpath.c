@@ -759,80 +759,73 @@ static PyObject *fast_reduce_scatter(PyObject *self, PyObject *const *args, Py_s
  * (in place, a new result and the rest go to the general path, which does
  * them or explains). The root's own count must be its array's length. */
 
+/* A v-variant's layout into c (counts, then displs: 2 * size) and its vector
+ * array (the gathers' out, scatterv's input) in v: of `code`, reaching every
+ * block of the layout, apart from `own`, which holds this rank's count; 0
+ * with v not held otherwise. */
+static int v_layout(PyObject *counts, PyObject *displs, PyObject *vector, int writable, const Py_buffer *own,
+                    int code, int size, int rank, size_t *c, Py_buffer *v)
+{
+    int vector_code;
+    if (!layout_of(counts, displs, size, c, c + size) || !view_of(vector, v, writable, &vector_code))
+        return 0;
+    if (vector_code == code && c[rank] == count_of(own, code) && layout_end(c, c + size, size) <= count_of(v, code)
+        && !overlaps(own, v))
+        return 1;
+    PyBuffer_Release(v);
+    return 0;
+}
+
+/* gatherv (scatter 0) and scatterv (1): (handle, array, counts, displs,
+ * root, out). Off the root one array: gatherv's input, scatterv's out; at
+ * the root also the vector (gatherv's out, scatterv's input) and the layout.
+ * Returns out, gatherv True off the root, or None. */
+static PyObject *fast_v_rooted(PyObject *const *args, Py_ssize_t nargs, int scatter)
+{
+    if (nargs != 6)
+        return PyErr_Format(PyExc_TypeError, "%s takes 6 arguments", scatter ? "scatterv" : "gatherv"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    PyObject *own_arg = args[scatter ? 5 : 1], *vector = args[scatter ? 1 : 5];
+    int code, root, rc, err;
+    Py_buffer own, v = {0};
+    if (!comm || (root = root_in(args[4], comm)) < 0 || !view_of(own_arg, &own, scatter, &code))
+        return not_handled();
+    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
+    const size_t count = count_of(&own, code);
+    size_t *c = NULL;
+    if (rank == root) {
+        if (!(c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t)))) {
+            PyBuffer_Release(&own);
+            return PyErr_NoMemory();
+        }
+        if (!v_layout(args[2], args[3], vector, !scatter, &own, code, size, rank, c, &v)) {
+            PyMem_Free(c);
+            PyBuffer_Release(&own);
+            return not_handled();
+        }
+    }
+    const size_t *d = c ? c + size : NULL;
+    CORE_CALL(comm, NULL, scatter ? shmtopo_scatterv(comm, v.buf, c, d, own.buf, count, code, root)
+                                  : shmtopo_gatherv(comm, own.buf, count, v.buf, c, d, code, root));
+    if (c)
+        PyBuffer_Release(&v);
+    PyMem_Free(c);
+    PyBuffer_Release(&own);
+    return rc < 0 ? failed(NULL, err) : new_ref(scatter || rank == root ? args[5] : Py_True);
+}
+
 /* gatherv(handle, array, counts, displs, root, out) -> out on the root, True
  * elsewhere | None (counts, displs and out are read on the root only) */
 static PyObject *fast_gatherv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6)
-        return PyErr_Format(PyExc_TypeError, "gatherv takes 6 arguments"), NULL;
-    shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, out_code, root, rc, err;
-    Py_buffer in, out;
-    if (!comm || (root = root_in(args[4], comm)) < 0 || !view_of(args[1], &in, 0, &code))
-        return not_handled();
-    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
-    const size_t count = count_of(&in, code);
-    if (rank != root) {
-        CORE_CALL(comm, NULL, shmtopo_gatherv(comm, in.buf, count, NULL, NULL, NULL, code, root));
-        PyBuffer_Release(&in);
-        return rc < 0 ? failed(NULL, err) : new_ref(Py_True);
-    }
-    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
-    if (!c) {
-        PyBuffer_Release(&in);
-        return PyErr_NoMemory();
-    }
-    size_t *d = c + size;
-    PyObject *result = NULL;
-    if (layout_of(args[2], args[3], size, c, d) && view_of(args[5], &out, 1, &out_code)) {
-        if (out_code == code && c[rank] == count && layout_end(c, d, size) <= count_of(&out, code)
-            && !overlaps(&in, &out)) {
-            CORE_CALL(comm, NULL, shmtopo_gatherv(comm, in.buf, count, out.buf, c, d, code, root));
-            result = rc < 0 ? failed(NULL, err) : new_ref(args[5]);
-        }
-        PyBuffer_Release(&out);
-    }
-    PyMem_Free(c);
-    PyBuffer_Release(&in);
-    return result || PyErr_Occurred() ? result : not_handled();
+    return fast_v_rooted(args, nargs, 0);
 }
 
 /* scatterv(handle, array, counts, displs, root, out) -> out | None (array,
  * counts and displs are read on the root only) */
 static PyObject *fast_scatterv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6)
-        return PyErr_Format(PyExc_TypeError, "scatterv takes 6 arguments"), NULL;
-    shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, in_code, root, rc, err;
-    Py_buffer in, out;
-    if (!comm || (root = root_in(args[4], comm)) < 0 || !view_of(args[5], &out, 1, &code))
-        return not_handled();
-    const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
-    const size_t count = count_of(&out, code);
-    if (rank != root) {
-        CORE_CALL(comm, NULL, shmtopo_scatterv(comm, NULL, NULL, NULL, out.buf, count, code, root));
-        PyBuffer_Release(&out);
-        return rc < 0 ? failed(NULL, err) : new_ref(args[5]);
-    }
-    size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
-    if (!c) {
-        PyBuffer_Release(&out);
-        return PyErr_NoMemory();
-    }
-    size_t *d = c + size;
-    PyObject *result = NULL;
-    if (layout_of(args[2], args[3], size, c, d) && view_of(args[1], &in, 0, &in_code)) {
-        if (in_code == code && c[rank] == count && layout_end(c, d, size) <= count_of(&in, code)
-            && !overlaps(&in, &out)) {
-            CORE_CALL(comm, NULL, shmtopo_scatterv(comm, in.buf, c, d, out.buf, count, code, root));
-            result = rc < 0 ? failed(NULL, err) : new_ref(args[5]);
-        }
-        PyBuffer_Release(&in);
-    }
-    PyMem_Free(c);
-    PyBuffer_Release(&out);
-    return result || PyErr_Occurred() ? result : not_handled();
+    return fast_v_rooted(args, nargs, 1);
 }
 
 /* allgatherv(handle, array, counts, displs, out) -> out | None */
@@ -841,25 +834,20 @@ static PyObject *fast_allgatherv(PyObject *self, PyObject *const *args, Py_ssize
     if (nargs != 5)
         return PyErr_Format(PyExc_TypeError, "allgatherv takes 5 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, out_code, rc, err;
+    int code, rc, err;
     Py_buffer in, out;
     if (!comm || !view_of(args[1], &in, 0, &code))
         return not_handled();
     const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
-    const size_t count = count_of(&in, code);
     size_t *c = PyMem_Malloc(2 * (size_t)size * sizeof(size_t));
     if (!c) {
         PyBuffer_Release(&in);
         return PyErr_NoMemory();
     }
-    size_t *d = c + size;
     PyObject *result = NULL;
-    if (layout_of(args[2], args[3], size, c, d) && view_of(args[4], &out, 1, &out_code)) {
-        if (out_code == code && c[rank] == count && layout_end(c, d, size) <= count_of(&out, code)
-            && !overlaps(&in, &out)) {
-            CORE_CALL(comm, NULL, shmtopo_allgatherv(comm, in.buf, count, out.buf, c, d, code));
-            result = rc < 0 ? failed(NULL, err) : new_ref(args[4]);
-        }
+    if (v_layout(args[2], args[3], args[4], 1, &in, code, size, rank, c, &out)) {
+        CORE_CALL(comm, NULL, shmtopo_allgatherv(comm, in.buf, c[rank], out.buf, c, c + size, code));
+        result = rc < 0 ? failed(NULL, err) : new_ref(args[4]);
         PyBuffer_Release(&out);
     }
     PyMem_Free(c);
