@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 
 def _need(module: str, extra: str, what: str) -> Any:
@@ -137,16 +137,6 @@ def scaling(args: argparse.Namespace) -> None:
         print(f"plot: {args.plot}")
 
 
-def _bytes(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"a size in bytes must be a whole number >= 1, not {text!r}")
-    return n
-
-
 def _repeats(text: str) -> int:
     n = int(text)
     if n < 5:
@@ -231,14 +221,17 @@ def run(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
         p.error(str(exc))
 
 
-def _ranks(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"the number of ranks must be a whole number >= 1, not {text!r}")
-    return n
+def _whole(what: str) -> Callable[[str], int]:
+    """An argparse type: a whole number >= 1, else "`what` must be ..."."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number >= 1, not {text!r}")
+        return n
+    return parse
 
 
 def parser() -> argparse.ArgumentParser:
@@ -279,14 +272,14 @@ def parser() -> argparse.ArgumentParser:
                         "EPYC, Kunpeng 920, KNL), levels against flat, on paper: no MPI, nothing measured")
     sc.add_argument("--plot", metavar="PNG", help="write the predictions at 1 MiB per rank as a plot (needs "
                     "matplotlib: pip install 'shmtopo[plot]')")
-    sc.add_argument("--chunk", type=_bytes, default=CHUNK,
+    sc.add_argument("--chunk", type=_whole("a size in bytes"), default=CHUNK,
                     help=f"price the levelled reduce chain with chunks of this many bytes (the code's: {CHUNK})")
     sc.set_defaults(fn=scaling)
     sub.add_parser("topo", help="share the hwloc topology and time it against a load; run under mpiexec"
                    ).set_defaults(fn=topo)
     r = sub.add_parser("run", help="run a Python program as N ranks of one job on this node, without MPI "
                        "(inside, shmtopo.Comm.from_env() joins it)")
-    r.add_argument("-n", "--np", dest="n", type=_ranks, required=True, help="number of ranks")
+    r.add_argument("-n", "--np", dest="n", type=_whole("the number of ranks"), required=True, help="number of ranks")
     r.add_argument("--bind", choices=BIND_CHOICES, default="none",
                    help="bind each rank to a core, or to the NUMA nodes in turn (default: none)")
     r.add_argument("--tag-output", action="store_true", help="prefix every line a rank prints with [rank]")
