@@ -96,12 +96,29 @@ def test_two_rank_model_at_measured_sizes():
     # than the copies, one exchange of the whole input wins (one latency)
     assert m.time("allreduce", n) == pytest.approx(min(max(x2(n), r(n)), max(X2h, r(h)) + X2h))
     assert m.time("allreduce", n) == pytest.approx(max(x2(n), r(n)))
-    assert m.time("allreduce", 8) == pytest.approx(max(x2(8), r(8)))
+    assert m.time("allreduce", 8) == pytest.approx(m.L())  # below L, the wait for word of the data counts
     assert m.time("reduce", n) == pytest.approx(min(max(x1(n), r(n)), max(X2h, r(h)) + X1h))
     assert m.time("bcast", n) == pytest.approx(min(x1(n), X2h))
     assert m.time("allgather", n) == pytest.approx(x2(n) + c(n))
     # in place changes nothing with a peer: the data must still cross
     assert m.time("allreduce", n, in_place=True) == m.time("allreduce", n)
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_no_call_ends_before_word_of_its_data_crossed(p):
+    # made-up copies of 8 B take 0.1 us, a line one way 0.15: an 8-byte
+    # allreduce contains a fence and cannot be cheaper than one
+    m = F.Model(made_up(), ranks=p)
+    assert x2(8) < m.L()
+    for op in ("allreduce", "allgather", "alltoall"):
+        assert m.time(op, 8) == pytest.approx(m.time("fence")), op
+    for op in ("bcast", "reduce", "gather", "scatter"):
+        assert m.time(op, 8) == pytest.approx(max(m.L(), m._data_time(op, 8, False))), op
+        assert m.time(op, 8) >= m.L(), op
+    # large calls are left to their data terms
+    n = 1 << 20
+    assert m.time("allgather", n) == pytest.approx(m._data_time("allgather", n, False))
 
 
 @pytest.mark.serial

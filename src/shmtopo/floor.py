@@ -275,6 +275,15 @@ class Model:
     (gather, scatter and alltoall: N is one rank's block, as OSU counts it;
     C(N) is the block a rank keeps, 0 in place)
 
+    No call that waits for another rank's data ends before word of that
+    data has crossed: allreduce, allgather and alltoall, where every rank
+    waits for every other, take at least the fence's floor; bcast, reduce,
+    gather and scatter, where the root or the receivers wait for the
+    others, at least L. The copy probes X1 and X2 start once the data is
+    there (their synchronisation is not timed), so for small N they are
+    below L and the data terms alone would put an 8-byte allreduce under a
+    fence, which it contains.
+
     A phase that reads across cores and reduces what it reads costs the
     slower of the two (the kernel runs on the data as it arrives); phases one
     after the other add up. For p > 2 the all-at-once rate of two cores
@@ -319,8 +328,13 @@ class Model:
             return 0.0 if p == 1 else self.L()
         if p == 1:
             return 0.0 if in_place or op == "bcast" or N == 0 else self.C(N)
+        every_rank_waits = op in ("allreduce", "allgather", "alltoall")
+        return max(self._data_time(op, N, in_place), self.time("fence") if every_rank_waits else self.L())
+
+    def _data_time(self, op: str, N: float, in_place: bool) -> float:
+        """The data terms of `op` alone (p >= 2), without the wait for word of them."""
+        p, q = self.p, self.p - 1
         own = 0.0 if in_place or N == 0 else self.C(N)
-        q = p - 1
         if op == "allreduce":
             whole = max(self.X2(q * N), q * self.R(N))
             split = max(self.X2(q * N / p), q * self.R(N / p)) + self.X2(q * N / p)
