@@ -210,22 +210,51 @@ def test_fast_entry_takes_only_the_plain_case(comm):
     comm.barrier()
 
 
-def test_gather_scatter_alltoall_enter_c_once(comm):
-    """The plain calls of gather, scatter and alltoall (C-contiguous arrays,
-    out given, an int root) run no Python past the API function itself; the
-    rest goes to the general path, which does it or explains."""
+def test_plain_calls_of_comms_methods_run_no_python(comm):
+    """Comm's barrier, allreduce, reduce, bcast, allgather, alltoall, gather
+    and scatter are C methods: their plain calls (C-contiguous arrays, out
+    given, int roots, arguments by position or by name) run no Python at
+    all; the rest goes to the general path, which does it or explains."""
     from shmtopo import _fastpath
 
     n, me, h = comm.world_size, comm.world_rank, comm.fast_handle
     x = data(me, 6, np.int32)
     table = np.arange(n * 6, dtype=np.int32).reshape(n, 6) + 100 * me
     gathered, block, swapped = np.empty((n, 6), np.int32), np.empty(6, np.int32), np.empty((n, 6), np.int32)
+    summed, reduced, rows, sent = np.empty(6, np.int32), np.empty(6, np.int32), np.empty((n, 6), np.int32), x.copy()
     root = n - 1
     with PythonCalls() as python_calls:
+        comm.barrier()
+        got_sum = comm.allreduce(x, out=summed)
+        got_max = comm.allreduce(array=x, op="max", out=np.empty(6, np.int32), algorithm=None)
+        got_reduced = comm.reduce(x, "sum", root, out=reduced)
+        got_sent = comm.bcast(sent, root=root, out=sent)
+        got_rows = comm.allgather(x, out=rows)
         got = comm.gather(x, root, out=gathered)
         scattered = comm.scatter(table, root, out=block)
         exchanged = comm.alltoall(table, out=swapped)
-    assert python_calls == ["gather", "scatter", "alltoall"], python_calls
+    assert python_calls == [], python_calls
+    everyone_x = np.array(everyone(comm, 6, np.int32))
+    assert got_sum is summed and got_rows is rows and got_sent is sent
+    np.testing.assert_array_equal(summed, everyone_x.sum(axis=0))
+    np.testing.assert_array_equal(got_max, everyone_x.max(axis=0))
+    np.testing.assert_array_equal(rows, everyone_x)
+    np.testing.assert_array_equal(sent, everyone_x[root])
+    if me == root:
+        assert got_reduced is reduced
+        np.testing.assert_array_equal(reduced, everyone_x.sum(axis=0))
+    else:
+        assert got_reduced is None
+    # what the general path takes: a name the signature lacks, an argument
+    # given twice (Python's TypeError), a numpy integer root (done there)
+    with pytest.raises(TypeError):
+        comm.allreduce(x, out=summed, bogus=1)
+    with pytest.raises(TypeError):
+        comm.allreduce(x, "sum", out=summed, op="max")
+    with PythonCalls() as python_calls:
+        comm.bcast(sent, root=np.int64(root), out=sent)
+    assert python_calls[:1] == ["bcast"], python_calls
+    np.testing.assert_array_equal(sent, everyone_x[root])
     everyone_x = everyone(comm, 6, np.int32)
     if me == root:
         assert got is gathered

@@ -9,7 +9,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _oob, agreement, rendezvous
+from . import _fastpath, _oob, agreement, rendezvous
 from ._base import Attributes, Collective, Held, hold_all, holding_comm, opened, release_all
 from ._native import ffi, lib
 from .coll import api, persistent
@@ -55,7 +55,7 @@ def _packed(name: str) -> int:
     return int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "little")
 
 
-class Comm(Collective):
+class Comm(_fastpath.NativeComm, Collective):
     """A node-local shared-memory communicator.
 
     Build one with :meth:`from_mpi` or :meth:`from_callbacks`. Creating and
@@ -374,16 +374,11 @@ class Comm(Collective):
         path, which knows the levels."""
         self.fast_windows = self.windows if allowed else None
 
-    # -- collectives (coll/api.py; bound directly, no extra call) ---------
-    barrier = api.barrier
-    bcast = api.bcast
-    reduce = api.reduce
-    allreduce = api.allreduce
-    allgather = api.allgather
+    # -- collectives ------------------------------------------------------
+    # barrier, bcast, reduce, allreduce, allgather, alltoall, gather and
+    # scatter are NativeComm's C methods, whose general path is coll/api.py's
+    # (bound below); the others are coll/api.py's, bound directly.
     reduce_scatter = api.reduce_scatter
-    alltoall = api.alltoall
-    gather = api.gather
-    scatter = api.scatter
     gatherv = api.gatherv
     scatterv = api.scatterv
     allgatherv = api.allgatherv
@@ -582,6 +577,11 @@ class Comm(Collective):
         except BaseException:
             sub.Free()
             raise
+
+
+_fastpath.bind_comm({"barrier": api.barrier, "allreduce": api.allreduce, "reduce": api.reduce, "bcast": api.bcast,
+                     "allgather": api.allgather, "alltoall": api.alltoall, "gather": api.gather,
+                     "scatter": api.scatter})
 
 
 def _as_flag(value: Any, what: str) -> bool:

@@ -316,7 +316,7 @@ class AcceleratedComm:
             self._stats["Bcast"][0] += 1
             return
         self._shm_or_mpi(BCAST, "Bcast", plans.bcast, (buf, root),
-                         lambda p: self._run_plan(api.bcast, p, p.send, p.root, out=p.out), root)
+                         lambda p: self._run_plan(Comm.bcast, p, p.send, p.root, out=p.out), root)
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, root: int = 0) -> None:
         """Collective: as mpi4py's ``Reduce``."""
@@ -326,7 +326,7 @@ class AcceleratedComm:
             return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(REDUCE, "Reduce", plans.reduce, (sendbuf, recvbuf, op, root),
-                         lambda p: self._run_plan(api.reduce, p, p.send, p.op, p.root, out=p.out), root)
+                         lambda p: self._run_plan(Comm.reduce, p, p.send, p.op, p.root, out=p.out), root)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Allreduce``."""
@@ -336,7 +336,7 @@ class AcceleratedComm:
             return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(ALLREDUCE, "Allreduce", plans.allreduce, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(api.allreduce, p, p.send, p.op, out=p.out))
+                         lambda p: self._run_plan(Comm.allreduce, p, p.send, p.op, out=p.out))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgather``."""
@@ -345,7 +345,7 @@ class AcceleratedComm:
             self._stats["Allgather"][0] += 1
             return
         self._shm_or_mpi(ALLGATHER, "Allgather", plans.allgather, (sendbuf, recvbuf),
-                         lambda p: self._run_plan(api.allgather, p, p.send, out=p.out))
+                         lambda p: self._run_plan(Comm.allgather, p, p.send, out=p.out))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoall``."""
@@ -354,7 +354,7 @@ class AcceleratedComm:
             self._stats["Alltoall"][0] += 1
             return
         self._shm_or_mpi(ALLTOALL, "Alltoall", plans.alltoall, (sendbuf, recvbuf),
-                         lambda p: self._run_plan(api.alltoall, p, p.send, out=p.out))
+                         lambda p: self._run_plan(Comm.alltoall, p, p.send, out=p.out))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Reduce_scatter_block``."""
@@ -374,7 +374,7 @@ class AcceleratedComm:
             self._stats["Gather"][0] += 1
             return
         self._shm_or_mpi(GATHER, "Gather", plans.gather, (sendbuf, recvbuf, root),
-                         lambda p: self._run_plan(api.gather, p, p.send, p.root, out=p.out), root)
+                         lambda p: self._run_plan(Comm.gather, p, p.send, p.root, out=p.out), root)
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatter`` (sendbuf is read on the root only)."""
@@ -383,7 +383,7 @@ class AcceleratedComm:
             self._stats["Scatter"][0] += 1
             return
         self._shm_or_mpi(SCATTER, "Scatter", plans.scatter, (sendbuf, recvbuf, root),
-                         lambda p: self._run_plan(api.scatter, p, self._root_only(p), p.root, out=p.out), root)
+                         lambda p: self._run_plan(Comm.scatter, p, self._root_only(p), p.root, out=p.out), root)
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gatherv``."""
@@ -465,7 +465,7 @@ class AcceleratedComm:
         counts = p.counts[0]
         if counts is None:
             assert self._shm is not None and p.out is not None
-            counts = api.allgather(self._shm, np.array([p.out.size], np.int64)).ravel().tolist()
+            counts = self._shm.allgather(np.array([p.out.size], np.int64)).ravel().tolist()
         return list(counts)
 
     # -- persistent collectives --------------------------------------------

@@ -11,6 +11,11 @@ their data with MPI's own call between all ranks (as alltoall does); scans
 gather every input hierarchically and fold them in job rank order. Ranks
 and roots are ranks of the comm given to from_mpi (comm.world_rank).
 
+barrier, allreduce, reduce, bcast, allgather, alltoall, gather and scatter
+here are the general path of Comm's methods of those names, which are C
+(shmtopo._fastpath.NativeComm) and take the plain case themselves: one
+C call, no Python frame. The others try their C entry first here.
+
 Every call is normalised on its own rank first (array, dtype, op, root,
 out); anything that cannot be converted or is out of range does not raise
 there: the rank takes part in the call's agreement as invalid, and every
@@ -35,9 +40,8 @@ from .across import (hier_allgather, hier_allreduce, hier_bcast, hier_reduce, ru
                      world_alltoall, world_alltoallv, world_gatherv, world_scatterv)
 from .args import (allgather_args, allgatherv_args, alltoallv_args, bcast_args, blocks_args, equal_blocks, gather_args,
                    gatherv_args, reduce_args, reduce_scatter_counts_args, scan_args, scatter_args, scatterv_args)
-from .node import (checked, fast_allgather, fast_allgatherv, fast_alltoall, fast_alltoallv, fast_barrier,
-                   fast_allreduce, fast_bcast, fast_gather, fast_gatherv, fast_reduce, fast_reduce_scatter, fast_scan,
-                   fast_scatter, fast_scatterv, native_barrier, node_allgather,
+from .node import (checked, fast_allgatherv, fast_alltoallv, fast_gatherv, fast_reduce_scatter, fast_scan,
+                   fast_scatterv, native_barrier, node_allgather,
                    node_bcast, node_reduce, pointer, sizes_pointer, window_of)
 
 
@@ -49,8 +53,6 @@ def _on_every_rank(result: Array | None) -> Array:
 
 def barrier(comm: CommLike) -> None:
     """Collective: no rank leaves before every rank arrived."""
-    if fast_barrier(comm.fast_handle):
-        return
     with Held(comm.address):
         if comm.nnodes == 1:
             checked(native_barrier(comm.handle))  # a freed comm raises FreedError here
@@ -67,10 +69,6 @@ def allreduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Arr
     bool), sum, prod (complex), maxloc, minloc (pair_dtype pairs).
     algorithm: None (by size), "flat" or "rsag". Returns out (a new array
     when None)."""
-    if algorithm is None:
-        fast: Array | None = fast_allreduce(comm.fast_handle, comm.fast_windows, array, out, op)
-        if fast is not None:
-            return fast
     with Held(comm.address):
         a, code, opc, alg, _, result = normalised(comm, ALLREDUCE, reduce_args, comm, "allreduce",
                                                    array, op, out, algorithm, None)
@@ -89,12 +87,6 @@ def allreduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Arr
 def reduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", root: int = 0, *, out: Array | None = None,
            algorithm: str | None = None) -> Array | None:
     """Collective: the reduction on rank `root` (returned there; None elsewhere)."""
-    if algorithm is None and type(root) is int:
-        fast: Any = fast_reduce(comm.fast_handle, comm.fast_windows, array, out, op, root,
-                               root == comm.world_rank)
-        if fast is not NotImplemented:
-            done: Array | None = fast  # None on ranks other than root
-            return done
     with Held(comm.address):
         a, code, opc, alg, r, result = normalised(comm, REDUCE, reduce_args, comm, "reduce",
                                                    array, op, out, algorithm, root)
@@ -113,10 +105,6 @@ def reduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", root: int = 0,
 def bcast(comm: CommLike, array: npt.ArrayLike, root: int = 0, *, out: Array | None = None) -> Array:
     """Collective: every rank gets rank `root`'s array (the other ranks' array
     only gives shape and dtype). Pass out=array to receive in place."""
-    if out is array and type(root) is int:  # in place
-        fast: Array | None = fast_bcast(comm.fast_handle, comm.fast_windows, array, root)
-        if fast is not None:
-            return fast
     with Held(comm.address):
         a, code, r, result = normalised(comm, BCAST, bcast_args, comm, array, root, out)
         if comm.nnodes == 1:
@@ -140,10 +128,6 @@ def bcast(comm: CommLike, array: npt.ArrayLike, root: int = 0, *, out: Array | N
 
 def allgather(comm: CommLike, array: npt.ArrayLike, *, out: Array | None = None) -> Array:
     """Collective: shape (nranks, *array.shape), row r from rank r."""
-    if out is not None:
-        fast: Array | None = fast_allgather(comm.fast_handle, comm.windows, array, out, comm.world_size)
-        if fast is not None:
-            return fast
     with Held(comm.address):
         a, code, result = normalised(comm, ALLGATHER, allgather_args, comm, array, out)
         if comm.nnodes > 1:
@@ -185,10 +169,6 @@ def reduce_scatter(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, cou
 def alltoall(comm: CommLike, array: npt.ArrayLike, *, out: Array | None = None) -> Array:
     """Collective: block p of the result is block `rank` of rank p's array
     (first axis split into nranks equal blocks)."""
-    if out is not None:
-        fast: Array | None = fast_alltoall(comm.fast_handle, array, out)
-        if fast is not None:
-            return fast
     with Held(comm.address):
         a, code, _, block, result = normalised(comm, ALLTOALL, blocks_args, comm, "alltoall", array, None, out)
         count = math.prod(block)
@@ -216,9 +196,6 @@ def gather(comm: CommLike, array: Any, root: int = 0, *, out: Array | None = Non
     from rank r (out, if given); None elsewhere. Every rank passes the same
     shape and dtype. In place on the root: array None (or out[root]), its
     block then already in out."""
-    done = fast_gather(comm.fast_handle, array, out, root)
-    if done is not None:
-        return None if done is True else done  # the root's out
     with Held(comm.address):
         a, code, r, result = normalised(comm, GATHER, gather_args, comm, array, root, out)
         if comm.nnodes == 1:
@@ -236,10 +213,6 @@ def scatter(comm: CommLike, array: Any, root: int = 0, *, out: Array | None = No
     *block)); returns it (out, or a new array). Elsewhere array may be None,
     and out (shape block) is then needed. In place on the root: out is the
     root's own block of array (array[root]), left where it is."""
-    if out is not None:
-        fast: Array | None = fast_scatter(comm.fast_handle, array, out, root)
-        if fast is not None:
-            return fast
     with Held(comm.address):
         a, code, r, result = normalised(comm, SCATTER, scatter_args, comm, array, root, out)
         if comm.nnodes == 1:

@@ -34,10 +34,8 @@ def _bind_fast_entry() -> None:
 
 _bind_fast_entry()
 on_new_dtype(_bind_fast_entry)  # bfloat16, once taken in, takes the fast entry too
-fast_allreduce, fast_reduce = _fastpath.allreduce, _fastpath.reduce
-fast_bcast, fast_allgather = _fastpath.bcast, _fastpath.allgather
-fast_barrier = _fastpath.barrier
-fast_alltoall, fast_gather, fast_scatter = _fastpath.alltoall, _fastpath.gather, _fastpath.scatter
+# barrier, allreduce, reduce, bcast, allgather, alltoall, gather and scatter
+# enter C as Comm's methods (_fastpath.NativeComm); these the general path tries
 fast_scan, fast_reduce_scatter = _fastpath.scan, _fastpath.reduce_scatter
 fast_gatherv, fast_scatterv = _fastpath.gatherv, _fastpath.scatterv
 fast_allgatherv, fast_alltoallv = _fastpath.allgatherv, _fastpath.alltoallv
