@@ -39,9 +39,9 @@ int shmtopo_level_type_lookup(const char *name);
  * other value recursive doubling; shmtopo's own names are accepted too. */
 int shmtopo_fence_alg_from_kupl(const char *value);
 /* "allreduce", "allocate", ...: the operation a kind names, for messages. */
-const char *shmtopo_kind_name(int kind);
+const char *shmtopo_kind_name(int kind) __attribute__((const));
 /* Whether a kind names an operation. */
-int shmtopo_kind_known(int kind);
+int shmtopo_kind_known(int kind) __attribute__((const));
 
 /* ---- segment.c ---------------------------------------------------------- */
 
