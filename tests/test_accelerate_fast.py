@@ -12,6 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import shmtopo
+from conftest import PythonCalls
 from shmtopo import _types
 from shmtopo.accel import plans, tables
 
@@ -101,6 +102,33 @@ def plain_calls(acomm, comm, dtype, count, root):
     out["Allgather"] = b
     comm.Barrier()
     return out
+
+
+def test_plain_calls_run_no_python(acomm):
+    """The accelerated class's buffer collectives are C methods (its first
+    base, _fastpath.CommFast): a plain call, by position or with mpi4py's
+    keywords, runs no Python at all, and still counts in shm_stats; a call
+    the C method cannot take (a keyword mpi4py does not have) goes to the
+    Python method, which says what is wrong as mpi4py would."""
+    rank, n = WORLD.rank, WORLD.size
+    x, b, rows, root = data(rank, 5, np.float64), np.zeros(5), np.zeros(5 * n), n - 1
+
+    def calls():
+        acomm.Allreduce(x, b, op=MPI.SUM)
+        acomm.Reduce(sendbuf=x, recvbuf=b, op=MPI.MAX, root=root)
+        acomm.Bcast(b, root)
+        acomm.Allgather([x, MPI.DOUBLE], rows)
+        acomm.Barrier()
+    calls()  # a first call of each puts it in shm_stats' order, in Python
+    with PythonCalls() as python_calls:
+        calls()
+    if fast(acomm):
+        assert python_calls == ["calls"], python_calls  # the test's own function, nothing under it
+        assert acomm.shm_stats() == {"Allreduce": (2, 0), "Reduce": (2, 0), "Bcast": (2, 0), "Allgather": (2, 0),
+                                     "Barrier": (2, 0)}
+    np.testing.assert_array_equal(rows.reshape(n, 5), [data(r, 5, np.float64) for r in range(n)])
+    with pytest.raises(TypeError):
+        acomm.Allreduce(x, b, no_such_keyword=1)
 
 
 @pytest.mark.parametrize("dtype", ORDERED_DTYPES, ids=str)

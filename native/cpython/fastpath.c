@@ -1948,18 +1948,40 @@ static struct {
     PyObject *state_name;  /* "_rs" */
 } rma;
 
-/* The window's RmaState, from its slot `_rs` (the slot's offset, from its
- * member descriptor: a lookup in the type's cache); NULL if it has none. */
-static RmaState *state_of(PyObject *self)
+/* The object in self's slot `name` (an interned str), borrowed: the slot's
+ * offset comes from its member descriptor, a lookup in the type's cache.
+ * NULL when there is no such slot or it is empty. */
+static PyObject *slot_value(PyObject *self, PyObject *name)
 {
-    PyObject *descr = rma.state_name ? _PyType_Lookup(Py_TYPE(self), rma.state_name) : NULL;
+    PyObject *descr = name ? _PyType_Lookup(Py_TYPE(self), name) : NULL;
     if (!descr || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
         return NULL;
     PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-    if (m->type != T_OBJECT_EX)
-        return NULL;
-    PyObject *rs = *(PyObject **)((char *)self + m->offset);
+    return m->type == T_OBJECT_EX ? *(PyObject **)((char *)self + m->offset) : NULL;
+}
+
+/* The window's RmaState, from its slot `_rs`; NULL if it has none. */
+static RmaState *state_of(PyObject *self)
+{
+    PyObject *rs = slot_value(self, rma.state_name);
     return rs && Py_IS_TYPE(rs, &RmaStateType) ? (RmaState *)rs : NULL;
+}
+
+/* f(self, *args, **kwargs), for a C method's general path: the Python
+ * function or method that reads the arguments in full. */
+static PyObject *call_with_self(PyObject *f, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    const Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *small[8], **all = total + 1 <= 8 ? small : PyMem_Malloc((size_t)(total + 1) * sizeof(PyObject *));
+    if (!all)
+        return PyErr_NoMemory();
+    all[0] = self;
+    memcpy(all + 1, args, (size_t)total * sizeof(PyObject *));
+    PyObject *result = PyObject_Vectorcall(f, all, (size_t)nargs + 1, kwnames);
+    if (all != small)
+        PyMem_Free(all);
+    return result;
 }
 
 /* The Python method's answer, for what is not plain. */
@@ -1967,16 +1989,7 @@ static PyObject *general(int call, PyObject *self, PyObject *const *args, Py_ssi
 {
     if (!rma.general[call])
         return PyErr_Format(PyExc_RuntimeError, "shmtopo._fastpath: bind_window was not called"), NULL;
-    const Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-    PyObject *small[8], **all = total + 1 <= 8 ? small : PyMem_Malloc((size_t)(total + 1) * sizeof(PyObject *));
-    if (!all)
-        return PyErr_NoMemory();
-    all[0] = self;
-    memcpy(all + 1, args, (size_t)total * sizeof(PyObject *));
-    PyObject *result = PyObject_Vectorcall(rma.general[call], all, (size_t)nargs + 1, kwnames);
-    if (all != small)
-        PyMem_Free(all);
-    return result;
+    return call_with_self(rma.general[call], self, args, nargs, kwnames);
 }
 
 /* One more call of `call` in shared memory (shm_stats adds these to the Python methods' counts). */
@@ -2555,8 +2568,9 @@ static const char *const cnames[NC] = {"barrier", "allreduce", "reduce", "bcast"
                                        "gather", "scatter"};
 
 /* The parameters' names, interned: keywords compare by identity first. */
-enum { P_ARRAY, P_OP, P_ROOT, P_OUT, P_ALGORITHM, NP };
-static const char *const pnames[NP] = {"array", "op", "root", "out", "algorithm"};
+enum { P_ARRAY, P_OP, P_ROOT, P_OUT, P_ALGORITHM, P_BUF, P_SENDBUF, P_RECVBUF, P_RECVCOUNTS, NP };
+static const char *const pnames[NP] = {"array", "op", "root", "out", "algorithm", "buf", "sendbuf", "recvbuf",
+                                       "recvcounts"};
 
 static struct {
     PyObject *general[NC];  /* the Python functions, by call: general(comm, *args, **kwargs) */
@@ -2597,16 +2611,7 @@ static PyObject *comm_general(int call, PyObject *self, PyObject *const *args, P
 {
     if (!cm.general[call])
         return PyErr_Format(PyExc_RuntimeError, "shmtopo._fastpath: bind_comm was not called"), NULL;
-    const Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-    PyObject *small[8], **all = total + 1 <= 8 ? small : PyMem_Malloc((size_t)(total + 1) * sizeof(PyObject *));
-    if (!all)
-        return PyErr_NoMemory();
-    all[0] = self;
-    memcpy(all + 1, args, (size_t)total * sizeof(PyObject *));
-    PyObject *result = PyObject_Vectorcall(cm.general[call], all, (size_t)nargs + 1, kwnames);
-    if (all != small)
-        PyMem_Free(all);
-    return result;
+    return call_with_self(cm.general[call], self, args, nargs, kwnames);
 }
 
 static PyObject *or_none(PyObject *o)
@@ -2858,6 +2863,228 @@ static int comm_init_names(void)
     return 0;
 }
 
+/* ---- accelerated comms: the plain upper-case calls ----------------------
+ *
+ * shmtopo.accelerate(comm) returns an instance of a class whose first base
+ * is CommFast: its buffer collectives are these C methods, so that a plain
+ * call (positional arguments, the shmtopo comm still there) costs one C
+ * call and no Python frame. Each runs the drop-in's entry of the same name
+ * (accel_*, which decides what is plain, as the planner would) on the comm
+ * in the instance's slot `_shm`, and counts the call in its slot
+ * `_fast_counts` (a CallCounts; shm_stats adds these counts to the Python
+ * methods' own, whose entries keep the order of the first calls). Anything else, and every call the entry declines, goes
+ * with the very arguments to the Python method of the same name (bound by
+ * bind_comm_fast: AcceleratedComm's), which plans it in full. */
+
+enum { A_BARRIER, A_BCAST, A_REDUCE, A_ALLREDUCE, A_ALLGATHER, A_ALLTOALL, A_REDUCE_SCATTER_BLOCK, A_GATHER,
+       A_SCATTER, A_GATHERV, A_SCATTERV, A_ALLGATHERV, A_ALLTOALLV, A_REDUCE_SCATTER, A_SCAN, A_EXSCAN, NA };
+
+enum { D_SUM, D_ZERO, D_NONE }; /* a parameter's default: the op's sentinel, root 0, None */
+enum { W_NONE_, W_FAST, W_ALL }; /* which window list follows the handle */
+
+typedef struct {
+    const char *name;
+    PyObject *(*entry)(PyObject *, PyObject *const *, Py_ssize_t);
+    int windows;             /* W_NONE_, W_FAST (fast_windows) or W_ALL (windows) */
+    int nparams, required;   /* mpi4py's parameters, in order, the first `required` without a default */
+    int params[4];           /* P_*: op defaults to the drop-in's SUM_DEFAULT, root to 0, recvcounts to None */
+    int exclusive;           /* -1, or the entry's trailing flag (scan: 0, exscan: 1) */
+} accel_call_t;
+
+static PyObject *accel_barrier_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return accel_barrier(self, args[0]);
+}
+
+#define SR P_SENDBUF, P_RECVBUF
+static const accel_call_t accel_calls[NA] = {
+    [A_BARRIER] = {"Barrier", accel_barrier_entry, W_NONE_, 0, 0, {0}, -1},
+    [A_BCAST] = {"Bcast", accel_bcast, W_FAST, 2, 1, {P_BUF, P_ROOT}, -1},
+    [A_REDUCE] = {"Reduce", accel_reduce, W_FAST, 4, 2, {SR, P_OP, P_ROOT}, -1},
+    [A_ALLREDUCE] = {"Allreduce", accel_allreduce, W_FAST, 3, 2, {SR, P_OP}, -1},
+    [A_ALLGATHER] = {"Allgather", accel_allgather, W_ALL, 2, 2, {SR}, -1},
+    [A_ALLTOALL] = {"Alltoall", accel_alltoall, W_NONE_, 2, 2, {SR}, -1},
+    [A_REDUCE_SCATTER_BLOCK] = {"Reduce_scatter_block", accel_reduce_scatter_block, W_NONE_, 3, 2, {SR, P_OP}, -1},
+    [A_GATHER] = {"Gather", accel_gather, W_NONE_, 3, 2, {SR, P_ROOT}, -1},
+    [A_SCATTER] = {"Scatter", accel_scatter, W_NONE_, 3, 2, {SR, P_ROOT}, -1},
+    [A_GATHERV] = {"Gatherv", accel_gatherv, W_NONE_, 3, 2, {SR, P_ROOT}, -1},
+    [A_SCATTERV] = {"Scatterv", accel_scatterv, W_NONE_, 3, 2, {SR, P_ROOT}, -1},
+    [A_ALLGATHERV] = {"Allgatherv", accel_allgatherv, W_NONE_, 2, 2, {SR}, -1},
+    [A_ALLTOALLV] = {"Alltoallv", accel_alltoallv, W_NONE_, 2, 2, {SR}, -1},
+    [A_REDUCE_SCATTER] = {"Reduce_scatter", accel_reduce_scatter, W_NONE_, 4, 2, {SR, P_RECVCOUNTS, P_OP}, -1},
+    [A_SCAN] = {"Scan", accel_scan, W_NONE_, 3, 2, {SR, P_OP}, 0},
+    [A_EXSCAN] = {"Exscan", accel_scan, W_NONE_, 3, 2, {SR, P_OP}, 1},
+};
+#undef SR
+
+typedef struct {
+    PyObject_HEAD
+    unsigned long long counts[NA]; /* the calls CommFast's methods ran in shared memory, by call */
+} CallCounts;
+static PyTypeObject CallCountsType;
+
+static struct {
+    PyObject *general[NA];  /* AcceleratedComm's Python methods, by call */
+    PyObject *sum_default;  /* the op parameters' default (the drop-in's SUM_DEFAULT) */
+    PyObject *shm_name;     /* "_shm" */
+    PyObject *counts_name;  /* "_fast_counts" */
+    PyObject *stats_name;   /* "_stats" */
+} af;
+
+static PyObject *accel_general(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    if (!af.general[call])
+        return PyErr_Format(PyExc_RuntimeError, "shmtopo._fastpath: bind_comm_fast was not called"), NULL;
+    return call_with_self(af.general[call], self, args, nargs, kwnames);
+}
+
+/* The first count of a call: its entry in the Python stats (slot `_stats`)
+ * takes its place among the calls made so far, as a count there does, so
+ * that shm_stats keeps the order of the first calls. */
+static int first_count(PyObject *self, const char *name)
+{
+    PyObject *stats = slot_value(self, af.stats_name);
+    PyObject *entry = stats && PyDict_Check(stats) ? PyDict_GetItemString(stats, name) : NULL;
+    return entry && !PyList_Check(entry) ? PyObject_SetItem(entry, cm.zero, cm.zero) : 0;
+}
+
+static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    const accel_call_t *c = &accel_calls[call];
+    PyObject *v[NP] = {NULL};
+    v[P_OP] = af.sum_default, v[P_ROOT] = cm.zero, v[P_RECVCOUNTS] = Py_None;
+    int plain = bind_args(args, nargs, kwnames, c->params, c->nparams, c->nparams, v);
+    for (int i = 0; plain && i < c->required; i++)
+        plain = v[c->params[i]] != NULL;
+    PyObject *shm = plain ? slot_value(self, af.shm_name) : NULL;
+    PyObject *counts = shm ? slot_value(self, af.counts_name) : NULL;
+    if (counts && Py_IS_TYPE(counts, &CallCountsType) && PyObject_TypeCheck(shm, &NativeCommType)) {
+        NativeComm *nc = (NativeComm *)shm;
+        PyObject *e[8];
+        int n = 0;
+        e[n++] = nc->fast_handle ? nc->fast_handle : cm.zero;
+        if (c->windows != W_NONE_)
+            e[n++] = or_none(c->windows == W_FAST ? nc->fast_windows : nc->windows);
+        for (int i = 0; i < c->nparams; i++)
+            e[n++] = v[c->params[i]];
+        if (c->exclusive >= 0)
+            e[n++] = c->exclusive ? Py_True : Py_False;
+        PyObject *r = c->entry(NULL, e, n);
+        if (r != Py_None) {
+            if (r == Py_True) { /* done */
+                Py_SETREF(r, new_ref(Py_None));
+                if (++((CallCounts *)counts)->counts[call] == 1 && first_count(self, c->name) < 0)
+                    Py_CLEAR(r);
+            }
+            return r; /* or NULL: the collective failed */
+        }
+        Py_DECREF(r);
+    }
+    return accel_general(call, self, args, nargs, kwnames);
+}
+
+#define ACCEL_METHOD(fn, call)                                                                   \
+    static PyObject *fn(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) \
+    {                                                                                            \
+        return accel_method(call, self, args, nargs, kwnames);                                   \
+    }
+ACCEL_METHOD(acomm_barrier, A_BARRIER)
+ACCEL_METHOD(acomm_bcast, A_BCAST)
+ACCEL_METHOD(acomm_reduce, A_REDUCE)
+ACCEL_METHOD(acomm_allreduce, A_ALLREDUCE)
+ACCEL_METHOD(acomm_allgather, A_ALLGATHER)
+ACCEL_METHOD(acomm_alltoall, A_ALLTOALL)
+ACCEL_METHOD(acomm_reduce_scatter_block, A_REDUCE_SCATTER_BLOCK)
+ACCEL_METHOD(acomm_gather, A_GATHER)
+ACCEL_METHOD(acomm_scatter, A_SCATTER)
+ACCEL_METHOD(acomm_gatherv, A_GATHERV)
+ACCEL_METHOD(acomm_scatterv, A_SCATTERV)
+ACCEL_METHOD(acomm_allgatherv, A_ALLGATHERV)
+ACCEL_METHOD(acomm_alltoallv, A_ALLTOALLV)
+ACCEL_METHOD(acomm_reduce_scatter, A_REDUCE_SCATTER)
+ACCEL_METHOD(acomm_scan, A_SCAN)
+ACCEL_METHOD(acomm_exscan, A_EXSCAN)
+
+#define ACOMM_ENTRY(name, fn) \
+    {name, (PyCFunction)(void (*)(void))fn, METH_FASTCALL | METH_KEYWORDS, "Collective: as mpi4py's " name "."}
+
+static PyMethodDef commfast_methods[] = {
+    ACOMM_ENTRY("Barrier", acomm_barrier),
+    ACOMM_ENTRY("Bcast", acomm_bcast),
+    ACOMM_ENTRY("Reduce", acomm_reduce),
+    ACOMM_ENTRY("Allreduce", acomm_allreduce),
+    ACOMM_ENTRY("Allgather", acomm_allgather),
+    ACOMM_ENTRY("Alltoall", acomm_alltoall),
+    ACOMM_ENTRY("Reduce_scatter_block", acomm_reduce_scatter_block),
+    ACOMM_ENTRY("Gather", acomm_gather),
+    ACOMM_ENTRY("Scatter", acomm_scatter),
+    ACOMM_ENTRY("Gatherv", acomm_gatherv),
+    ACOMM_ENTRY("Scatterv", acomm_scatterv),
+    ACOMM_ENTRY("Allgatherv", acomm_allgatherv),
+    ACOMM_ENTRY("Alltoallv", acomm_alltoallv),
+    ACOMM_ENTRY("Reduce_scatter", acomm_reduce_scatter),
+    ACOMM_ENTRY("Scan", acomm_scan),
+    ACOMM_ENTRY("Exscan", acomm_exscan),
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CommFastType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmtopo._fastpath.CommFast",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The plain buffer collectives of an accelerated comm, in C (internal; a base adding no fields).",
+    .tp_methods = commfast_methods,
+};
+
+/* count_of(name): the calls of that name CommFast's methods ran */
+static PyObject *call_counts_count_of(PyObject *self, PyObject *name)
+{
+    for (int i = 0; i < NA; i++)
+        if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, accel_calls[i].name) == 0)
+            return PyLong_FromUnsignedLongLong(((CallCounts *)self)->counts[i]);
+    return PyLong_FromLong(0);
+}
+
+static PyMethodDef call_counts_methods[] = {
+    {"count_of", call_counts_count_of, METH_O, "count_of(name) -> the calls of that name run in C"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CallCountsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmtopo._fastpath.CallCounts",
+    .tp_basicsize = sizeof(CallCounts),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An accelerated comm's counts of the calls CommFast's methods ran (internal).",
+    .tp_methods = call_counts_methods,
+    .tp_new = PyType_GenericNew,
+};
+
+/* bind_comm_fast({"Barrier": f, ...}, sum_default): AcceleratedComm's
+ * methods, the general path of CommFast's, and the op parameters' default */
+static PyObject *bind_comm_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_Check(args[0]))
+        return PyErr_Format(PyExc_TypeError, "bind_comm_fast(general: dict, sum_default)"), NULL;
+    for (int i = 0; i < NA; i++) {
+        PyObject *f = PyDict_GetItemString(args[0], accel_calls[i].name);
+        if (!f || !PyCallable_Check(f))
+            return PyErr_Format(PyExc_TypeError, "bind_comm_fast: no method for %s", accel_calls[i].name), NULL;
+        Py_XSETREF(af.general[i], new_ref(f));
+    }
+    Py_XSETREF(af.sum_default, new_ref(args[1]));
+    if (!af.shm_name && !(af.shm_name = PyUnicode_InternFromString("_shm")))
+        return NULL;
+    if (!af.counts_name && !(af.counts_name = PyUnicode_InternFromString("_fast_counts")))
+        return NULL;
+    if (!af.stats_name && !(af.stats_name = PyUnicode_InternFromString("_stats")))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Bind numpy, the op table, the window size rule and the error makers (shmtopo internal)."},
     {"allreduce", (PyCFunction)(void (*)(void))fast_allreduce, METH_FASTCALL, "allreduce(handle, windows, array, out, op)"},
@@ -2919,6 +3146,8 @@ static PyMethodDef methods[] = {
      "Bind the accelerated windows' Python methods, op table and masks (shmtopo.accelerate internal)."},
     {"accel_barrier", accel_barrier, METH_O, "accel_barrier(handle) -> True | None"},
     {"bind_comm", bind_comm, METH_O, "Bind the general functions of NativeComm's methods (shmtopo.Comm internal)."},
+    {"bind_comm_fast", (PyCFunction)(void (*)(void))bind_comm_fast, METH_FASTCALL,
+     "Bind AcceleratedComm's methods and the op default for CommFast's (shmtopo.accelerate internal)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2931,7 +3160,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__fastpath(void)
 {
     if (PyType_Ready(&NativeWindowType) < 0 || PyType_Ready(&RmaStateType) < 0 || PyType_Ready(&WinFastType) < 0
-        || PyType_Ready(&NativeCommType) < 0 || comm_init_names() < 0)
+        || PyType_Ready(&NativeCommType) < 0 || PyType_Ready(&CommFastType) < 0 || PyType_Ready(&CallCountsType) < 0
+        || comm_init_names() < 0)
         return NULL;
     for (int code = 0; code < NDTYPES; code++)
         element_size[code] = shmtopo_dtype_size(code);
@@ -2947,9 +3177,13 @@ PyMODINIT_FUNC PyInit__fastpath(void)
     Py_INCREF(&RmaStateType);
     Py_INCREF(&WinFastType);
     Py_INCREF(&NativeCommType);
+    Py_INCREF(&CommFastType);
+    Py_INCREF(&CallCountsType);
     if (PyModule_AddObject(m, "RmaState", (PyObject *)&RmaStateType) < 0
         || PyModule_AddObject(m, "WinFast", (PyObject *)&WinFastType) < 0
-        || PyModule_AddObject(m, "NativeComm", (PyObject *)&NativeCommType) < 0) {
+        || PyModule_AddObject(m, "NativeComm", (PyObject *)&NativeCommType) < 0
+        || PyModule_AddObject(m, "CommFast", (PyObject *)&CommFastType) < 0
+        || PyModule_AddObject(m, "CallCounts", (PyObject *)&CallCountsType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

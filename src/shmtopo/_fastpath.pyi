@@ -72,6 +72,19 @@ class NativeComm:
 
 def bind_comm(general: dict[str, Callable[..., Any]]) -> None: ...
 
+class CommFast:
+    """The plain buffer collectives of an accelerated comm, in C: Barrier,
+    Bcast, Reduce, Allreduce, Allgather, Alltoall, Reduce_scatter_block,
+    Gather, Scatter, Gatherv, Scatterv, Allgatherv, Alltoallv,
+    Reduce_scatter, Scan, Exscan (the rest goes to the methods bound by
+    bind_comm_fast)."""
+
+class CallCounts:
+    """An accelerated comm's counts of the calls CommFast's methods ran."""
+    def count_of(self, name: str) -> int: ...
+
+def bind_comm_fast(general: dict[str, Callable[..., Any]], sum_default: Any) -> None: ...
+
 class NativeWindow:
     """The native half of shmtopo.Window: its fences."""
     _fast: int  # the native window's address, 0 once freed

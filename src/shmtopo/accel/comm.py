@@ -80,23 +80,20 @@ CONSTRUCTORS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create"
 # "delegated to MPI"), so that it differs from every accelerated one.
 _SIG_TO_MPI = lib.SHMTOPO_SIG_DELEGATED
 
-# The fast entries: the plain case in C.
+# The plain case in C.
 #
 # Most calls are plain: a buffer of a predefined datatype shmtopo moves
 # (a numpy array alone, or mpi4py's [buf, count, type] of a slice, a
-# bytearray, an mmap...), a predefined op, an int root. shmtopo._fastpath's
-# accel_* entries take those straight to the
-# core, and return None for anything else, which then goes through the
-# planner (plans.py); reading buffer specs in Python would cost more than the
+# bytearray, an mmap...), a predefined op, an int root, by position. The
+# accelerated classes' first base, shmtopo._fastpath.CommFast, has a C
+# method for each collective of FAST_CALLS, whose accel_* entry takes those
+# straight to the core and counts them (in _fast_counts); anything else
+# goes to the Python method of the same name below, and through the planner
+# (plans.py): reading buffer specs in Python would cost more than the
 # collective itself. What the entries take for plain is what the planner
 # decides for those arguments, from its own tables (tables.py binds them).
-_accel_allreduce, _accel_reduce = _fastpath.accel_allreduce, _fastpath.accel_reduce
-_accel_bcast, _accel_allgather = _fastpath.accel_bcast, _fastpath.accel_allgather
-_accel_alltoall, _accel_gather, _accel_scatter = _fastpath.accel_alltoall, _fastpath.accel_gather, _fastpath.accel_scatter
-_accel_alltoallv, _accel_barrier = _fastpath.accel_alltoallv, _fastpath.accel_barrier
-_accel_allgatherv, _accel_gatherv = _fastpath.accel_allgatherv, _fastpath.accel_gatherv
-_accel_scatterv, _accel_reduce_scatter = _fastpath.accel_scatterv, _fastpath.accel_reduce_scatter
-_accel_scan, _accel_reduce_scatter_block = _fastpath.accel_scan, _fastpath.accel_reduce_scatter_block
+FAST_CALLS = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall", "Reduce_scatter_block", "Gather",
+              "Scatter", "Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter", "Scan", "Exscan")
 
 # ---- the communicator ----------------------------------------------------------------
 
@@ -121,7 +118,7 @@ class _Unseen:
         counts[i] = value
 
 
-_OWN = ("_comm", "_shm", "_tables", "_strict", "_stats", "_options")
+_OWN = ("_comm", "_shm", "_tables", "_strict", "_stats", "_fast_counts", "_options")
 
 
 class AcceleratedComm:
@@ -147,6 +144,7 @@ class AcceleratedComm:
     _tables: Tables
     _strict: bool
     _stats: dict[str, "list[int] | _Unseen"]
+    _fast_counts: Any  # shmtopo._fastpath.CallCounts: the calls CommFast's C methods ran
     _options: dict[str, Any]
 
     def _attach(self, comm: Any, shm: Comm, tables: Tables, strict: bool, options: dict[str, Any]) -> None:
@@ -157,6 +155,7 @@ class AcceleratedComm:
         self._strict = strict
         self._stats = {}
         self._stats.update((name, _Unseen(self._stats, name)) for name in ACCELERATED + LOWER_CASE + MPI_ONLY)
+        self._fast_counts = _fastpath.CallCounts()
 
     if TYPE_CHECKING:  # for type checkers only: at run time these are the mpi4py base class's
         def __getattr__(self, name: str) -> Any:
@@ -192,7 +191,9 @@ class AcceleratedComm:
     def shm_stats(self) -> dict[str, tuple[int, int]]:
         """Local: {operation: (accelerated calls, delegated calls)} for each
         collective called at least once, in the order of the first calls."""
-        return {name: (n[0], n[1]) for name, n in self._stats.items() if isinstance(n, list)}
+        fast = self._fast_counts.count_of
+        counts = {name: (n[0] + fast(name), n[1]) for name, n in self._stats.items()}
+        return {name: n for name, n in counts.items() if n[0] or n[1]}
 
     def __repr__(self) -> str:
         return f"<shmtopo.{type(self).__name__} of {self._comm!r}>"
@@ -297,10 +298,6 @@ class AcceleratedComm:
     def Barrier(self) -> None:
         """Collective: as mpi4py's ``Barrier``, in shared memory."""
         shm = self._shm
-        # the plain case runs in C (see _bind_fast_entries), the rest below
-        if shm is not None and _accel_barrier(shm.fast_handle):
-            self._stats["Barrier"][0] += 1
-            return
         if shm is None:
             self._agree_on_mpi(BARRIER, "Barrier", "the shmtopo comm has been freed")
             self._mpi().Barrier()
@@ -311,57 +308,33 @@ class AcceleratedComm:
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Bcast``."""
-        shm = self._shm
-        if shm is not None and _accel_bcast(shm.fast_handle, shm.fast_windows, buf, root):
-            self._stats["Bcast"][0] += 1
-            return
         self._shm_or_mpi(BCAST, "Bcast", plans.bcast, (buf, root),
                          lambda p: self._run_plan(Comm.bcast, p, p.send, p.root, out=p.out), root)
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, root: int = 0) -> None:
         """Collective: as mpi4py's ``Reduce``."""
-        shm = self._shm
-        if shm is not None and _accel_reduce(shm.fast_handle, shm.fast_windows, sendbuf, recvbuf, op, root):
-            self._stats["Reduce"][0] += 1
-            return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(REDUCE, "Reduce", plans.reduce, (sendbuf, recvbuf, op, root),
                          lambda p: self._run_plan(Comm.reduce, p, p.send, p.op, p.root, out=p.out), root)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Allreduce``."""
-        shm = self._shm
-        if shm is not None and _accel_allreduce(shm.fast_handle, shm.fast_windows, sendbuf, recvbuf, op):
-            self._stats["Allreduce"][0] += 1
-            return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(ALLREDUCE, "Allreduce", plans.allreduce, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(Comm.allreduce, p, p.send, p.op, out=p.out))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgather``."""
-        shm = self._shm
-        if shm is not None and _accel_allgather(shm.fast_handle, shm.windows, sendbuf, recvbuf):
-            self._stats["Allgather"][0] += 1
-            return
         self._shm_or_mpi(ALLGATHER, "Allgather", plans.allgather, (sendbuf, recvbuf),
                          lambda p: self._run_plan(Comm.allgather, p, p.send, out=p.out))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoall``."""
-        shm = self._shm
-        if shm is not None and _accel_alltoall(shm.fast_handle, sendbuf, recvbuf):
-            self._stats["Alltoall"][0] += 1
-            return
         self._shm_or_mpi(ALLTOALL, "Alltoall", plans.alltoall, (sendbuf, recvbuf),
                          lambda p: self._run_plan(Comm.alltoall, p, p.send, out=p.out))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Reduce_scatter_block``."""
-        shm = self._shm
-        if shm is not None and _accel_reduce_scatter_block(shm.fast_handle, sendbuf, recvbuf, op):
-            self._stats["Reduce_scatter_block"][0] += 1
-            return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter_block", plans.reduce_scatter_block, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, out=p.out))
@@ -369,57 +342,33 @@ class AcceleratedComm:
     # -- through the lower-case calls -------------------------------------
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gather`` (recvbuf is read on the root only)."""
-        shm = self._shm
-        if shm is not None and _accel_gather(shm.fast_handle, sendbuf, recvbuf, root):
-            self._stats["Gather"][0] += 1
-            return
         self._shm_or_mpi(GATHER, "Gather", plans.gather, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(Comm.gather, p, p.send, p.root, out=p.out), root)
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatter`` (sendbuf is read on the root only)."""
-        shm = self._shm
-        if shm is not None and _accel_scatter(shm.fast_handle, sendbuf, recvbuf, root):
-            self._stats["Scatter"][0] += 1
-            return
         self._shm_or_mpi(SCATTER, "Scatter", plans.scatter, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(Comm.scatter, p, self._root_only(p), p.root, out=p.out), root)
 
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gatherv``."""
-        shm = self._shm
-        if shm is not None and _accel_gatherv(shm.fast_handle, sendbuf, recvbuf, root):
-            self._stats["Gatherv"][0] += 1
-            return
         self._shm_or_mpi(GATHERV, "Gatherv", plans.gatherv, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(api.gatherv, p, p.send, *(p.counts or (None, None)), p.root,
                                                   out=p.out), root)
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatterv``."""
-        shm = self._shm
-        if shm is not None and _accel_scatterv(shm.fast_handle, sendbuf, recvbuf, root):
-            self._stats["Scatterv"][0] += 1
-            return
         self._shm_or_mpi(SCATTERV, "Scatterv", plans.scatterv, (sendbuf, recvbuf, root),
                          lambda p: self._run_plan(api.scatterv, p, self._root_only(p),
                                                   *(p.counts or (None, None)), p.root, out=p.out), root)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgatherv``."""
-        shm = self._shm
-        if shm is not None and _accel_allgatherv(shm.fast_handle, sendbuf, recvbuf):
-            self._stats["Allgatherv"][0] += 1
-            return
         self._shm_or_mpi(ALLGATHERV, "Allgatherv", plans.allgatherv, (sendbuf, recvbuf),
                          lambda p: self._run_plan(api.allgatherv, p, p.send, *p.counts, out=p.out))
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoallv``."""
-        shm = self._shm
-        if shm is not None and _accel_alltoallv(shm.fast_handle, sendbuf, recvbuf):
-            self._stats["Alltoallv"][0] += 1
-            return
         self._shm_or_mpi(ALLTOALLV, "Alltoallv", plans.alltoallv, (sendbuf, recvbuf),
                          lambda p: self._run_plan(api.alltoallv, p, p.send, *p.counts, out=p.out))
 
@@ -427,10 +376,6 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Reduce_scatter`` (recvcounts None: every
         rank's receive count, gathered first, as mpi4py does)."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
-        shm = self._shm
-        if shm is not None and _accel_reduce_scatter(shm.fast_handle, sendbuf, recvbuf, recvcounts, op):
-            self._stats["Reduce_scatter"][0] += 1
-            return
         self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter", plans.reduce_scatter,
                          (sendbuf, recvbuf, recvcounts, op),
                          lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, counts=self._counts(p),
@@ -438,20 +383,12 @@ class AcceleratedComm:
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Scan``."""
-        shm = self._shm
-        if shm is not None and _accel_scan(shm.fast_handle, sendbuf, recvbuf, op, False):
-            self._stats["Scan"][0] += 1
-            return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(SCAN, "Scan", plans.scan, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.scan, p, p.send, p.op, out=p.out))
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Exscan`` (rank 0's recvbuf is left as it is)."""
-        shm = self._shm
-        if shm is not None and _accel_scan(shm.fast_handle, sendbuf, recvbuf, op, True):
-            self._stats["Exscan"][0] += 1
-            return
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(EXSCAN, "Exscan", plans.scan, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.exscan, p, p.send, p.op, out=p.out))
@@ -699,6 +636,8 @@ def _cart_sub(self: AcceleratedComm, remain_dims: Any) -> Any:
     return self._wrapped(self._mpi().Sub(remain_dims))
 
 
+_fastpath.bind_comm_fast({name: getattr(AcceleratedComm, name) for name in FAST_CALLS}, SUM_DEFAULT)
+
 # The accelerated class of each mpi4py communicator class, and back.
 _ACCELERATED: dict[type, type] = {}
 _PLAIN: dict[type, type] = {}
@@ -713,7 +652,8 @@ def accelerated_class(cls: type) -> type:
         namespace: dict[str, Any] = {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedComm.__doc__}
         if hasattr(cls, "Sub"):  # a Cartcomm's
             namespace["Sub"] = _cart_sub
-        made = type(f"Accelerated{cls.__name__}", (AcceleratedComm, cls), namespace)
+        # CommFast first: its C methods take the plain calls, AcceleratedComm's the others
+        made = type(f"Accelerated{cls.__name__}", (_fastpath.CommFast, AcceleratedComm, cls), namespace)
         _ACCELERATED[cls] = made
         _PLAIN[made] = cls
     return made
