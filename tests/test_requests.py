@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import shmtopo
+from conftest import PythonCalls
 from test_collectives import everyone
 
 
@@ -14,6 +15,17 @@ def test_allreduce_init_runs_repeatedly(comm):
             req.start()
             req.wait()
             np.testing.assert_array_equal(recv, np.full(5, sum(range(comm.size)) + comm.size * i))
+
+
+def test_start_runs_no_python(comm):
+    """start() is a C method (NativeRequest's): no Python frame per start."""
+    send, recv = np.full(3, comm.rank + 1.0), np.empty(3)
+    with comm.allreduce_init(send, recv, "sum") as req:
+        with PythonCalls() as python_calls:
+            req.start()
+            req()
+        assert python_calls == ["__call__"], python_calls
+        np.testing.assert_array_equal(recv, np.full(3, comm.size * (comm.size + 1) / 2))
 
 
 @pytest.mark.parametrize("count", [1, 100000])

@@ -2863,6 +2863,96 @@ static int comm_init_names(void)
     return 0;
 }
 
+/* ---- NativeRequest: the base of shmtopo's persistent requests ------------
+ *
+ * request.start() is a C method: one call into the core with no Python
+ * frame, as the plain collectives are. It holds the comm (`_comm`, a Comm)
+ * and the native request (`_address`, 0 once freed); while the comm takes
+ * the fast entries and the request is there, start() runs it, else it
+ * hands over to the Python method `_start_general`, which says why not. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *comm;               /* _comm */
+    shmtopo_request_t *request;   /* _address */
+} NativeRequest;
+
+static PyObject *request_start(PyObject *self, PyObject *unused)
+{
+    NativeRequest *r = (NativeRequest *)self;
+    shmtopo_comm_t *comm = r->comm && PyObject_TypeCheck(r->comm, &NativeCommType) &&
+                           ((NativeComm *)r->comm)->fast_handle ? comm_of(((NativeComm *)r->comm)->fast_handle) : NULL;
+    if (!comm || !r->request)
+        return PyObject_CallMethod(self, "_start_general", NULL);
+    int rc, err;
+    CORE_CALL(comm, NULL, shmtopo_request_start(r->request));
+    if (rc < 0)
+        return failed(NULL, err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *request_get_address(PyObject *self, void *closure)
+{
+    return PyLong_FromVoidPtr(((NativeRequest *)self)->request);
+}
+
+static int request_set_address(PyObject *self, PyObject *value, void *closure)
+{
+    void *request = value ? PyLong_AsVoidPtr(value) : NULL;
+    if (!request && PyErr_Occurred())
+        return -1;
+    ((NativeRequest *)self)->request = request;
+    return 0;
+}
+
+static int request_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(((NativeRequest *)self)->comm);
+    return 0;
+}
+
+static int request_clear(PyObject *self)
+{
+    Py_CLEAR(((NativeRequest *)self)->comm);
+    return 0;
+}
+
+static void request_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    request_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyMethodDef request_methods[] = {
+    {"start", request_start, METH_NOARGS, "start()\n--\n\nCollective: run the collective once on the request's arrays."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef request_members[] = {
+    {"_comm", T_OBJECT, offsetof(NativeRequest, comm), 0, "the comm the request runs on"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef request_getset[] = {
+    {"_address", request_get_address, request_set_address, "the native request's address (0: freed)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject NativeRequestType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmtopo._fastpath.NativeRequest",
+    .tp_basicsize = sizeof(NativeRequest),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The native half of a persistent request: its start() (internal).",
+    .tp_methods = request_methods,
+    .tp_members = request_members,
+    .tp_getset = request_getset,
+    .tp_traverse = request_traverse,
+    .tp_clear = request_clear,
+    .tp_dealloc = request_dealloc,
+    .tp_new = PyType_GenericNew,
+};
+
 /* ---- accelerated comms: the plain upper-case calls ----------------------
  *
  * shmtopo.accelerate(comm) returns an instance of a class whose first base
@@ -3161,6 +3251,7 @@ PyMODINIT_FUNC PyInit__fastpath(void)
 {
     if (PyType_Ready(&NativeWindowType) < 0 || PyType_Ready(&RmaStateType) < 0 || PyType_Ready(&WinFastType) < 0
         || PyType_Ready(&NativeCommType) < 0 || PyType_Ready(&CommFastType) < 0 || PyType_Ready(&CallCountsType) < 0
+        || PyType_Ready(&NativeRequestType) < 0
         || comm_init_names() < 0)
         return NULL;
     for (int code = 0; code < NDTYPES; code++)
@@ -3179,11 +3270,13 @@ PyMODINIT_FUNC PyInit__fastpath(void)
     Py_INCREF(&NativeCommType);
     Py_INCREF(&CommFastType);
     Py_INCREF(&CallCountsType);
+    Py_INCREF(&NativeRequestType);
     if (PyModule_AddObject(m, "RmaState", (PyObject *)&RmaStateType) < 0
         || PyModule_AddObject(m, "WinFast", (PyObject *)&WinFastType) < 0
         || PyModule_AddObject(m, "NativeComm", (PyObject *)&NativeCommType) < 0
         || PyModule_AddObject(m, "CommFast", (PyObject *)&CommFastType) < 0
-        || PyModule_AddObject(m, "CallCounts", (PyObject *)&CallCountsType) < 0) {
+        || PyModule_AddObject(m, "CallCounts", (PyObject *)&CallCountsType) < 0
+        || PyModule_AddObject(m, "NativeRequest", (PyObject *)&NativeRequestType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -72,6 +72,13 @@ class NativeComm:
 
 def bind_comm(general: dict[str, Callable[..., Any]]) -> None: ...
 
+class NativeRequest:
+    """The native half of a persistent request: its start()."""
+    _comm: Any               # the comm it runs on
+    _address: int            # the native request's address, 0 once freed
+    def start(self) -> None:
+        """Collective: run the collective once on the request's arrays."""
+
 class CommFast:
     """The plain buffer collectives of an accelerated comm, in C: Barrier,
     Bcast, Reduce, Allreduce, Allgather, Alltoall, Reduce_scatter_block,

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._base import CommLike
-from .._fastpath import claim, start, unclaim
+from .._fastpath import NativeRequest, claim, start, unclaim
 from .._native import ffi, lib
 from .._types import ALGORITHMS, ALLREDUCE, ALLTOALL, BCAST, OPS, check_apart, checked_root, dtype_code, table_code
 from ..agreement import normalised
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-class Request:
+class Request(NativeRequest):
     """A persistent collective. ``start()`` runs it (collective; complete on
     return), ``wait()`` is there for MPI-style code, ``free()`` releases it
     (local). Also a context manager. The arrays must stay as they are: the
@@ -39,15 +39,16 @@ class Request:
         self._h = out[0]
         self._address = int(ffi.cast("uintptr_t", self._h))  # for _fastpath.start
 
-    def start(self) -> None:
-        """Collective: run the collective once on the request's arrays."""
+    # start() is NativeRequest's, in C; it comes here when it cannot run
+    def _start_general(self) -> None:
         # the request points into the comm; a single-node comm's fast_handle
         # is 0 once it is freed
         if not self._comm.fast_handle:
             raise FreedError("the request's comm has been freed", 9)
         start(self._comm.address, self._address)
 
-    __call__ = start
+    def __call__(self) -> None:
+        self.start()
 
     def wait(self) -> None:
         """Complete the last start (it is complete on return already)."""
