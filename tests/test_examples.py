@@ -106,6 +106,18 @@ def test_small_calls_benchmark_runs():
     assert all(float(r[-1]) > 0 and float(r[-2]) > 0 for r in rows), proc.stdout
 
 
+def test_small_call_layers_run():
+    """benchmarks/small_calls.py --layers prints every layer of an 8-byte
+    allreduce with its time and ratio to the floor (a short run)."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "small_calls.py"
+    proc = run_mpiexec(2, [sys.executable, script, "--layers", "--calls", "20", "--repeats", "3"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines()
+            if line.startswith(("the loop", "a C call", "fence", "barrier", "allreduce", "Allreduce"))]
+    assert len(rows) == 7, proc.stdout
+    assert all(float(r.split()[-1]) >= 0 and "(" in r for r in rows), proc.stdout
+
+
 def _assert_honest(out: str) -> None:
     """What every benchmark prints: the load before the run, and figures
     that are medians of 5 interleaved repetitions with their range."""
