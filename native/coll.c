@@ -442,28 +442,27 @@ out_failed:
     return -1;
 }
 
-static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, void *recv, size_t count,
-                         int dtype, int op, int root, int alg)
+/* A reduction's signature (set either way, for the agreement) and the
+ * checks of its arguments on this rank: 0, or -1 with the failure recorded.
+ * root: -1 for an allreduce. */
+static int reduce_prepare(const shmtopo_comm_t *comm, int kind, const source_t *src, void *recv, size_t count,
+                          int dtype, int op, int root, int alg, shmtopo_sig_t *sig)
 {
-    if (shmtopo_comm_usable(comm, shmtopo_kind_name(kind)) < 0)
-        return -1;
-    if (kind == SHMTOPO_KIND_ALLREDUCE)
-        root = -1;
     const int reads = root < 0 || root == comm->rank;
     const size_t n = count * shmtopo_dtype_size(dtype);
     /* the signature also tells the copy path from the window path, and an
      * allreduce in place in the window from one that is not */
     const int in_place = src->win && root < 0 && count && (const char *)recv == src->win->base[comm->rank] + src->offset;
-    shmtopo_sig_t sig = shmtopo_coll_sig(kind, count, dtype, op, root, resolve_alg(comm, alg, n));
+    *sig = shmtopo_coll_sig(kind, count, dtype, op, root, resolve_alg(comm, alg, n));
     if (src->win) {
-        sig.flags = SHMTOPO_SIG_WINDOW | (in_place ? SHMTOPO_SIG_IN_PLACE : 0);
-        sig.extra = src->offset;
+        sig->flags = SHMTOPO_SIG_WINDOW | (in_place ? SHMTOPO_SIG_IN_PLACE : 0);
+        sig->extra = src->offset;
     } else if (comm->single_copy && comm->size > 1 && n >= shmtopo_coll_sc_min(comm, kind) && alg == SHMTOPO_COLL_AUTO &&
                comm->config.coll_alg == SHMTOPO_COLL_AUTO) {
         /* single copy where the algorithm is left to us; flat and rsag
          * asked for by name keep the scratch buffers */
-        sig.flags = SHMTOPO_SIG_SINGLE_COPY;
-        sig.alg = -1;
+        sig->flags = SHMTOPO_SIG_SINGLE_COPY;
+        sig->alg = -1;
     }
     errno = 0;
     if ((kind == SHMTOPO_KIND_REDUCE && shmtopo_coll_check_root(comm, root) < 0) || shmtopo_reduce_check(dtype, op) < 0 ||
@@ -471,19 +470,39 @@ static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, vo
                                              reads ? recv : (void *)1) < 0 ||
         check_window(comm, src, reads ? recv : NULL, n, n) < 0 ||
         (!src->win && reads && shmtopo_coll_check_overlap(shmtopo_kind_name(kind), src->send, n, recv, n, recv == (void *)src->send) < 0))
-        return shmtopo_coll_refuse(comm, &sig);
-    if (count == 0) /* still a step: arguments are checked and everyone meets */
-        return shmtopo_coll_step(comm, &sig, NULL, 0);
-    if (kind == SHMTOPO_KIND_REDUCE && !src->win && n <= SHMTOPO_AHEAD_MAX && sig.alg == SHMTOPO_COLL_FLAT &&
+        return -1;
+    if (kind == SHMTOPO_KIND_REDUCE && count && !src->win && n <= SHMTOPO_AHEAD_MAX && sig->alg == SHMTOPO_COLL_FLAT &&
         shmtopo_runs_ahead(comm))
-        sig.flags |= SHMTOPO_SIG_RUN_AHEAD;
-    if (in_place) /* flat would overwrite inputs peers still read */
-        return inplace_allreduce(comm, &sig, src, recv, count, dtype, op);
-    if (sig.flags & SHMTOPO_SIG_SINGLE_COPY)
-        return sc_reduce(comm, &sig, src->send, recv, count, dtype, op, root);
-    if (sig.alg == SHMTOPO_COLL_FLAT)
-        return flat_reduce(comm, &sig, src, recv, count, dtype, op, root);
-    return rsag_reduce(comm, &sig, src, recv, count, dtype, op, root);
+        sig->flags |= SHMTOPO_SIG_RUN_AHEAD;
+    return 0;
+}
+
+/* The reduction, its arguments checked and its signature made by reduce_prepare. */
+static int reduce_run(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const source_t *src, void *recv, size_t count,
+                      int dtype, int op, int root)
+{
+    if (count == 0) /* still a step: arguments are checked and everyone meets */
+        return shmtopo_coll_step(comm, sig, NULL, 0);
+    if (sig->flags & SHMTOPO_SIG_IN_PLACE) /* flat would overwrite inputs peers still read */
+        return inplace_allreduce(comm, sig, src, recv, count, dtype, op);
+    if (sig->flags & SHMTOPO_SIG_SINGLE_COPY)
+        return sc_reduce(comm, sig, src->send, recv, count, dtype, op, root);
+    if (sig->alg == SHMTOPO_COLL_FLAT)
+        return flat_reduce(comm, sig, src, recv, count, dtype, op, root);
+    return rsag_reduce(comm, sig, src, recv, count, dtype, op, root);
+}
+
+static int reduce_common(shmtopo_comm_t *comm, int kind, const source_t *src, void *recv, size_t count,
+                         int dtype, int op, int root, int alg)
+{
+    if (shmtopo_comm_usable(comm, shmtopo_kind_name(kind)) < 0)
+        return -1;
+    if (kind == SHMTOPO_KIND_ALLREDUCE)
+        root = -1;
+    shmtopo_sig_t sig;
+    if (reduce_prepare(comm, kind, src, recv, count, dtype, op, root, alg, &sig) < 0)
+        return shmtopo_coll_refuse(comm, &sig);
+    return reduce_run(comm, &sig, src, recv, count, dtype, op, root);
 }
 
 int shmtopo_win_reduce(shmtopo_win_t *win, size_t offset, void *recv, size_t count, int dtype,
@@ -508,6 +527,22 @@ int shmtopo_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t
 {
     source_t src = {send, NULL, 0};
     return reduce_common(comm, SHMTOPO_KIND_ALLREDUCE, &src, recv, count, dtype, op, -1, alg);
+}
+
+int shmtopo_coll_allreduce_prepare(const shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                                   int dtype, int op, int alg, shmtopo_sig_t *sig)
+{
+    source_t src = {send, NULL, 0};
+    return reduce_prepare(comm, SHMTOPO_KIND_ALLREDUCE, &src, recv, count, dtype, op, -1, alg, sig);
+}
+
+int shmtopo_coll_allreduce_run(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *send, void *recv,
+                               size_t count, int dtype, int op)
+{
+    if (shmtopo_comm_usable(comm, "allreduce") < 0)
+        return -1;
+    source_t src = {send, NULL, 0};
+    return reduce_run(comm, sig, &src, recv, count, dtype, op, -1);
 }
 
 /* ---- data movement ------------------------------------------------------------- */

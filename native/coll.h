@@ -47,6 +47,14 @@ int shmtopo_coll_check_buffers(const char *what, size_t count, const void *a, co
 int shmtopo_coll_check_overlap(const char *what, const void *send, size_t ns, const void *recv, size_t nr,
                                int in_place);
 
+/* A persistent allreduce (request.c): the signature and the checks of a
+ * private-array allreduce once, at its init (0, or -1 with the failure
+ * recorded; *sig set either way), then each start runs it with no checks. */
+int shmtopo_coll_allreduce_prepare(const shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                                   int dtype, int op, int alg, shmtopo_sig_t *sig);
+int shmtopo_coll_allreduce_run(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *send, void *recv,
+                               size_t count, int dtype, int op);
+
 /* Where a rank's input for a fold lies (a callback, so one fold serves the
  * scratch buffers, the step lines and windows). */
 /* Single copy (single_copy.c) in the collectives. Where it starts for a

@@ -55,6 +55,24 @@ def test_request_argument_errors(comm):
         comm.bcast_init(np.ones(3), root=comm.size)
 
 
+def test_core_checks_a_persistent_allreduce_at_its_init(comm):
+    """Through the C API, a persistent allreduce's buffers are checked once,
+    at the init, on every rank: the last rank's result overlapping its input
+    in part fails the init on every rank, naming it, and the comm goes on."""
+    from shmtopo._native import ffi, lib
+    from shmtopo.errors import ShmtopoValueError, check
+
+    last = comm.size - 1
+    buf = np.zeros(8)
+    send, recv = (buf[:4], buf[2:6]) if comm.rank == last else (buf[:4], buf[4:])
+    req = ffi.new("shmtopo_request_t **")
+    with pytest.raises(ShmtopoValueError, match="overlaps the input only in part") as caught:
+        check(lib.shmtopo_allreduce_init(comm.handle, ffi.from_buffer(send), ffi.from_buffer(recv), 4,
+                                         lib.SHMTOPO_FLOAT64, lib.SHMTOPO_OP_SUM, lib.SHMTOPO_COLL_AUTO, req))
+    assert caught.value.rank == last
+    comm.barrier()
+
+
 def test_request_after_comm_free_raises():
     comm = shmtopo.Comm.from_mpi()
     req = comm.allreduce_init(np.ones(2), np.empty(2))
