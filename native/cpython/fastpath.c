@@ -126,15 +126,15 @@ typedef struct {
 
 static int fields_checked; /* 0: not yet, 1: the mirror holds, -1: use the buffer protocol */
 
-/* The element type's shmtopo_dtype code: numpy's built-in native-order
- * dtypes are singletons, so an identity scan of the ones bound at start finds
- * them (asking the buffer for its format string would make numpy build that
- * string on every call). -1 for anything else: the general path decides. */
 /* The last type found, one of bound.dtypes (which keeps it alive; bind
  * clears it): a program's calls mostly repeat one type. Under the GIL. */
 static PyObject *last_dtype;
 static int last_code;
 
+/* The element type's shmtopo_dtype code: numpy's built-in native-order
+ * dtypes are singletons, so an identity scan of the ones bound at start finds
+ * them (asking the buffer for its format string would make numpy build that
+ * string on every call). -1 for anything else: the general path decides. */
 static int code_of_dtype(PyObject *dtype)
 {
     if (dtype == last_dtype && dtype)
@@ -1862,17 +1862,21 @@ static PyObject *window_peer_fence(PyObject *self, PyObject *rank)
     Py_RETURN_NONE;
 }
 
-static PyObject *window_get_fast(PyObject *self, void *closure)
+/* A native pointer field as an int attribute (its address; 0 for NULL):
+ * the getset's closure is the field's offset in the object. */
+#define POINTER_FIELD(type, field) ((void *)offsetof(type, field))
+
+static PyObject *get_pointer(PyObject *self, void *offset)
 {
-    return PyLong_FromVoidPtr(((NativeWindow *)self)->win);
+    return PyLong_FromVoidPtr(*(void **)((char *)self + (size_t)offset));
 }
 
-static int window_set_fast(PyObject *self, PyObject *value, void *closure)
+static int set_pointer(PyObject *self, PyObject *value, void *offset)
 {
-    void *win = value ? PyLong_AsVoidPtr(value) : NULL;
-    if (!win && PyErr_Occurred())
+    void *pointer = value ? PyLong_AsVoidPtr(value) : NULL;
+    if (!pointer && PyErr_Occurred())
         return -1;
-    ((NativeWindow *)self)->win = win;
+    *(void **)((char *)self + (size_t)offset) = pointer;
     return 0;
 }
 
@@ -1887,7 +1891,7 @@ static PyMethodDef window_methods[] = {
 };
 
 static PyGetSetDef window_getset[] = {
-    {"_fast", window_get_fast, window_set_fast, "the native window's address (0: freed)", NULL},
+    {"_fast", get_pointer, set_pointer, "the native window's address (0: freed)", POINTER_FIELD(NativeWindow, win)},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1968,10 +1972,13 @@ static RmaState *state_of(PyObject *self)
 }
 
 /* f(self, *args, **kwargs), for a C method's general path: the Python
- * function or method that reads the arguments in full. */
-static PyObject *call_with_self(PyObject *f, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames)
+ * function or method that reads the arguments in full, which `binder`
+ * (bind_window, bind_comm, bind_comm_fast) handed down. */
+static PyObject *call_general(PyObject *f, const char *binder, PyObject *self, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames)
 {
+    if (!f)
+        return PyErr_Format(PyExc_RuntimeError, "shmtopo._fastpath: %s was not called", binder), NULL;
     const Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
     PyObject *small[8], **all = total + 1 <= 8 ? small : PyMem_Malloc((size_t)(total + 1) * sizeof(PyObject *));
     if (!all)
@@ -1987,9 +1994,7 @@ static PyObject *call_with_self(PyObject *f, PyObject *self, PyObject *const *ar
 /* The Python method's answer, for what is not plain. */
 static PyObject *general(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (!rma.general[call])
-        return PyErr_Format(PyExc_RuntimeError, "shmtopo._fastpath: bind_window was not called"), NULL;
-    return call_with_self(rma.general[call], self, args, nargs, kwnames);
+    return call_general(rma.general[call], "bind_window", self, args, nargs, kwnames);
 }
 
 /* One more call of `call` in shared memory (shm_stats adds these to the Python methods' counts). */
@@ -2609,9 +2614,7 @@ static int bind_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
 /* The general function's answer: general(self, *args, **kwargs). */
 static PyObject *comm_general(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (!cm.general[call])
-        return PyErr_Format(PyExc_RuntimeError, "shmtopo._fastpath: bind_comm was not called"), NULL;
-    return call_with_self(cm.general[call], self, args, nargs, kwnames);
+    return call_general(cm.general[call], "bind_comm", self, args, nargs, kwnames);
 }
 
 static PyObject *or_none(PyObject *o)
@@ -2622,7 +2625,7 @@ static PyObject *or_none(PyObject *o)
 /* An entry's answer: `declined` (borrowed; None or NotImplemented) sends the
  * call to the general function, anything else (a result, or NULL with an
  * error) is the call's. */
-#define ENTRY_OR_GENERAL(answer, declined)                          \
+#define ENTRY_OR_GENERAL(answer, declined)                                \
     do {                                                                  \
         PyObject *r_ = (answer);                                          \
         if (r_ != (declined))                                             \
@@ -2890,20 +2893,6 @@ static PyObject *request_start(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *request_get_address(PyObject *self, void *closure)
-{
-    return PyLong_FromVoidPtr(((NativeRequest *)self)->request);
-}
-
-static int request_set_address(PyObject *self, PyObject *value, void *closure)
-{
-    void *request = value ? PyLong_AsVoidPtr(value) : NULL;
-    if (!request && PyErr_Occurred())
-        return -1;
-    ((NativeRequest *)self)->request = request;
-    return 0;
-}
-
 static int request_traverse(PyObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(((NativeRequest *)self)->comm);
@@ -2934,7 +2923,8 @@ static PyMemberDef request_members[] = {
 };
 
 static PyGetSetDef request_getset[] = {
-    {"_address", request_get_address, request_set_address, "the native request's address (0: freed)", NULL},
+    {"_address", get_pointer, set_pointer, "the native request's address (0: freed)",
+     POINTER_FIELD(NativeRequest, request)},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -2962,20 +2952,20 @@ static PyTypeObject NativeRequestType = {
  * (accel_*, which decides what is plain, as the planner would) on the comm
  * in the instance's slot `_shm`, and counts the call in its slot
  * `_fast_counts` (a CallCounts; shm_stats adds these counts to the Python
- * methods' own, whose entries keep the order of the first calls). Anything else, and every call the entry declines, goes
- * with the very arguments to the Python method of the same name (bound by
- * bind_comm_fast: AcceleratedComm's), which plans it in full. */
+ * methods' own, whose entries keep the order of the first calls). Anything
+ * else, and every call the entry declines, goes with the very arguments to
+ * the Python method of the same name (bound by bind_comm_fast:
+ * AcceleratedComm's), which plans it in full. */
 
 enum { A_BARRIER, A_BCAST, A_REDUCE, A_ALLREDUCE, A_ALLGATHER, A_ALLTOALL, A_REDUCE_SCATTER_BLOCK, A_GATHER,
        A_SCATTER, A_GATHERV, A_SCATTERV, A_ALLGATHERV, A_ALLTOALLV, A_REDUCE_SCATTER, A_SCAN, A_EXSCAN, NA };
 
-enum { D_SUM, D_ZERO, D_NONE }; /* a parameter's default: the op's sentinel, root 0, None */
-enum { W_NONE_, W_FAST, W_ALL }; /* which window list follows the handle */
+enum { NO_WINDOWS, FAST_WINDOWS, ALL_WINDOWS }; /* which window list follows the handle */
 
 typedef struct {
     const char *name;
     PyObject *(*entry)(PyObject *, PyObject *const *, Py_ssize_t);
-    int windows;             /* W_NONE_, W_FAST (fast_windows) or W_ALL (windows) */
+    int windows;             /* NO_WINDOWS, FAST_WINDOWS (fast_windows) or ALL_WINDOWS (windows) */
     int nparams, required;   /* mpi4py's parameters, in order, the first `required` without a default */
     int params[4];           /* P_*: op defaults to the drop-in's SUM_DEFAULT, root to 0, recvcounts to None */
     int exclusive;           /* -1, or the entry's trailing flag (scan: 0, exscan: 1) */
@@ -2988,22 +2978,22 @@ static PyObject *accel_barrier_entry(PyObject *self, PyObject *const *args, Py_s
 
 #define SR P_SENDBUF, P_RECVBUF
 static const accel_call_t accel_calls[NA] = {
-    [A_BARRIER] = {"Barrier", accel_barrier_entry, W_NONE_, 0, 0, {0}, -1},
-    [A_BCAST] = {"Bcast", accel_bcast, W_FAST, 2, 1, {P_BUF, P_ROOT}, -1},
-    [A_REDUCE] = {"Reduce", accel_reduce, W_FAST, 4, 2, {SR, P_OP, P_ROOT}, -1},
-    [A_ALLREDUCE] = {"Allreduce", accel_allreduce, W_FAST, 3, 2, {SR, P_OP}, -1},
-    [A_ALLGATHER] = {"Allgather", accel_allgather, W_ALL, 2, 2, {SR}, -1},
-    [A_ALLTOALL] = {"Alltoall", accel_alltoall, W_NONE_, 2, 2, {SR}, -1},
-    [A_REDUCE_SCATTER_BLOCK] = {"Reduce_scatter_block", accel_reduce_scatter_block, W_NONE_, 3, 2, {SR, P_OP}, -1},
-    [A_GATHER] = {"Gather", accel_gather, W_NONE_, 3, 2, {SR, P_ROOT}, -1},
-    [A_SCATTER] = {"Scatter", accel_scatter, W_NONE_, 3, 2, {SR, P_ROOT}, -1},
-    [A_GATHERV] = {"Gatherv", accel_gatherv, W_NONE_, 3, 2, {SR, P_ROOT}, -1},
-    [A_SCATTERV] = {"Scatterv", accel_scatterv, W_NONE_, 3, 2, {SR, P_ROOT}, -1},
-    [A_ALLGATHERV] = {"Allgatherv", accel_allgatherv, W_NONE_, 2, 2, {SR}, -1},
-    [A_ALLTOALLV] = {"Alltoallv", accel_alltoallv, W_NONE_, 2, 2, {SR}, -1},
-    [A_REDUCE_SCATTER] = {"Reduce_scatter", accel_reduce_scatter, W_NONE_, 4, 2, {SR, P_RECVCOUNTS, P_OP}, -1},
-    [A_SCAN] = {"Scan", accel_scan, W_NONE_, 3, 2, {SR, P_OP}, 0},
-    [A_EXSCAN] = {"Exscan", accel_scan, W_NONE_, 3, 2, {SR, P_OP}, 1},
+    [A_BARRIER] = {"Barrier", accel_barrier_entry, NO_WINDOWS, 0, 0, {0}, -1},
+    [A_BCAST] = {"Bcast", accel_bcast, FAST_WINDOWS, 2, 1, {P_BUF, P_ROOT}, -1},
+    [A_REDUCE] = {"Reduce", accel_reduce, FAST_WINDOWS, 4, 2, {SR, P_OP, P_ROOT}, -1},
+    [A_ALLREDUCE] = {"Allreduce", accel_allreduce, FAST_WINDOWS, 3, 2, {SR, P_OP}, -1},
+    [A_ALLGATHER] = {"Allgather", accel_allgather, ALL_WINDOWS, 2, 2, {SR}, -1},
+    [A_ALLTOALL] = {"Alltoall", accel_alltoall, NO_WINDOWS, 2, 2, {SR}, -1},
+    [A_REDUCE_SCATTER_BLOCK] = {"Reduce_scatter_block", accel_reduce_scatter_block, NO_WINDOWS, 3, 2, {SR, P_OP}, -1},
+    [A_GATHER] = {"Gather", accel_gather, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1},
+    [A_SCATTER] = {"Scatter", accel_scatter, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1},
+    [A_GATHERV] = {"Gatherv", accel_gatherv, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1},
+    [A_SCATTERV] = {"Scatterv", accel_scatterv, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1},
+    [A_ALLGATHERV] = {"Allgatherv", accel_allgatherv, NO_WINDOWS, 2, 2, {SR}, -1},
+    [A_ALLTOALLV] = {"Alltoallv", accel_alltoallv, NO_WINDOWS, 2, 2, {SR}, -1},
+    [A_REDUCE_SCATTER] = {"Reduce_scatter", accel_reduce_scatter, NO_WINDOWS, 4, 2, {SR, P_RECVCOUNTS, P_OP}, -1},
+    [A_SCAN] = {"Scan", accel_scan, NO_WINDOWS, 3, 2, {SR, P_OP}, 0},
+    [A_EXSCAN] = {"Exscan", accel_scan, NO_WINDOWS, 3, 2, {SR, P_OP}, 1},
 };
 #undef SR
 
@@ -3024,9 +3014,7 @@ static struct {
 static PyObject *accel_general(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
 {
-    if (!af.general[call])
-        return PyErr_Format(PyExc_RuntimeError, "shmtopo._fastpath: bind_comm_fast was not called"), NULL;
-    return call_with_self(af.general[call], self, args, nargs, kwnames);
+    return call_general(af.general[call], "bind_comm_fast", self, args, nargs, kwnames);
 }
 
 /* The first count of a call: its entry in the Python stats (slot `_stats`)
@@ -3055,8 +3043,8 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
         PyObject *e[8];
         int n = 0;
         e[n++] = nc->fast_handle ? nc->fast_handle : cm.zero;
-        if (c->windows != W_NONE_)
-            e[n++] = or_none(c->windows == W_FAST ? nc->fast_windows : nc->windows);
+        if (c->windows != NO_WINDOWS)
+            e[n++] = or_none(c->windows == FAST_WINDOWS ? nc->fast_windows : nc->windows);
         for (int i = 0; i < c->nparams; i++)
             e[n++] = v[c->params[i]];
         if (c->exclusive >= 0)
