@@ -152,6 +152,7 @@ static inline uint64_t sig_hash(const shmtopo_sig_t *s)
     if (s->flags & SHMTOPO_SIG_OWN_COUNT)
         w[3] = 0; /* a v-variant's own count differs by rank: the counts check covers it */
     uint64_t h = 0x9e3779b97f4a7c15ull;
+#pragma GCC unroll 5
     for (int i = 0; i < 5; i++)
         h = (h ^ w[i]) * 0xbf58476d1ce4e5b9ull;
     return h ^ (h >> 31);
@@ -342,6 +343,28 @@ static int settle(shmtopo_comm_t *comm, uint64_t upto, const char *what)
 
 /* ---- a step ---------------------------------------------------------------------- */
 
+/* Write this rank's line of step s, the signature beside it, and post it. */
+static inline void write_step(shmtopo_comm_t *comm, uint64_t s, const shmtopo_sig_t *sig, uint64_t hash,
+                              int err, int origin, const char *message, uint32_t vote, const void *data,
+                              size_t n)
+{
+    chan_header_t *me = chan_header(comm, comm->rank);
+    const unsigned slot = chan_slot(s);
+    chan_line_t *line = &me->line[slot];
+    me->detail[slot].sig = *sig;
+    if (err)
+        snprintf(me->detail[slot].message, MESSAGE, "%s", message);
+    line->hash = hash;
+    line->err = err;
+    line->origin = origin;
+    line->vote = vote;
+    if (n > SHMTOPO_INLINE) /* a call that runs ahead, up to SHMTOPO_AHEAD_MAX */
+        memcpy(me->ahead[slot], data, n);
+    else if (n)
+        memcpy(line->data, data, n);
+    shmtopo_post(&line->step, &me->waiters, s);
+}
+
 /* Post step chan.step + 1: first, every rank must have posted the LAG-th
  * step before it (its line is then free to rewrite; always so unless some
  * rank ran ahead). */
@@ -353,21 +376,48 @@ static inline int post(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, 
         settle(comm, chan->step + 1 - LAG, shmtopo_kind_name(sig->kind)) < 0)
         return -1;
     const uint64_t s = ++chan->step;
-    chan_header_t *me = chan_header(comm, comm->rank);
-    chan_line_t *line = &me->line[chan_slot(s)];
-    me->detail[chan_slot(s)].sig = *sig;
-    if (err)
-        snprintf(me->detail[chan_slot(s)].message, MESSAGE, "%s", message);
-    line->hash = sig_hash(sig);
-    line->err = err;
-    line->origin = origin;
-    line->vote = vote;
-    if (n > SHMTOPO_INLINE) /* a call that runs ahead, up to SHMTOPO_AHEAD_MAX */
-        memcpy(me->ahead[chan_slot(s)], data, n);
-    else if (n)
-        memcpy(line->data, data, n);
-    shmtopo_post(&line->step, &me->waiters, s);
+    write_step(comm, s, sig, sig_hash(sig), err, origin, message, vote, data, n);
     return 0;
+}
+
+/* Wait for every other rank's post of step s (the next rank up first) and
+ * check each line as it comes: 1 when every rank posted `hash` with no
+ * failure, 0 when the step must be judged from the details, -1 when a wait
+ * failed (the comm is then broken). *votep: the AND of all votes. The
+ * call's name, for a wait's messages, is looked up only where a post was
+ * not there at once. */
+static inline __attribute__((always_inline)) int await_step(shmtopo_comm_t *comm, uint64_t s, uint64_t hash, int kind, uint32_t *votep)
+{
+    const unsigned slot = chan_slot(s);
+    const int size = comm->size, me = comm->rank;
+    const chan_line_t *mine = &chan_header(comm, me)->line[slot];
+    int clean = !mine->err;
+    uint32_t votes = mine->vote;
+    for (int i = 1, p = me + 1; i < size; i++, p++) {
+        if (p == size)
+            p = 0;
+        const chan_line_t *l = &chan_header(comm, p)->line[slot];
+        if (atomic_load_explicit(&l->step, memory_order_acquire) < s &&
+            shmtopo_chan_wait(comm, p, s, shmtopo_kind_name(kind)) < 0)
+            return failed_wait(comm);
+        clean &= !l->err & (l->hash == hash);
+        votes &= l->vote;
+    }
+    *votep = votes;
+    return clean;
+}
+
+/* A step every rank posted that is not clean: its summary, and what the
+ * failure does to the comm. */
+static void summarize_failed(shmtopo_comm_t *comm, uint64_t s, summary_t *sum)
+{
+    summarize(comm, s, sum);
+    /* a transport failure a leader forwards leaves the leaders out of step */
+    if (sum->err == ECOMM || sum->err == ETIMEDOUT)
+        comm->broken = 1;
+    /* a rank that ran past this step learns of the failure only later */
+    if (shmtopo_runs_ahead(comm) && someone_ran_ahead(comm, s))
+        break_behind(comm);
 }
 
 /* Post, wait for every rank, sum up. `message`: the whole text of this
@@ -383,8 +433,10 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
     if (post(comm, sig, err, origin, message, vote, data, n) < 0)
         return -1;
     const uint64_t s = chan->step;
-    chan_line_t *line = &chan_header(comm, comm->rank)->line[chan_slot(s)];
-    if (wait_all(comm, s, shmtopo_kind_name(sig->kind)) < 0)
+    const uint64_t hash = line_of(comm, comm->rank, s)->hash;
+    uint32_t all_votes;
+    const int clean = await_step(comm, s, hash, sig->kind, &all_votes);
+    if (clean < 0)
         return -1;
     /* steps this rank ran past, judged now that everyone has posted them */
     if (chan->settled + 1 < s && settle(comm, s - 1, shmtopo_kind_name(sig->kind)) < 0)
@@ -392,14 +444,6 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
     chan->settled = s;
     /* The common case, decided from the lines alone: every rank fine and
      * posting this signature (no summary to build). */
-    const uint64_t hash = line->hash;
-    uint32_t all_votes = 1;
-    int clean = 1;
-    for (int r = 0; r < comm->size; r++) {
-        const chan_line_t *l = &chan_header(comm, r)->line[chan_slot(s)];
-        clean &= !l->err && l->hash == hash;
-        all_votes &= l->vote;
-    }
     if (clean) {
         sum->err = 0;
         sum->vote = all_votes;
@@ -408,13 +452,7 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
             sum->groups[0] = (sig_group_t){hash, comm->size, shmtopo_world(comm, 0), *sig};
         return 0;
     }
-    summarize(comm, s, sum);
-    /* a transport failure a leader forwards leaves the leaders out of step */
-    if (sum->err == ECOMM || sum->err == ETIMEDOUT)
-        comm->broken = 1;
-    /* a rank that ran past this step learns of the failure only later */
-    if (shmtopo_runs_ahead(comm) && someone_ran_ahead(comm, s))
-        break_behind(comm);
+    summarize_failed(comm, s, sum);
     return 0;
 }
 
@@ -454,12 +492,39 @@ int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const voi
     return 0;
 }
 
-int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data, size_t n)
+/* The verdict of a step every rank posted that is not clean. Out of line,
+ * so that the common step's frame holds no summary. */
+static __attribute__((noinline)) int judge_unclean(shmtopo_comm_t *comm, uint64_t s)
+{
+    summary_t sum;
+    summarize_failed(comm, s, &sum);
+    return verdict(&sum);
+}
+
+static __attribute__((noinline)) int step_general(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
+                                                  const void *data, size_t n)
 {
     summary_t sum;
     if (step_summary(comm, sig, err, 1, data, n, &sum) < 0)
         return -1;
     return sum.err == 0 && sum.ngroups == 1 ? 0 : verdict(&sum);
+}
+
+int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data, size_t n)
+{
+    shmtopo_chan_t *chan = &comm->chan;
+    /* The common step, in one frame: nothing to report, the data in the
+     * line, no earlier step left to judge (so its line is free). */
+    if (err || n > SHMTOPO_INLINE || chan->settled != chan->step || comm->broken)
+        return step_general(comm, sig, err, data, n);
+    const uint64_t s = ++chan->step, hash = sig_hash(sig);
+    write_step(comm, s, sig, hash, 0, -1, NULL, 1, data, n);
+    uint32_t votes;
+    const int clean = await_step(comm, s, hash, sig->kind, &votes);
+    if (clean < 0)
+        return -1;
+    chan->settled = s;
+    return clean ? 0 : judge_unclean(comm, s);
 }
 
 /* ---- across nodes ------------------------------------------------------------------ */
