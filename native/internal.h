@@ -82,6 +82,7 @@ typedef struct shmtopo_ctrl {
 typedef struct shmtopo_claim {
     _Atomic uintptr_t user;
     int depth;
+    shmtopo_release_t *release; /* armed by shmtopo_call_begin, for the user's waits */
 } shmtopo_claim_t;
 
 struct shmtopo_win {

@@ -38,13 +38,13 @@ int shmtopo_last_error_rank(void);
 void shmtopo_set_interrupt_hook(int (*hook)(void));
 
 /* For a binding that calls the core holding a lock its other threads need
- * (Python's GIL): arm `release` for this thread's next call. The first wait
- * of that call that does not end within its short inline spin runs
- * release() once (the binding drops its lock there), so calls whose peers
- * are already there never pay for dropping and retaking it. Disarm with
- * NULL after the call; the binding knows from its own state whether release
- * ran. */
-void shmtopo_release_while_waiting(void (*release)(void));
+ * (Python's GIL): what a call runs at its first wait that does not end
+ * within its short inline spin, once (the binding drops its lock there and
+ * records so in its own struct, which embeds this one), so calls whose
+ * peers are already there never pay for dropping and retaking it. */
+typedef struct shmtopo_release {
+    void (*release)(struct shmtopo_release *self);
+} shmtopo_release_t;
 
 /* ---- communicators ---------------------------------------------------- */
 
@@ -333,6 +333,16 @@ int shmtopo_win_backend(const shmtopo_win_t *win);
  * and each of its windows' fences may each have a thread of their own. */
 int shmtopo_win_claim(shmtopo_win_t *win);
 void shmtopo_win_unclaim(shmtopo_win_t *win);
+
+/* One call of a binding: claim the comm and the window (either may be NULL)
+ * as shmtopo_comm_claim and shmtopo_win_claim do, and arm `release` (may be
+ * NULL) for this thread's calls on them until shmtopo_call_end, which
+ * disarms it and drops both claims. The hook is held by the claim, not by
+ * a thread-local: a shared library's thread-locals cost a __tls_get_addr
+ * call each, on the path of every small call. 0, or -1 (EBUSY, nothing
+ * held). */
+int shmtopo_call_begin(shmtopo_comm_t *comm, shmtopo_win_t *win, shmtopo_release_t *release);
+void shmtopo_call_end(shmtopo_comm_t *comm, shmtopo_win_t *win);
 int shmtopo_win_set_timeout(shmtopo_win_t *win, double seconds);
 /* Mappings this process holds for the window (one per segment). */
 int shmtopo_win_nmappings(const shmtopo_win_t *win);

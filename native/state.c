@@ -73,3 +73,46 @@ void shmtopo_unclaim(shmtopo_claim_t *claim)
         --claim->depth == 0)
         atomic_store_explicit(&claim->user, 0, memory_order_release);
 }
+
+/* The hook goes on the comm's claim when there is one (a collective's waits
+ * are on its channel and its windows), else on the window's. */
+int shmtopo_call_begin(shmtopo_comm_t *comm, shmtopo_win_t *win, shmtopo_release_t *release)
+{
+    if (comm && shmtopo_claim(&comm->claim, "the comm") < 0)
+        return -1;
+    if (win && shmtopo_claim(&win->claim, win->label) < 0) {
+        const int err = errno;
+        if (comm)
+            shmtopo_unclaim(&comm->claim);
+        errno = err;
+        return -1;
+    }
+    if (comm)
+        comm->claim.release = release;
+    else if (win)
+        win->claim.release = release;
+    return 0;
+}
+
+void shmtopo_call_end(shmtopo_comm_t *comm, shmtopo_win_t *win)
+{
+    if (win) {
+        win->claim.release = NULL;
+        shmtopo_unclaim(&win->claim);
+    }
+    if (comm) {
+        comm->claim.release = NULL;
+        shmtopo_unclaim(&comm->claim);
+    }
+}
+
+shmtopo_release_t **shmtopo_armed_release(shmtopo_win_t *win)
+{
+    const uintptr_t me = (uintptr_t)pthread_self();
+    if (atomic_load_explicit(&win->claim.user, memory_order_relaxed) == me && win->claim.release)
+        return &win->claim.release;
+    shmtopo_comm_t *comm = win->comm;
+    if (comm && atomic_load_explicit(&comm->claim.user, memory_order_relaxed) == me)
+        return &comm->claim.release;
+    return NULL;
+}

@@ -29,4 +29,9 @@ static inline int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *wh
 int shmtopo_claim(shmtopo_claim_t *claim, const char *what);
 void shmtopo_unclaim(shmtopo_claim_t *claim);
 
+/* Where this thread's call on `win` or on its comm armed a release hook
+ * (shmtopo_call_begin): the claim's slot, or NULL. Another thread's hook is
+ * never returned: only the claim's user runs it. */
+shmtopo_release_t **shmtopo_armed_release(shmtopo_win_t *win);
+
 #endif /* SHMTOPO_STATE_H */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "state.h"
 #include "wait.h"
 
 #define LIVENESS_PERIOD_NS 20000000ull   /* check peers every 20 ms of waiting */
@@ -62,12 +63,6 @@ static int find_abandoned(const shmtopo_win_t *win, int peer, int all)
 }
 
 static int (*interrupt_hook)(void);
-static _Thread_local void (*release_hook)(void);
-
-void shmtopo_release_while_waiting(void (*release)(void))
-{
-    release_hook = release;
-}
 
 void shmtopo_set_interrupt_hook(int (*hook)(void))
 {
@@ -138,7 +133,7 @@ int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_
     const win_waiting_t ctx = {win, peer, what};
     shmtopo_wait_rule_t rule = {
         .gone = win_gone, .ctx = &ctx, .timeout = win->timeout, .me = shmtopo_world(comm, comm->rank),
-        .peer = shmtopo_world(comm, peer), .what = what,
+        .peer = shmtopo_world(comm, peer), .what = what, .release = shmtopo_armed_release(win),
     };
     shmtopo_wait_spin_of(comm, &rule);
     return shmtopo_wait_for(seq, waiters, target, &rule, originp);
@@ -176,10 +171,10 @@ int shmtopo_wait_for(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t 
 {
     const uint64_t start = now_ns();
     uint64_t next_check = start + LIVENESS_PERIOD_NS;
-    void (*release)(void) = release_hook;
-    if (release) {
-        release_hook = NULL;
-        release();
+    shmtopo_release_t *release = rule->release ? *rule->release : NULL;
+    if (release) { /* once per call: the binding's lock stays released until the call returns */
+        *rule->release = NULL;
+        release->release(release);
     }
 
     for (;;) {

@@ -36,6 +36,8 @@ typedef struct shmtopo_wait_rule {
     int me, peer;            /* job ranks, for the timeout's message */
     const char *what;        /* the call, for messages */
     uint64_t spin_ns, yield_ns; /* spin, then yield, then sleep on the word */
+    /* the calling binding's hook, run (and cleared) at the first pause; NULL: none */
+    shmtopo_release_t **release;
 } shmtopo_wait_rule_t;
 
 /* The spin and yield budgets of waits on this comm's words. */

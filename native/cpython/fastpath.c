@@ -42,61 +42,37 @@ static struct {
 
 /* Calls into the core keep the GIL while their waits are short: dropping
  * and retaking it costs more than a fence whose peer is already there. The
- * core drops it through release_gil at the first wait that lasts
- * (shmtopo_release_while_waiting); CORE_CALL takes it back after the call.
- * It claims the comm and the window first (shmtopo_comm_claim), still
+ * core drops it through the call's gil_release at the first wait that
+ * lasts; CORE_CALL takes it back after the call. The call claims the comm
+ * and the window (either may be NULL) first (shmtopo_call_begin), still
  * holding the GIL: a thread that frees either claims it too, and clears
  * the handles this module is given before it goes, so no call here meets
  * a freed one.
  * `rc` and `err` (errno, read before the GIL is retaken) are the caller's. */
-static _Thread_local PyThreadState *released;
+typedef struct gil_release {
+    shmtopo_release_t hook;
+    PyThreadState *saved;   /* set once the core released the GIL */
+} gil_release_t;
 
-static void release_gil(void)
+static void release_gil(shmtopo_release_t *hook)
 {
-    released = PyEval_SaveThread();
+    ((gil_release_t *)hook)->saved = PyEval_SaveThread();
 }
 
-#define CORE_CALL(comm, win, call)                      \
-    do {                                                \
-        if (claim_both(comm, win) < 0) {                \
-            rc = -1;                                    \
-            err = errno;                                \
-            break;                                      \
-        }                                               \
-        shmtopo_release_while_waiting(release_gil);     \
-        rc = call;                                      \
-        err = errno;                                    \
-        shmtopo_release_while_waiting(NULL);            \
-        if (released) {                                 \
-            PyThreadState *state = released;            \
-            released = NULL;                            \
-            PyEval_RestoreThread(state);                \
-        }                                               \
-        unclaim_both(comm, win);                        \
+#define CORE_CALL(comm, win, call)                                  \
+    do {                                                            \
+        gil_release_t gil_ = {{release_gil}, NULL};                 \
+        if (shmtopo_call_begin(comm, win, &gil_.hook) < 0) {        \
+            rc = -1;                                                \
+            err = errno;                                            \
+            break;                                                  \
+        }                                                           \
+        rc = call;                                                  \
+        err = errno;                                                \
+        if (gil_.saved)                                             \
+            PyEval_RestoreThread(gil_.saved);                       \
+        shmtopo_call_end(comm, win);                                \
     } while (0)
-
-/* The comm (collectives) and the window (fences, window collectives), either
- * may be NULL; neither is held when -1. */
-static int claim_both(shmtopo_comm_t *comm, shmtopo_win_t *win)
-{
-    if (comm && shmtopo_comm_claim(comm) < 0)
-        return -1;
-    if (win && shmtopo_win_claim(win) < 0) {
-        int err = errno;
-        shmtopo_comm_unclaim(comm);
-        errno = err;
-        return -1;
-    }
-    return 0;
-}
-
-static void unclaim_both(shmtopo_comm_t *comm, shmtopo_win_t *win)
-{
-    if (win)
-        shmtopo_win_unclaim(win);
-    if (comm)
-        shmtopo_comm_unclaim(comm);
-}
 
 static PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
 {
@@ -226,11 +202,30 @@ static size_t count_of(const Py_buffer *view, int code)
     return (size_t)view->len / element_size[code];
 }
 
+/* The native object a handle (a Python int) names, NULL for 0 or a
+ * non-int. Every call converts one or two, and PyLong_AsVoidPtr costs
+ * about 70 instructions, so the ints last converted are kept with their
+ * pointers, by the int's address: an int is immutable and the table holds
+ * a reference to it, so the same object still has the same value. Called
+ * with the GIL, which guards the table. */
+#define HANDLES_KEPT 8
+static struct {
+    PyObject *handle;
+    void *native;
+} handles_kept[HANDLES_KEPT];
+
 static shmtopo_comm_t *comm_of(PyObject *handle)
 {
+    const size_t slot = ((uintptr_t)handle >> 5) % HANDLES_KEPT;
+    if (handles_kept[slot].handle == handle)
+        return handles_kept[slot].native;
     void *h = PyLong_AsVoidPtr(handle);
-    if (!h && PyErr_Occurred())
+    if (!h && PyErr_Occurred()) {
         PyErr_Clear();
+        return NULL;
+    }
+    Py_XSETREF(handles_kept[slot].handle, new_ref(handle));
+    handles_kept[slot].native = h;
     return h;
 }
 
@@ -921,7 +916,7 @@ static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2)
         return PyErr_Format(PyExc_TypeError, "claim takes 2 arguments"), NULL;
-    if (claim_both(comm_of(args[0]), (shmtopo_win_t *)comm_of(args[1])) < 0)
+    if (shmtopo_call_begin(comm_of(args[0]), (shmtopo_win_t *)comm_of(args[1]), NULL) < 0)
         return failed(NULL, errno);
     Py_RETURN_NONE;
 }
@@ -930,7 +925,7 @@ static PyObject *unclaim(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 {
     if (nargs != 2)
         return PyErr_Format(PyExc_TypeError, "unclaim takes 2 arguments"), NULL;
-    unclaim_both(comm_of(args[0]), (shmtopo_win_t *)comm_of(args[1]));
+    shmtopo_call_end(comm_of(args[0]), (shmtopo_win_t *)comm_of(args[1]));
     Py_RETURN_NONE;
 }
 
