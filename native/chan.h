@@ -8,7 +8,7 @@
 #include "wait.h"
 
 #define MESSAGE 384
-#define LAG 8           /* steps a rank may run ahead of the slowest */
+#define LAG SHMTOPO_RUN_AHEAD_LAG /* steps a rank may run ahead of the slowest */
 #define RING (2 * LAG)  /* step lines per rank */
 
 static inline unsigned chan_slot(uint64_t s)

@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 import ranks
+from shmtopo._native import lib
 
 pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
 
-LAG = 8  # agree.c: how many steps a rank may post past the slowest
+LAG = lib.SHMTOPO_RUN_AHEAD_LAG  # how many steps a rank may post past the slowest
 
 
 @pytest.fixture(autouse=True)
@@ -76,11 +77,11 @@ def test_results_equal_those_of_meeting_calls(n):
 
 
 def _late_failure(comm, kind, culprit, at):
-    """20 calls of `kind`; at call `at` the culprit passes another root
+    """LAG + 2 calls of `kind` past call `at`, where the culprit passes another root
     (bcast) or count (reduce). Returns (raised at call, class, message), and
     what the next call and free do."""
     raised = None
-    for i in range(20):
+    for i in range(at + LAG + 2):
         bad = comm.rank == culprit and i == at
         try:
             if kind == "bcast":
