@@ -202,30 +202,51 @@ static size_t count_of(const Py_buffer *view, int code)
     return (size_t)view->len / element_size[code];
 }
 
+/* Conversions every call makes again from the same few objects (a comm's
+ * handle, an op's name) are kept by the object's identity: a table of
+ * KEPT slots, indexed by the object's address, each holding a reference to
+ * its object, so that the same object is still the same value: only exact
+ * ints and strs are kept, immutable, with no __eq__ of a subclass to ask.
+ * Used with the GIL, which guards the tables. */
+#define KEPT 8
+typedef struct kept {
+    PyObject *key;
+    intptr_t value;
+} kept_t;
+
+static kept_t *kept_slot(kept_t *table, PyObject *key)
+{
+    return &table[((uintptr_t)key >> 5) % KEPT];
+}
+
+static void keep(kept_t *slot, PyObject *key, intptr_t value)
+{
+    Py_XSETREF(slot->key, new_ref(key));
+    slot->value = value;
+}
+
+static void forget_all(kept_t *table)
+{
+    for (int i = 0; i < KEPT; i++)
+        Py_CLEAR(table[i].key);
+}
+
 /* The native object a handle (a Python int) names, NULL for 0 or a
- * non-int. Every call converts one or two, and PyLong_AsVoidPtr costs
- * about 70 instructions, so the ints last converted are kept with their
- * pointers, by the int's address: an int is immutable and the table holds
- * a reference to it, so the same object still has the same value. Called
- * with the GIL, which guards the table. */
-#define HANDLES_KEPT 8
-static struct {
-    PyObject *handle;
-    void *native;
-} handles_kept[HANDLES_KEPT];
+ * non-int (PyLong_AsVoidPtr costs about 70 instructions). */
+static kept_t handles_kept[KEPT];
 
 static shmtopo_comm_t *comm_of(PyObject *handle)
 {
-    const size_t slot = ((uintptr_t)handle >> 5) % HANDLES_KEPT;
-    if (handles_kept[slot].handle == handle)
-        return handles_kept[slot].native;
+    kept_t *slot = kept_slot(handles_kept, handle);
+    if (slot->key == handle)
+        return (shmtopo_comm_t *)slot->value;
     void *h = PyLong_AsVoidPtr(handle);
     if (!h && PyErr_Occurred()) {
         PyErr_Clear();
         return NULL;
     }
-    Py_XSETREF(handles_kept[slot].handle, new_ref(handle));
-    handles_kept[slot].native = h;
+    if (PyLong_CheckExact(handle))
+        keep(slot, handle, (intptr_t)h);
     return h;
 }
 
@@ -255,10 +276,22 @@ static PyObject *result_of(PyObject *out, PyObject *like, const Py_buffer *in, i
     return out;
 }
 
+/* An op's code, by its name in the bound table (a dict lookup costs about
+ * 110 instructions), or -1. */
+static kept_t ops_kept[KEPT];
+
 static int op_code(PyObject *op)
 {
+    kept_t *slot = kept_slot(ops_kept, op);
+    if (slot->key == op)
+        return (int)slot->value;
     PyObject *code = PyDict_GetItemWithError(bound.ops, op);
-    return code ? (int)PyLong_AsLong(code) : (PyErr_Clear(), -1);
+    if (!code)
+        return PyErr_Clear(), -1;
+    const int value = (int)PyLong_AsLong(code);
+    if (PyUnicode_CheckExact(op))
+        keep(slot, op, value);
+    return value;
 }
 
 /* A root the core can take as it is: an int in C int's range; anything
@@ -988,6 +1021,7 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(bound.ndarray, new_ref(args[0]));
     Py_XSETREF(bound.empty_like, new_ref(args[1]));
     Py_XSETREF(bound.ops, new_ref(args[2]));
+    forget_all(ops_kept);
     bound.window_min = PyLong_AsSsize_t(args[3]);
     if (PyErr_Occurred())
         return NULL;
