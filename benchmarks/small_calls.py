@@ -1,8 +1,11 @@
-"""One-element calls of the lower-case API that have no row in bench
---collectives (scan, exscan, reduce_scatter and the v-variants, out given),
-each next to mpi4py's same call on the same arrays, interleaved, and next to
-the floor of a call that meets every rank (one cache line one way, half the
-round trip shmtopo.floor measures here).
+"""One-element calls of the lower-case API, each next to mpi4py's same call
+on the same arrays, interleaved, and next to the floor of a call that meets
+every rank (one cache line one way, half the round trip shmtopo.floor
+measures here): those with no row in bench --collectives (scan, exscan,
+reduce_scatter and the v-variants, out given), and the barrier, bcast and
+reduce, whose rows here are the quick check of how ranks wait when they
+outnumber the cores (mpiexec -n 4 on 2 cores; SHMTOPO_SPIN_NS and
+SHMTOPO_YIELD_NS change the waits).
 
     mpiexec -n 2 python benchmarks/small_calls.py [--calls 20000] [--repeats 7] [--layers]
 
@@ -36,6 +39,9 @@ def calls(comm):
     x, out, xs, outn, out1 = np.ones(1), np.empty(1), np.ones(n), np.empty(n), np.empty(1)
     counts, displs = np.ones(n, np.int64), np.arange(n, dtype=np.int64)
     return {
+        "barrier": (lambda: comm.barrier(), lambda: W.Barrier()),
+        "bcast": (lambda: comm.bcast(out, 0, out=out), lambda: W.Bcast(out, 0)),
+        "reduce": (lambda: comm.reduce(x, "sum", 0, out=out), lambda: W.Reduce(x, out, MPI.SUM, 0)),
         "scan": (lambda: comm.scan(x, out=out), lambda: W.Scan(x, out)),
         "exscan": (lambda: comm.exscan(x, out=out), lambda: W.Exscan(x, out)),
         "reduce_scatter": (lambda: comm.reduce_scatter(xs, out=out1), lambda: W.Reduce_scatter_block(xs, out1)),
