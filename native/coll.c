@@ -35,7 +35,14 @@
  * for a rank to be scheduled and copies queue for the CPUs: 1.1-1.5x slower
  * up to 256 KiB, mixed (0.7-1.2x) from 384 KiB to 3 MiB, 0.8-0.94x from
  * 4 MiB on. allgather, alike: 0.5-0.83x from 16 KiB to 8 MiB on 2 ranks,
- * 0.85-0.94x from 4 MiB on oversubscribed. */
+ * 0.85-0.94x from 4 MiB on oversubscribed. The calls that move blocks
+ * (gather, scatter, alltoall and their v-variants) take SC_MIN even
+ * oversubscribed: their scratch path streams every block through the
+ * root's or each rank's buffers, a step per chunk, each meeting every rank
+ * (4 ranks on 2 CPUs, Open MPI, against mpi4py: scatter 2 MiB 2.8x, alltoall
+ * 2 MiB 2.65x, gather 2 MiB 2.1x; with single copy from 16 KiB on, two runs
+ * at 4 ranks and one at 3: scatter and gather 0.38-0.97x from 16 KiB to
+ * 4 MiB, alltoall 0.78-0.99x up to 512 KiB and 1.01-1.10x at 2-4 MiB). */
 #define SC_MIN ((size_t)16 << 10)
 #define SC_MIN_OVERSUBSCRIBED ((size_t)4 << 20)
 /* reduce, measured alike on 2 ranks: 1.16x the time at 16 KiB, 0.7-1.0x at
@@ -113,8 +120,11 @@ static int resolve_alg(const shmtopo_comm_t *comm, int alg, size_t nbytes)
  * (oversubscription is decided from every rank's affinity mask at creation). */
 size_t shmtopo_coll_sc_min(const shmtopo_comm_t *comm, int kind)
 {
+    const int moves_blocks = kind == SHMTOPO_KIND_GATHER || kind == SHMTOPO_KIND_SCATTER ||
+                             kind == SHMTOPO_KIND_ALLTOALL || kind == SHMTOPO_KIND_GATHERV ||
+                             kind == SHMTOPO_KIND_SCATTERV || kind == SHMTOPO_KIND_ALLTOALLV;
     if (comm->oversubscribed)
-        return SC_MIN_OVERSUBSCRIBED;
+        return moves_blocks ? SC_MIN : SC_MIN_OVERSUBSCRIBED;
     return kind == SHMTOPO_KIND_REDUCE ? SC_MIN_REDUCE : SC_MIN;
 }
 
