@@ -42,12 +42,27 @@ class LauncherWorld:
         os._exit(code)
 
 
+class ChildWorld:
+    """A process of ranks.run, which imports its test module without
+    MPI_Init (ranks.py): what these hooks and the modules' decorators need
+    of MPI.COMM_WORLD, a world of one."""
+
+    def Get_size(self):
+        return 1
+
+    def Get_rank(self):
+        return 0
+
+    def Abort(self, code):
+        os._exit(code)
+
+
 if rendezvous.in_environment():
     WORLD = LauncherWorld()
 else:
     from mpi4py import MPI
 
-    WORLD = MPI.COMM_WORLD
+    WORLD = MPI.COMM_WORLD if MPI.Is_initialized() else ChildWorld()
 
 # The runs that repeat ./dev test's first one (Open MPI, unsanitized): the
 # sanitized one, and MPICH's, under which shmtopo's own code (the agreement,

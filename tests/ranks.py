@@ -4,6 +4,7 @@ MPI: this is how tests kill a rank, break a callback or time a wait without
 mpiexec tearing the job down first."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -44,6 +45,22 @@ class Transport:
         self.barrier.wait()
 
 
+@contextlib.contextmanager
+def children_without_mpi():
+    """Processes spawned inside import their function's test module, and so
+    mpi4py, without MPI_Init: a singleton's start-up is most of a child's,
+    and no child uses MPI (conftest gives them a world of one)."""
+    previous = os.environ.get("MPI4PY_RC_INITIALIZE")
+    os.environ["MPI4PY_RC_INITIALIZE"] = "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["MPI4PY_RC_INITIALIZE"]
+        else:
+            os.environ["MPI4PY_RC_INITIALIZE"] = previous
+
+
 def _child(fn, rank, transport, results, args):
     import shmtopo
 
@@ -70,15 +87,18 @@ def run(size: int, fn, *args, timeout: float = 60.0) -> dict:
     transport = Transport(size)
     results = ctx.Queue()
     procs = [ctx.Process(target=_child, args=(fn, r, transport, results, args)) for r in range(size)]
-    for p in procs:
-        p.start()
+    with children_without_mpi():
+        for p in procs:
+            p.start()
     out = {}
     try:
         for p in procs:
             p.join(timeout)
+        # a rank that ended by itself reported before it ended; a killed one may have
+        expected = sum(p.exitcode == 0 for p in procs)
         while True:
             try:
-                rank, status, value = results.get(timeout=0.5)
+                rank, status, value = results.get(timeout=0.5 if len(out) < expected else 0.01)
             except queue.Empty:
                 break
             out[rank] = (status, value)
