@@ -141,23 +141,6 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
 #undef FIELD
 }
 
-_Static_assert(sizeof(shmtopo_sig_t) == 40, "a signature is five 64-bit words");
-
-/* The signature's five words, mixed (multiply-xor): every field changes it.
- * On the path of every step, so kept to a few instructions. */
-static inline uint64_t sig_hash(const shmtopo_sig_t *s)
-{
-    uint64_t w[5];
-    memcpy(w, s, sizeof(w));
-    if (s->flags & SHMTOPO_SIG_OWN_COUNT)
-        w[3] = 0; /* a v-variant's own count differs by rank: the counts check covers it */
-    uint64_t h = 0x9e3779b97f4a7c15ull;
-#pragma GCC unroll 5
-    for (int i = 0; i < 5; i++)
-        h = (h ^ w[i]) * 0xbf58476d1ce4e5b9ull;
-    return h ^ (h >> 31);
-}
-
 /* ---- deciding ------------------------------------------------------------------ */
 
 /* What a step says, summed up: the first failure, or the signatures posted
@@ -376,7 +359,7 @@ static inline int post(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, 
         settle(comm, chan->step + 1 - LAG, shmtopo_kind_name(sig->kind)) < 0)
         return -1;
     const uint64_t s = ++chan->step;
-    write_step(comm, s, sig, sig_hash(sig), err, origin, message, vote, data, n);
+    write_step(comm, s, sig, shmtopo_sig_hash(sig), err, origin, message, vote, data, n);
     return 0;
 }
 
@@ -386,13 +369,13 @@ static inline int post(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, 
  * failed (the comm is then broken). *votep: the AND of all votes. The
  * call's name, for a wait's messages, is looked up only where a post was
  * not there at once. */
-static inline __attribute__((always_inline)) int await_step(shmtopo_comm_t *comm, uint64_t s, uint64_t hash, int kind, uint32_t *votep)
+static inline __attribute__((always_inline)) int await_step(shmtopo_comm_t *comm, uint64_t s, uint64_t hash, int kind,
+                                                            int mine_failed, uint32_t *votep)
 {
     const unsigned slot = chan_slot(s);
     const int size = comm->size, me = comm->rank;
-    const chan_line_t *mine = &chan_header(comm, me)->line[slot];
-    int clean = !mine->err;
-    uint32_t votes = mine->vote;
+    int clean = !mine_failed;
+    uint32_t votes = chan_header(comm, me)->line[slot].vote;
     for (int i = 1, p = me + 1; i < size; i++, p++) {
         if (p == size)
             p = 0;
@@ -435,7 +418,7 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
     const uint64_t s = chan->step;
     const uint64_t hash = line_of(comm, comm->rank, s)->hash;
     uint32_t all_votes;
-    const int clean = await_step(comm, s, hash, sig->kind, &all_votes);
+    const int clean = await_step(comm, s, hash, sig->kind, err, &all_votes);
     if (clean < 0)
         return -1;
     /* steps this rank ran past, judged now that everyone has posted them */
@@ -510,17 +493,18 @@ static __attribute__((noinline)) int step_general(shmtopo_comm_t *comm, const sh
     return sum.err == 0 && sum.ngroups == 1 ? 0 : verdict(&sum);
 }
 
-int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data, size_t n)
+int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t hash, int err,
+                        const void *data, size_t n)
 {
     shmtopo_chan_t *chan = &comm->chan;
     /* The common step, in one frame: nothing to report, the data in the
      * line, no earlier step left to judge (so its line is free). */
     if (err || n > SHMTOPO_INLINE || chan->settled != chan->step || comm->broken)
         return step_general(comm, sig, err, data, n);
-    const uint64_t s = ++chan->step, hash = sig_hash(sig);
+    const uint64_t s = ++chan->step;
     write_step(comm, s, sig, hash, 0, -1, NULL, 1, data, n);
     uint32_t votes;
-    const int clean = await_step(comm, s, hash, sig->kind, &votes);
+    const int clean = await_step(comm, s, hash, sig->kind, 0, &votes);
     if (clean < 0)
         return -1;
     chan->settled = s;

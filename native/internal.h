@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "shmtopo.h"
@@ -229,13 +230,39 @@ static inline int shmtopo_world(const shmtopo_comm_t *comm, int rank)
  * buffers, which a rank may reuse only once every rank is past. */
 #define SHMTOPO_AHEAD_MAX 1024
 
+_Static_assert(sizeof(shmtopo_sig_t) == 40, "a signature is five 64-bit words");
+
+/* The signature's five words, mixed (multiply-xor): every field changes it.
+ * Inline, so that a signature known where it is built (a barrier's) is
+ * hashed by the compiler. */
+static inline uint64_t shmtopo_sig_hash(const shmtopo_sig_t *s)
+{
+    uint64_t w[5];
+    memcpy(w, s, sizeof(w));
+    if (s->flags & SHMTOPO_SIG_OWN_COUNT)
+        w[3] = 0; /* a v-variant's own count differs by rank: the counts check covers it */
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+#pragma GCC unroll 5
+    for (int i = 0; i < 5; i++)
+        h = (h ^ w[i]) * 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 31);
+}
+
+/* shmtopo_step with the signature's hash (computed where the call is). */
+int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t hash, int err,
+                        const void *data, size_t n);
+
 /* Collective over the node: post this rank's signature (err != 0: this
  * rank's arguments or set-up failed, shmtopo_last_error says why) and up to
  * SHMTOPO_INLINE bytes of data, wait for every rank, decide. Returns 0 when
  * all ranks are fine and posted the same signature, else -1 with the same
  * errno and message on every rank (the first failing rank's, or a mismatch
  * naming both calls). A failed wait breaks the comm. */
-int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data, size_t n);
+static inline int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data,
+                               size_t n)
+{
+    return shmtopo_step_hashed(comm, sig, shmtopo_sig_hash(sig), err, data, n);
+}
 /* A step of a small bcast or reduce on a comm that runs ahead (its
  * signature has SHMTOPO_SIG_RUN_AHEAD): post n bytes of data (up to
  * SHMTOPO_AHEAD_MAX), then wait only for `from` (-1: nobody; comm->size:
