@@ -1972,31 +1972,55 @@ typedef struct {
 } RmaState;
 static PyTypeObject RmaStateType;
 
+/* A slot of a class's instances, by name, and where it was last found. */
+typedef struct slot {
+    PyObject *name;          /* interned */
+    PyTypeObject *type;      /* the type it was found in (a reference) */
+    unsigned int version;    /* that type's tp_version_tag then */
+    Py_ssize_t offset;       /* in its instances; 0: no object slot */
+} slot_t;
+
 static struct {
     PyObject *general[NW]; /* AcceleratedWin's Python methods, by call */
     PyObject *ops;         /* ((op object, code), ...): enum shmtopo_op, REPLACE, NO_OP */
     PyObject *sum;         /* MPI.SUM, the default op */
     unsigned masks[NDTYPES]; /* by core type: ACCEL_MOVES | 1 << op | RMA_CAS */
     long lock_exclusive, lock_shared;
-    PyObject *state_name;  /* "_rs" */
+    slot_t state;          /* "_rs" */
 } rma;
 
-/* The object in self's slot `name` (an interned str), borrowed: the slot's
- * offset comes from its member descriptor, a lookup in the type's cache.
- * NULL when there is no such slot or it is empty. */
-static PyObject *slot_value(PyObject *self, PyObject *name)
+/* Where `slot` lies in instances of `type`: its member descriptor's offset. */
+static __attribute__((noinline)) void slot_find(PyTypeObject *type, slot_t *slot)
 {
-    PyObject *descr = name ? _PyType_Lookup(Py_TYPE(self), name) : NULL;
-    if (!descr || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
-        return NULL;
-    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-    return m->type == T_OBJECT_EX ? *(PyObject **)((char *)self + m->offset) : NULL;
+    PyObject *descr = slot->name ? _PyType_Lookup(type, slot->name) : NULL;
+    Py_ssize_t offset = 0;
+    if (descr && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        const PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type == T_OBJECT_EX)
+            offset = m->offset;
+    }
+    Py_XSETREF(slot->type, (PyTypeObject *)new_ref((PyObject *)type)); /* its address stays its own */
+    slot->version = type->tp_version_tag; /* the lookup tagged it; 0: look up every time */
+    slot->offset = offset;
+}
+
+/* The object in self's slot (__slots__) `slot->name`, borrowed; NULL when
+ * there is no such slot or it is empty. The slot is looked up (about 30
+ * instructions, on the path of every drop-in and one-sided call) only when
+ * self's type is not the one it was found in, or has changed since (its
+ * version tag). */
+static inline PyObject *slot_value(PyObject *self, slot_t *slot)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    if (type != slot->type || type->tp_version_tag != slot->version || !slot->version)
+        slot_find(type, slot);
+    return slot->offset ? *(PyObject **)((char *)self + slot->offset) : NULL;
 }
 
 /* The window's RmaState, from its slot `_rs`; NULL if it has none. */
 static RmaState *state_of(PyObject *self)
 {
-    PyObject *rs = slot_value(self, rma.state_name);
+    PyObject *rs = slot_value(self, &rma.state);
     return rs && Py_IS_TYPE(rs, &RmaStateType) ? (RmaState *)rs : NULL;
 }
 
@@ -2572,7 +2596,7 @@ static PyObject *bind_window(PyObject *self, PyObject *const *args, Py_ssize_t n
     rma.lock_shared = PyLong_AsLong(args[5]);
     if (PyErr_Occurred())
         return NULL;
-    if (!rma.state_name && !(rma.state_name = PyUnicode_InternFromString("_rs")))
+    if (!rma.state.name && !(rma.state.name = PyUnicode_InternFromString("_rs")))
         return NULL;
     Py_XSETREF(rma.ops, new_ref(args[1]));
     Py_XSETREF(rma.sum, new_ref(args[3]));
@@ -3035,9 +3059,9 @@ static PyTypeObject CallCountsType;
 static struct {
     PyObject *general[NA];  /* AcceleratedComm's Python methods, by call */
     PyObject *sum_default;  /* the op parameters' default (the drop-in's SUM_DEFAULT) */
-    PyObject *shm_name;     /* "_shm" */
-    PyObject *counts_name;  /* "_fast_counts" */
-    PyObject *stats_name;   /* "_stats" */
+    slot_t shm;             /* "_shm" */
+    slot_t counts;          /* "_fast_counts" */
+    slot_t stats;           /* "_stats" */
 } af;
 
 static PyObject *accel_general(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -3051,7 +3075,7 @@ static PyObject *accel_general(int call, PyObject *self, PyObject *const *args, 
  * that shm_stats keeps the order of the first calls. */
 static int first_count(PyObject *self, const char *name)
 {
-    PyObject *stats = slot_value(self, af.stats_name);
+    PyObject *stats = slot_value(self, &af.stats);
     PyObject *entry = stats && PyDict_Check(stats) ? PyDict_GetItemString(stats, name) : NULL;
     return entry && !PyList_Check(entry) ? PyObject_SetItem(entry, cm.zero, cm.zero) : 0;
 }
@@ -3065,8 +3089,8 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
     int plain = bind_args(args, nargs, kwnames, c->params, c->nparams, c->nparams, v);
     for (int i = 0; plain && i < c->required; i++)
         plain = v[c->params[i]] != NULL;
-    PyObject *shm = plain ? slot_value(self, af.shm_name) : NULL;
-    PyObject *counts = shm ? slot_value(self, af.counts_name) : NULL;
+    PyObject *shm = plain ? slot_value(self, &af.shm) : NULL;
+    PyObject *counts = shm ? slot_value(self, &af.counts) : NULL;
     if (counts && Py_IS_TYPE(counts, &CallCountsType) && PyObject_TypeCheck(shm, &NativeCommType)) {
         NativeComm *nc = (NativeComm *)shm;
         PyObject *e[8];
@@ -3183,11 +3207,11 @@ static PyObject *bind_comm_fast(PyObject *self, PyObject *const *args, Py_ssize_
         Py_XSETREF(af.general[i], new_ref(f));
     }
     Py_XSETREF(af.sum_default, new_ref(args[1]));
-    if (!af.shm_name && !(af.shm_name = PyUnicode_InternFromString("_shm")))
+    if (!af.shm.name && !(af.shm.name = PyUnicode_InternFromString("_shm")))
         return NULL;
-    if (!af.counts_name && !(af.counts_name = PyUnicode_InternFromString("_fast_counts")))
+    if (!af.counts.name && !(af.counts.name = PyUnicode_InternFromString("_fast_counts")))
         return NULL;
-    if (!af.stats_name && !(af.stats_name = PyUnicode_InternFromString("_stats")))
+    if (!af.stats.name && !(af.stats.name = PyUnicode_InternFromString("_stats")))
         return NULL;
     Py_RETURN_NONE;
 }
