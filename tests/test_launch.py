@@ -1,6 +1,7 @@
 """python -m shmtopo run and shmtopo.spawn: jobs on one node without MPI.
 The programs run with mpi4py hidden (a package of that name that fails to
 import comes first on their path), as on a machine without it."""
+import ctypes
 import os
 import signal
 import subprocess
@@ -186,24 +187,43 @@ def test_a_rank_that_ends_before_joining_fails_the_others_join(no_mpi_env, tmp_p
     assert "rank 0 left the job" in proc.stdout, proc.stdout
 
 
-def test_ctrl_c_ends_every_rank(no_mpi_env, tmp_path):
-    body = """
-        import shmtopo
+CTRL_C_BODY = """
+    import shmtopo
 
-        with shmtopo.Comm.from_env() as comm:
-            with comm.allocate(64) as win:
-                print("running", flush=True)
-                while True:
-                    win.fence()
-    """
+    with shmtopo.Comm.from_env() as comm:
+        with comm.allocate(64) as win:
+            print("running", flush=True)
+            while True:
+                win.fence()
+"""
+
+
+def _to_a_helper_thread(proc):
+    """SIGINT to one of the launcher's other threads (a reader, the
+    rendezvous): the kernel may pick any thread for a process's signal."""
+    tid = max(int(t) for t in os.listdir(f"/proc/{proc.pid}/task"))
+    assert tid != proc.pid
+    assert ctypes.CDLL(None, use_errno=True).tgkill(proc.pid, tid, signal.SIGINT) == 0
+
+
+@pytest.mark.parametrize("how", ["plain", "started-ignoring-sigint", "helper-thread"])
+def test_ctrl_c_ends_every_rank(no_mpi_env, tmp_path, how):
+    """Also when the launcher was started with SIGINT ignored (a background
+    job of a shell without job control: its ranks would inherit that), and
+    when the signal lands on one of its helper threads."""
     before = ranks.shm_files()
-    proc = subprocess.Popen([sys.executable, "-m", "shmtopo", "run", "-n", "3", str(script(tmp_path, body))],
-                            env=no_mpi_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ignoring = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if how == "started-ignoring-sigint" else None
+    proc = subprocess.Popen([sys.executable, "-m", "shmtopo", "run", "-n", "3", str(script(tmp_path, CTRL_C_BODY))],
+                            env=no_mpi_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ignoring)
     try:
         for _ in range(3):
             assert proc.stdout.readline() == "running\n"
         time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        if how == "helper-thread":
+            _to_a_helper_thread(proc)
+        else:
+            proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=10)
     finally:
         proc.kill()  # on a failure above: its ranks die with it

@@ -32,6 +32,7 @@ from .topology import Topology
 
 BIND_CHOICES = ("none", "core", "numa")
 GRACE = 0.5  # seconds the other ranks get after a failure, and again after SIGTERM
+WAKE = 0.25  # the longest a wait for ranks lasts without running signal handlers
 _PR_SET_PDEATHSIG = 1
 
 
@@ -90,7 +91,10 @@ def _watch_ranks(live: dict[int, Any], wait_some: Callable[[float | None], None]
 
     with _Signals(lambda: [p.pid for p in live.values()]):
         while live and not ended():
-            wait_some(None)
+            # not None: Python runs a signal's handler in the main thread only,
+            # and one that the kernel gave a helper thread (a reader, the
+            # rendezvous) interrupts no wait here; waking now and then runs it
+            wait_some(WAKE)
         for sig in (None, signal.SIGTERM, signal.SIGKILL):
             if not live:
                 return
@@ -138,8 +142,14 @@ class _Signals:
 def become_rank(launcher: int, cpus: set[int] | None) -> None:
     """What a rank's process does first: lead a process group of its own (the
     launcher forwards signals to it, and only once), die with the launcher,
-    take its CPUs."""
+    take its CPUs; and raise KeyboardInterrupt at the SIGINT forwarded to
+    it, even where the launcher was started with SIGINT ignored (a
+    background job of a shell without job control), which a child inherits
+    and a Python then keeps: such ranks never end."""
     os.setpgid(0, 0)
+    # a handler, not SIG_IGN: exec resets it to SIG_DFL, and the rank's
+    # Python installs its own; a forked rank (spawn) keeps it as it is
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != launcher:  # it died before the line above
         os._exit(1)
