@@ -11,6 +11,18 @@ static inline size_t shmtopo_min_size(size_t a, size_t b)
     return a < b ? a : b;
 }
 
+/* Collective over the node: post this rank's signature (err != 0: this
+ * rank's arguments or set-up failed, shmtopo_last_error says why) and up to
+ * SHMTOPO_INLINE bytes of data, wait for every rank, decide. Returns 0 when
+ * all ranks are fine and posted the same signature, else -1 with the same
+ * errno and message on every rank (the first failing rank's, or a mismatch
+ * naming both calls). A failed wait breaks the comm. */
+static inline int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data,
+                               size_t n)
+{
+    return shmtopo_step_hashed(comm, sig, shmtopo_sig_hash(sig), err, data, n);
+}
+
 /* A signature of a collective call (-1: a field it does not use). */
 static inline shmtopo_sig_t shmtopo_coll_sig(int kind, size_t count, int dtype, int op, int root, int alg)
 {

@@ -248,21 +248,10 @@ static inline uint64_t shmtopo_sig_hash(const shmtopo_sig_t *s)
     return h ^ (h >> 31);
 }
 
-/* shmtopo_step with the signature's hash (computed where the call is). */
+/* shmtopo_step (coll.h) with the signature's hash, computed where the call is. */
 int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t hash, int err,
                         const void *data, size_t n);
 
-/* Collective over the node: post this rank's signature (err != 0: this
- * rank's arguments or set-up failed, shmtopo_last_error says why) and up to
- * SHMTOPO_INLINE bytes of data, wait for every rank, decide. Returns 0 when
- * all ranks are fine and posted the same signature, else -1 with the same
- * errno and message on every rank (the first failing rank's, or a mismatch
- * naming both calls). A failed wait breaks the comm. */
-static inline int shmtopo_step(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *data,
-                               size_t n)
-{
-    return shmtopo_step_hashed(comm, sig, shmtopo_sig_hash(sig), err, data, n);
-}
 /* A step of a small bcast or reduce on a comm that runs ahead (its
  * signature has SHMTOPO_SIG_RUN_AHEAD): post n bytes of data (up to
  * SHMTOPO_AHEAD_MAX), then wait only for `from` (-1: nobody; comm->size:
