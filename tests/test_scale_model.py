@@ -12,6 +12,9 @@ from shmtopo import scale_model
 from shmtopo.coll.levels import structure_of
 from shmtopo.scale_model import GB, MACHINES, NS, TOP, Layout, Level
 
+# a model on paper: the same under any MPI and at any number of ranks
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
+
 EPYC, KUNPENG, KNL = MACHINES
 MiB = 1 << 20
 
