@@ -27,42 +27,32 @@ import shmtopo  # noqa: E402
 from shmtopo import rendezvous  # noqa: E402
 
 
-class LauncherWorld:
-    """The job of python -m shmtopo run, where no MPI is used: what these
-    hooks need of MPI.COMM_WORLD. Abort ends this rank, and the launcher
-    then ends the others."""
+class WorldWithoutMPI:
+    """What these hooks and the modules' decorators need of MPI.COMM_WORLD
+    in a process that uses no MPI: a rank of python -m shmtopo run, or a
+    process of ranks.run (which imports its test module without MPI_Init,
+    a world of one). Abort ends this process; the launcher then ends the
+    other ranks."""
+
+    def __init__(self, size, rank):
+        self.size, self.rank = size, rank
 
     def Get_size(self):
-        return int(os.environ[rendezvous.SIZE_VARIABLE])
+        return self.size
 
     def Get_rank(self):
-        return int(os.environ[rendezvous.RANK_VARIABLE])
-
-    def Abort(self, code):
-        os._exit(code)
-
-
-class ChildWorld:
-    """A process of ranks.run, which imports its test module without
-    MPI_Init (ranks.py): what these hooks and the modules' decorators need
-    of MPI.COMM_WORLD, a world of one."""
-
-    def Get_size(self):
-        return 1
-
-    def Get_rank(self):
-        return 0
+        return self.rank
 
     def Abort(self, code):
         os._exit(code)
 
 
 if rendezvous.in_environment():
-    WORLD = LauncherWorld()
+    WORLD = WorldWithoutMPI(int(os.environ[rendezvous.SIZE_VARIABLE]), int(os.environ[rendezvous.RANK_VARIABLE]))
 else:
     from mpi4py import MPI
 
-    WORLD = MPI.COMM_WORLD if MPI.Is_initialized() else ChildWorld()
+    WORLD = MPI.COMM_WORLD if MPI.Is_initialized() else WorldWithoutMPI(1, 0)
 
 # The runs that repeat ./dev test's first one (Open MPI, unsanitized): the
 # sanitized one, and MPICH's, under which shmtopo's own code (the agreement,
