@@ -45,9 +45,10 @@ int shmtopo_floor_pingpong(void *mine, void *peer, int side, long rounds, int pe
 
 /* Copy `bytes` out of the other core's cache: per round the writer fills
  * its region's data (memset), then the reader memcpy's it into a private
- * buffer; only the memcpy is timed. role: enum shmtopo_floor_role (the peer
- * takes the other one, or BOTH when this one does). *secondsp: one copy on
- * a reading side, the writer's is 0. */
+ * buffer. role: enum shmtopo_floor_role (the peer takes the other one, or
+ * BOTH when this one does). *secondsp: on a reading side one copy; on the
+ * WRITER one refill of the data the reader has just copied (from the second
+ * round on), which first takes each line back from the reader's cache. */
 int shmtopo_floor_copy(void *mine, void *peer, int role, size_t bytes, long rounds,
                        int peer_pid, double timeout, double *secondsp);
 

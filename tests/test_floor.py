@@ -257,15 +257,17 @@ def test_measure_on_the_job(comm):
     assert len(set(everyone)) == 1, "every rank gets the same Floor"
     assert fl.ranks == comm.size
     assert sorted(fl.local) == sizes and sorted(fl.reduce) == sorted(F.DTYPES)
-    for stats in (fl.local, fl.reduce, fl.across_one, fl.across_both, fl.dram):
+    for stats in (fl.local, fl.reduce, fl.across_one, fl.across_both, fl.dram, fl.rewrite):
         for s in stats.values():
             assert 0 <= s.lo <= s.median <= s.hi < 1
     if comm.size == 1:
-        assert fl.round_trip is None and not fl.across_one and not fl.across_both
+        assert fl.round_trip is None and not fl.across_one and not fl.across_both and not fl.rewrite
         assert len(fl.placement) == 1
     else:
         assert 0 < fl.round_trip.median < 1
         assert sorted(fl.across_one) == sizes and sorted(fl.across_both) == sizes
+        # the writer's refills are timed: 4 KiB takes more than no time at all
+        assert sorted(fl.rewrite) == sizes and fl.rewrite[4096].median > 0
         assert [p.split()[:2] for p in fl.placement] == [["rank", "0"], ["rank", "1"]]
         m = F.Model(fl)
         for op in ("allreduce", "bcast", "reduce", "allgather"):

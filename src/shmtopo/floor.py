@@ -63,6 +63,7 @@ class Floor:
     round_trip: Stat | None = None               # one cache line A -> B -> A
     across_one: dict[int, Stat] = field(default_factory=dict)   # B copies what A wrote
     across_both: dict[int, Stat] = field(default_factory=dict)  # both at once (slower side)
+    rewrite: dict[int, Stat] = field(default_factory=dict)      # A refills what B has just copied
     local: dict[int, Stat] = field(default_factory=dict)        # out of this core's cache
     dram: dict[int, Stat] = field(default_factory=dict)         # out of memory, caches flushed
     reduce: dict[str, Stat] = field(default_factory=dict)       # kernel over REDUCE_BYTES
@@ -182,7 +183,8 @@ def _measure_pair(comm: Any, win: Any, floor: Floor, seconds: float, repeats: in
         each(paired + alone, lambda i: samples[i].append(probes[i][2](rounds[i])))
     where = where_start if where_start == _where() else f"{where_start}, then {_where()}"
     # The cross-core copies are timed by their readers: rank 1 one way, both
-    # ranks both ways (where the slower of the two counts).
+    # ranks both ways (where the slower of the two counts); rank 0, the
+    # writer one way, times its refills of what rank 1 has just copied.
     crossed = {kind: [samples[i] for i, p in enumerate(probes) if p[0] == kind]
                for kind in ("across_one", "across_both")}
     if pair and rank == 1:
@@ -199,6 +201,8 @@ def _measure_pair(comm: Any, win: Any, floor: Floor, seconds: float, repeats: in
     for i, (kind, key, _) in enumerate(probes):
         if kind == "round_trip":
             floor.round_trip = Stat.of(samples[i])
+        elif kind == "across_one" and pair:
+            floor.rewrite[key] = Stat.of(samples[i])
         elif kind in ("local", "dram", "reduce"):
             getattr(floor, kind)[key] = Stat.of(samples[i])
     return floor
