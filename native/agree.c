@@ -190,7 +190,7 @@ static void summarize(const shmtopo_comm_t *comm, uint64_t s, summary_t *sum)
         if (l->err) {
             sum->err = l->err;
             sum->origin = l->origin;
-            snprintf(sum->message, sizeof(sum->message), "%.*s", MESSAGE, h->detail[chan_slot(s)].message);
+            snprintf(sum->message, sizeof(sum->message), "%.*s", MESSAGE - 1, h->detail[chan_slot(s)].message);
         }
     }
     for (int r = 0; r < comm->size && !sum->err; r++) {
@@ -417,7 +417,7 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
         return -1;
     const uint64_t s = chan->step;
     const uint64_t hash = line_of(comm, comm->rank, s)->hash;
-    uint32_t all_votes;
+    uint32_t all_votes = 1; /* set by await_step whenever it returns 0 or 1 */
     const int clean = await_step(comm, s, hash, sig->kind, err, &all_votes);
     if (clean < 0)
         return -1;
