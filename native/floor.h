@@ -32,7 +32,8 @@ extern "C" {
 enum shmtopo_floor_role {
     SHMTOPO_FLOOR_WRITER = 0,  /* fills its region; the peer reads it */
     SHMTOPO_FLOOR_READER = 1,  /* copies the peer's region, just written there */
-    SHMTOPO_FLOOR_BOTH = 2     /* both at once, each reading the other's */
+    SHMTOPO_FLOOR_BOTH = 2,    /* both at once, each reading the other's */
+    SHMTOPO_FLOOR_READER_CMA = 3 /* READER, by process_vm_readv out of the peer's own mapping */
 };
 
 /* Bytes a process's region needs for probes of up to `bytes` of data. */
@@ -48,7 +49,10 @@ int shmtopo_floor_pingpong(void *mine, void *peer, int side, long rounds, int pe
  * buffer. role: enum shmtopo_floor_role (the peer takes the other one, or
  * BOTH when this one does). *secondsp: on a reading side one copy; on the
  * WRITER one refill of the data the reader has just copied (from the second
- * round on), which first takes each line back from the reader's cache. */
+ * round on), which first takes each line back from the reader's cache.
+ * READER_CMA copies as single copy does (single_copy.c), with the writer's
+ * pid and the address of its data in its own address space, which every
+ * role publishes in its region. */
 int shmtopo_floor_copy(void *mine, void *peer, int role, size_t bytes, long rounds,
                        int peer_pid, double timeout, double *secondsp);
 

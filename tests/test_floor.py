@@ -3,14 +3,16 @@ probes' argument checks and failure paths, and measure() on the job's ranks
 (1 rank in the serial pass, 2/3/4 under mpiexec). Nothing here is timed:
 the figures are checked for being there and sane, never for speed."""
 import math
+import os
 import subprocess
+import threading
 
 import numpy as np
 import pytest
 
 from shmtopo import floor as F
 from shmtopo._native import ffi, lib
-from shmtopo.errors import PeerDeadError, ShmtopoTimeoutError, ShmtopoValueError, check
+from shmtopo.errors import PeerDeadError, ShmtopoError, ShmtopoTimeoutError, ShmtopoValueError, check
 
 from conftest import WORLD
 
@@ -248,6 +250,53 @@ def test_probe_notices_a_dead_peer():
         _seconds(lib.shmtopo_floor_pingpong, mine, peer, 1, 10, proc.pid, 30.0)
 
 
+def _cma_pair(nbytes, reader_peer_pid):
+    """The single-copy probe in one process: a writer thread and a reader
+    thread over two regions, the reader copying by process_vm_readv out of
+    the process `reader_peer_pid`. Returns (reader's result, writer's)."""
+    regions = [np.zeros(lib.shmtopo_floor_region(nbytes) + 256, np.uint8) for _ in range(2)]
+    a, b = (ffi.cast("void *", r.ctypes.data + (-r.ctypes.data) % 128) for r in regions)
+    me = os.getpid()
+    results = {}
+
+    def run(name, *args):
+        try:
+            results[name] = _seconds(lib.shmtopo_floor_copy, *args)
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            results[name] = exc
+
+    threads = [threading.Thread(target=run, args=("writer", a, b, lib.SHMTOPO_FLOOR_WRITER, nbytes, 20, me, 10.0)),
+               threading.Thread(target=run, args=("reader", b, a, lib.SHMTOPO_FLOOR_READER_CMA, nbytes, 20,
+                                                  reader_peer_pid, 10.0))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "the probe hung"
+    return results["reader"], results["writer"]
+
+
+@pytest.mark.serial
+def test_single_copy_probe_reads_the_writers_memory():
+    reader, writer = _cma_pair(65536, os.getpid())
+    assert 0 < reader < 1 and 0 < writer < 1
+
+
+@pytest.mark.serial
+def test_single_copy_probe_that_cannot_read_fails_after_its_rounds():
+    """The reader's process_vm_readv fails (the address is not mapped in
+    that process): its error is raised once the rounds end, which the
+    writer still completes, so neither side hangs."""
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        reader, writer = _cma_pair(4096, other.pid)
+    finally:
+        other.kill()
+        other.wait()
+    assert isinstance(reader, ShmtopoError) and "process_vm_readv" in str(reader), reader
+    assert 0 <= writer < 1
+
+
 # -- measure() on the job's ranks ---------------------------------------------------
 
 def test_measure_on_the_job(comm):
@@ -257,17 +306,19 @@ def test_measure_on_the_job(comm):
     assert len(set(everyone)) == 1, "every rank gets the same Floor"
     assert fl.ranks == comm.size
     assert sorted(fl.local) == sizes and sorted(fl.reduce) == sorted(F.DTYPES)
-    for stats in (fl.local, fl.reduce, fl.across_one, fl.across_both, fl.dram, fl.rewrite):
+    for stats in (fl.local, fl.reduce, fl.across_one, fl.across_both, fl.dram, fl.rewrite, fl.across_cma):
         for s in stats.values():
             assert 0 <= s.lo <= s.median <= s.hi < 1
     if comm.size == 1:
-        assert fl.round_trip is None and not fl.across_one and not fl.across_both and not fl.rewrite
+        assert fl.round_trip is None and not (fl.across_one or fl.across_both or fl.rewrite or fl.across_cma)
         assert len(fl.placement) == 1
     else:
         assert 0 < fl.round_trip.median < 1
         assert sorted(fl.across_one) == sizes and sorted(fl.across_both) == sizes
         # the writer's refills are timed: 4 KiB takes more than no time at all
         assert sorted(fl.rewrite) == sizes and fl.rewrite[4096].median > 0
+        # single copy's own rate, where the comm has it
+        assert sorted(fl.across_cma) == (sizes if comm.single_copy == "cma" else [])
         assert [p.split()[:2] for p in fl.placement] == [["rank", "0"], ["rank", "1"]]
         m = F.Model(fl)
         for op in ("allreduce", "bcast", "reduce", "allgather"):

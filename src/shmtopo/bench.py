@@ -140,15 +140,18 @@ def print_floor(floor: Floor, repeats: int = REPEATS) -> None:
         print("  cache line round trip, copies across cores: need 2 ranks")
     if floor.local:
         print(f"  {'bytes':>9}  {'across, one way: us (min-max) GB/s':>36}  {'across, both at once':>32}  "
-              f"{'local, in cache':>30}  {'local, from DRAM':>30}  {'rewrite what the other read':>30}")
+              f"{'local, in cache':>30}  {'local, from DRAM':>30}  {'rewrite what the other read':>30}  "
+              f"{'across by single copy (CMA)':>30}")
         for n in sorted(floor.local):
             print(f"  {n:>9}  {_cell(floor.across_one.get(n), n):>36}  {_cell(floor.across_both.get(n), n):>32}  "
                   f"{_cell(floor.local.get(n), n):>30}  {_cell(floor.dram.get(n), n):>30}  "
-                  f"{_cell(floor.rewrite.get(n), n):>30}")
+                  f"{_cell(floor.rewrite.get(n), n):>30}  {_cell(floor.across_cma.get(n), n):>30}")
         print("  across: one core copies what the other has just written (both at once: each the other's, "
               "the slower side; GB/s per direction)")
         print("  rewrite: a core fills its buffer again (memset) right after the other core copied it, so each "
               "line is first taken back from the other core's cache: what reusing a shared buffer costs")
+        print("  single copy: across, one way, by process_vm_readv out of the writer's own memory, as the "
+              "collectives copy large private arrays (- where the comm has no single copy)")
     if floor.reduce:
         rates = ", ".join(f"{name} {floor.reduce_bytes / s.median / 1e9:.3g} "
                           f"({floor.reduce_bytes / s.hi / 1e9:.3g}-{floor.reduce_bytes / s.lo / 1e9:.3g})"

@@ -33,7 +33,7 @@ DTYPES = ["float64", "float32", "int64", "int32", "int16", "int8",
           "uint64", "uint32", "uint16", "uint8"]
 _DTYPE_NUMBERS = {"int8": 0, "int16": 1, "int32": 2, "int64": 3, "uint8": 4, "uint16": 5,
                   "uint32": 6, "uint64": 7, "float32": 8, "float64": 9}
-PAIR_PROBES = ("round_trip", "across_one", "across_both")
+PAIR_PROBES = ("round_trip", "across_one", "across_both", "across_cma")
 # The waits inside a probe give up after this long when the comm has no timeout.
 PROBE_TIMEOUT = 60.0
 
@@ -64,6 +64,7 @@ class Floor:
     across_one: dict[int, Stat] = field(default_factory=dict)   # B copies what A wrote
     across_both: dict[int, Stat] = field(default_factory=dict)  # both at once (slower side)
     rewrite: dict[int, Stat] = field(default_factory=dict)      # A refills what B has just copied
+    across_cma: dict[int, Stat] = field(default_factory=dict)   # across_one by process_vm_readv
     local: dict[int, Stat] = field(default_factory=dict)        # out of this core's cache
     dram: dict[int, Stat] = field(default_factory=dict)         # out of memory, caches flushed
     reduce: dict[str, Stat] = field(default_factory=dict)       # kernel over REDUCE_BYTES
@@ -109,7 +110,8 @@ def measure(comm: Any, seconds: float = 0.02, repeats: int = REPEATS,
     win = comm.allocate(region if rank < 2 else 0) if size > 1 else None
     try:
         if rank < 2:
-            local = _measure_pair(comm, win, floor, seconds, repeats, sizes, copies, timeout)
+            local = _measure_pair(comm, win, floor, seconds, repeats, sizes, copies, timeout,
+                                  cma=comm.single_copy == "cma")
         else:
             local = None
         comm.barrier()  # the other ranks sleep here meanwhile
@@ -127,7 +129,7 @@ def _where() -> str:
 
 
 def _measure_pair(comm: Any, win: Any, floor: Floor, seconds: float, repeats: int,
-                  sizes: list[int], copies: bool, timeout: float) -> Floor | None:
+                  sizes: list[int], copies: bool, timeout: float, cma: bool) -> Floor | None:
     """Ranks 0 and 1 (or rank 0 alone): the probes. Returns the Floor on
     rank 0, None on rank 1."""
     mpi = comm.mpi
@@ -148,6 +150,10 @@ def _measure_pair(comm: Any, win: Any, floor: Floor, seconds: float, repeats: in
                                                            nbytes, peer_pid, timeout)))
             probes.append(("across_both", nbytes, _probe_at(4, lib.shmtopo_floor_copy, mine, peer,
                                                             lib.SHMTOPO_FLOOR_BOTH, nbytes, peer_pid, timeout)))
+            if cma:  # single copy's own mechanism, where the comm found it works
+                role = lib.SHMTOPO_FLOOR_READER_CMA if rank == 1 else lib.SHMTOPO_FLOOR_WRITER
+                probes.append(("across_cma", nbytes, _probe_at(4, lib.shmtopo_floor_copy, mine, peer, role,
+                                                               nbytes, peer_pid, timeout)))
     if rank == 0 and copies:  # rank 0 alone
         for nbytes in sizes:
             probes.append(("local", nbytes, _probe_at(2, lib.shmtopo_floor_copy_local, nbytes, 0)))
@@ -186,7 +192,7 @@ def _measure_pair(comm: Any, win: Any, floor: Floor, seconds: float, repeats: in
     # ranks both ways (where the slower of the two counts); rank 0, the
     # writer one way, times its refills of what rank 1 has just copied.
     crossed = {kind: [samples[i] for i, p in enumerate(probes) if p[0] == kind]
-               for kind in ("across_one", "across_both")}
+               for kind in ("across_one", "across_both", "across_cma")}
     if pair and rank == 1:
         mpi.send((where, crossed), dest=0)
         return None
@@ -196,6 +202,8 @@ def _measure_pair(comm: Any, win: Any, floor: Floor, seconds: float, repeats: in
         floor.placement.append(f"rank 1 {where1}")
         for nbytes, s in zip(sizes, crossed1["across_one"]):
             floor.across_one[nbytes] = Stat.of(s)
+        for nbytes, s in zip(sizes, crossed1["across_cma"]):
+            floor.across_cma[nbytes] = Stat.of(s)
         for nbytes, s0, s1 in zip(sizes, crossed["across_both"], crossed1["across_both"]):
             floor.across_both[nbytes] = Stat.of([max(a, b) for a, b in zip(s0, s1)])
     for i, (kind, key, _) in enumerate(probes):
