@@ -186,10 +186,10 @@ def test_sigkill_under_mpiexec_leaves_nothing(tmp_path):
     everything_before = set(os.listdir("/dev/shm"))
     script = HERE / "scripts" / "kill_rank.py"
     proc = run_mpiexec(3, [sys.executable, script, marker], timeout=120)
-    # Open MPI's own segments of the aborted job are not ours to judge, but
-    # the suite should not leave them either
+    # the MPI's own segments of the aborted job (Open MPI's, MPICH's) are not
+    # ours to judge, but the suite should not leave them either
     for name in set(os.listdir("/dev/shm")) - everything_before:
-        if name.startswith("vader_segment."):
+        if name.startswith(("vader_segment.", "mpich_shm_")):
             os.unlink(os.path.join("/dev/shm", name))
     assert ranks.shm_files() - before == set(), proc.stdout + proc.stderr
     assert marker.exists() and marker.read_text() == "windows ready", proc.stdout + proc.stderr
