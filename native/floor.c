@@ -215,12 +215,18 @@ int shmtopo_floor_pingpong(void *mine, void *peer, int side, long rounds, int pe
     return 0;
 }
 
+/* Seconds since t0, less the clock's own cost (never below 0). */
+static double elapsed(double t0, double clock_cost)
+{
+    const double d = now() - t0 - clock_cost;
+    return d > 0 ? d : 0;
+}
+
 static double timed_copy(void *dst, const void *src, size_t n, double clock_cost)
 {
     double t0 = now();
     memcpy(dst, src, n);
-    double d = now() - t0 - clock_cost;
-    return d > 0 ? d : 0;
+    return elapsed(t0, clock_cost);
 }
 
 static int arrived(const unsigned char *dst, size_t n, unsigned char value)
@@ -266,9 +272,8 @@ int shmtopo_floor_copy(void *mine, void *peer, int role, size_t bytes, long roun
         if (writes) {
             const double t0 = now();
             memset(data_of(mine), value, bytes);
-            const double d = now() - t0 - clock_cost;
             if (!reads && i > 1) /* round 1 writes lines nobody has read yet */
-                batches_add(&b, i - 1, d > 0 ? d : 0);
+                batches_add(&b, i - 1, elapsed(t0, clock_cost));
             post(out, step - (per_round - 1));
         }
         if (reads) {
@@ -278,19 +283,16 @@ int shmtopo_floor_copy(void *mine, void *peer, int role, size_t bytes, long roun
                 struct iovec local = {dst, bytes}, remote = {(void *)(uintptr_t)*own_address_of(peer), bytes};
                 const double t0 = now();
                 const ssize_t n = process_vm_readv(peer_pid, &local, 1, &remote, 1, 0);
-                const double d = now() - t0 - clock_cost;
+                batches_add(&b, i, elapsed(t0, clock_cost));
                 if (n != (ssize_t)bytes && !cma_err) { /* reported after the rounds, which the writer waits for */
                     cma_err = n < 0 ? errno : EIO;
                     shmtopo_fail(cma_err, -1, "floor copy: process_vm_readv of %zu bytes from pid %d: %s", bytes,
                                  peer_pid, n < 0 ? strerror(cma_err) : "copied in part");
                 }
-                if (cma_err)
-                    memset(dst, value, bytes); /* the check below is of the copy, not of this failure */
-                batches_add(&b, i, d > 0 ? d : 0);
             } else {
                 batches_add(&b, i, timed_copy(dst, data_of(peer), bytes, clock_cost));
             }
-            if (arrived(dst, bytes, value) < 0)
+            if (!cma_err && arrived(dst, bytes, value) < 0) /* after a failed copy, only that failure counts */
                 goto out_with_dst;
             post(out, step);
         }

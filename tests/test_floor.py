@@ -254,8 +254,8 @@ def _cma_pair(nbytes, reader_peer_pid):
     """The single-copy probe in one process: a writer thread and a reader
     thread over two regions, the reader copying by process_vm_readv out of
     the process `reader_peer_pid`. Returns (reader's result, writer's)."""
-    regions = [np.zeros(lib.shmtopo_floor_region(nbytes) + 256, np.uint8) for _ in range(2)]
-    a, b = (ffi.cast("void *", r.ctypes.data + (-r.ctypes.data) % 128) for r in regions)
+    keep = [_aligned(lib.shmtopo_floor_region(nbytes)) for _ in range(2)]
+    (_, a), (_, b) = keep
     me = os.getpid()
     results = {}
 
