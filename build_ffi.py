@@ -164,7 +164,11 @@ def library_link_args() -> list[str]:
     """Link arguments of libshmtopo.so alone: where it finds libhwloc at run
     time, so that no LD_LIBRARY_PATH is needed (none for the system's)."""
     rpaths = hwloc().rpaths
-    return [f"-Wl,-rpath,{r}" for r in rpaths] + (["-Wl,--enable-new-dtags"] if rpaths else [])
+    # -Bsymbolic-functions: the core's calls from one of its files to another
+    # go direct, not through the PLT (the compile flags' interposition
+    # setting covers calls within a file).
+    return ([f"-Wl,-rpath,{r}" for r in rpaths] + (["-Wl,--enable-new-dtags"] if rpaths else [])
+            + ["-Wl,-Bsymbolic-functions"])
 
 
 def linked_flags() -> dict:

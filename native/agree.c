@@ -310,8 +310,10 @@ static int settle(shmtopo_comm_t *comm, uint64_t upto, const char *what)
     shmtopo_chan_t *chan = &comm->chan;
     if (upto <= chan->settled)
         return 0;
-    if (comm->broken)
-        return shmtopo_comm_unusable(comm, what);
+    if (comm->broken) {
+        shmtopo_comm_unusable(comm, what);
+        return -1;
+    }
     if (wait_all(comm, upto, what) < 0)
         return -1;
     for (uint64_t t = chan->settled + 1; t <= upto; t++) {
@@ -326,15 +328,41 @@ static int settle(shmtopo_comm_t *comm, uint64_t upto, const char *what)
 
 /* ---- a step ---------------------------------------------------------------------- */
 
-/* Write this rank's line of step s, the signature beside it, and post it. */
-static inline void write_step(shmtopo_comm_t *comm, uint64_t s, const shmtopo_sig_t *sig, uint64_t hash,
-                              int err, int origin, const char *message, uint32_t vote, const void *data,
-                              size_t n)
+/* Copy a step's inline data (n <= SHMTOPO_INLINE) with moves of 8 bytes or
+ * fewer, the last overlapping: a call to memcpy would give the common step a
+ * frame, and the data is mostly one element. */
+static inline __attribute__((always_inline)) void copy_inline(unsigned char *dst, const unsigned char *src, size_t n)
 {
-    chan_header_t *me = chan_header(comm, comm->rank);
+    if (n == 0) /* a barrier, a later chunk's step: the most common */
+        return;
+    if (n >= 8) {
+        for (size_t i = 0; i + 8 < n; i += 8)
+            __builtin_memcpy(dst + i, src + i, 8);
+        __builtin_memcpy(dst + n - 8, src + n - 8, 8);
+    } else if (n >= 4) {
+        __builtin_memcpy(dst, src, 4);
+        __builtin_memcpy(dst + n - 4, src + n - 4, 4);
+    } else {
+        dst[0] = src[0];
+        dst[n - 1] = src[n - 1];
+        dst[n / 2] = src[n / 2];
+    }
+}
+
+/* Write this rank's line of step s (`me`: its header) and the signature
+ * beside it, not yet posted: the line. */
+static inline __attribute__((always_inline)) chan_line_t *write_line(chan_header_t *me, uint64_t s,
+                                                                     const shmtopo_sig_t *sig, uint64_t hash,
+                                                                     int err, int origin, const char *message,
+                                                                     uint32_t vote, const void *data, size_t n)
+{
     const unsigned slot = chan_slot(s);
     chan_line_t *line = &me->line[slot];
-    me->detail[slot].sig = *sig;
+    /* The detail keeps the signature last posted in this slot: a step that
+     * repeats it (the same hash) leaves it. An own count is not in the hash,
+     * so a signature with one is always written. */
+    if (line->hash != hash || (sig->flags & SHMTOPO_SIG_OWN_COUNT))
+        me->detail[slot].sig = *sig;
     if (err)
         snprintf(me->detail[slot].message, MESSAGE, "%s", message);
     line->hash = hash;
@@ -343,15 +371,25 @@ static inline void write_step(shmtopo_comm_t *comm, uint64_t s, const shmtopo_si
     line->vote = vote;
     if (n > SHMTOPO_INLINE) /* a call that runs ahead, up to SHMTOPO_AHEAD_MAX */
         memcpy(me->ahead[slot], data, n);
-    else if (n)
-        memcpy(line->data, data, n);
+    else
+        copy_inline(line->data, data, n);
+    return line;
+}
+
+/* Write this rank's line of step s, the signature beside it, and post it. */
+static inline void write_step(shmtopo_comm_t *comm, uint64_t s, const shmtopo_sig_t *sig, uint64_t hash,
+                              int err, int origin, const char *message, uint32_t vote, const void *data,
+                              size_t n)
+{
+    chan_header_t *me = chan_header(comm, comm->rank);
+    chan_line_t *line = write_line(me, s, sig, hash, err, origin, message, vote, data, n);
     shmtopo_post(&line->step, &me->waiters, s);
 }
 
 /* Post step chan.step + 1: first, every rank must have posted the LAG-th
  * step before it (its line is then free to rewrite; always so unless some
  * rank ran ahead). */
-static inline int post(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int origin,
+static inline int post(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t hash, int err, int origin,
                        const char *message, uint32_t vote, const void *data, size_t n)
 {
     shmtopo_chan_t *chan = &comm->chan;
@@ -359,7 +397,7 @@ static inline int post(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, 
         settle(comm, chan->step + 1 - LAG, shmtopo_kind_name(sig->kind)) < 0)
         return -1;
     const uint64_t s = ++chan->step;
-    write_step(comm, s, sig, shmtopo_sig_hash(sig), err, origin, message, vote, data, n);
+    write_step(comm, s, sig, hash, err, origin, message, vote, data, n);
     return 0;
 }
 
@@ -407,16 +445,15 @@ static void summarize_failed(shmtopo_comm_t *comm, uint64_t s, summary_t *sum)
  * rank's failure (err != 0), as every rank will raise it. 0, or -1 when a
  * wait failed or an earlier step this rank ran past failed (the comm is
  * then broken). */
-static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int origin,
+static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t hash, int err, int origin,
                            const char *message, uint32_t vote, const void *data, size_t n, summary_t *sum)
 {
     shmtopo_chan_t *chan = &comm->chan;
     if (comm->broken) /* a buffer's settling failed in this call (shmtopo_chan_next_buffer): its error stands */
         return -1;
-    if (post(comm, sig, err, origin, message, vote, data, n) < 0)
+    if (post(comm, sig, hash, err, origin, message, vote, data, n) < 0)
         return -1;
     const uint64_t s = chan->step;
-    const uint64_t hash = line_of(comm, comm->rank, s)->hash;
     uint32_t all_votes = 1; /* set by await_step whenever it returns 0 or 1 */
     const int clean = await_step(comm, s, hash, sig->kind, err, &all_votes);
     if (clean < 0)
@@ -439,7 +476,7 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
     return 0;
 }
 
-static inline int step_summary(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, uint32_t vote,
+static inline int step_summary(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t hash, int err, uint32_t vote,
                         const void *data, size_t n, summary_t *sum)
 {
     char message[MESSAGE]; /* not "" -initialised: that would clear it all on every step */
@@ -447,14 +484,14 @@ static inline int step_summary(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, i
     if (err)
         snprintf(message, sizeof(message), "rank %d: %s", shmtopo_world(comm, comm->rank),
                  shmtopo_last_error());
-    return post_and_gather(comm, sig, err, err ? shmtopo_world(comm, comm->rank) : -1, message, vote,
+    return post_and_gather(comm, sig, hash, err, err ? shmtopo_world(comm, comm->rank) : -1, message, vote,
                            data, n, sum);
 }
 
 int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *data, size_t n, int from)
 {
     const char *what = shmtopo_kind_name(sig->kind);
-    if (post(comm, sig, 0, -1, "", 1, data, n) < 0)
+    if (post(comm, sig, shmtopo_sig_hash(sig), 0, -1, "", 1, data, n) < 0)
         return -1;
     shmtopo_chan_t *chan = &comm->chan;
     const uint64_t s = chan->step;
@@ -484,31 +521,60 @@ static __attribute__((noinline)) int judge_unclean(shmtopo_comm_t *comm, uint64_
     return verdict(&sum);
 }
 
-static __attribute__((noinline)) int step_general(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err,
+static __attribute__((noinline)) int step_general(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t hash, int err,
                                                   const void *data, size_t n)
 {
     summary_t sum;
-    if (step_summary(comm, sig, err, 1, data, n, &sum) < 0)
+    if (step_summary(comm, sig, hash, err, 1, data, n, &sum) < 0)
         return -1;
     return sum.err == 0 && sum.ngroups == 1 ? 0 : verdict(&sum);
+}
+
+/* The rest of the common step this rank just posted, which did not find
+ * every rank there, and clean, at the first look: wake the peers that sleep
+ * on this rank (`wake`), wait for every rank, then judge. The step, its
+ * hash and its kind are read back from this rank's line and detail, so
+ * that the caller keeps none of them. */
+static __attribute__((noinline)) int finish_step(shmtopo_comm_t *comm, int wake)
+{
+    const uint64_t s = comm->chan.step;
+    chan_header_t *me = chan_header(comm, comm->rank);
+    chan_line_t *mine = &me->line[chan_slot(s)];
+    if (wake)
+        shmtopo_wake(&mine->step);
+    uint32_t votes;
+    const int clean = await_step(comm, s, mine->hash, me->detail[chan_slot(s)].sig.kind, 0, &votes);
+    if (clean < 0)
+        return -1;
+    comm->chan.settled = s;
+    return clean ? 0 : judge_unclean(comm, s);
 }
 
 int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t hash, int err,
                         const void *data, size_t n)
 {
     shmtopo_chan_t *chan = &comm->chan;
-    /* The common step, in one frame: nothing to report, the data in the
-     * line, no earlier step left to judge (so its line is free). */
+    /* The common step: nothing to report, the data in the line, no earlier
+     * step left to judge (so its line is free). */
     if (err || n > SHMTOPO_INLINE || chan->settled != chan->step || comm->broken)
-        return step_general(comm, sig, err, data, n);
+        return step_general(comm, sig, hash, err, data, n);
     const uint64_t s = ++chan->step;
-    write_step(comm, s, sig, hash, 0, -1, NULL, 1, data, n);
-    uint32_t votes;
-    const int clean = await_step(comm, s, hash, sig->kind, 0, &votes);
-    if (clean < 0)
-        return -1;
+    chan_header_t *me = chan_header(comm, comm->rank);
+    chan_line_t *mine = write_line(me, s, sig, hash, 0, -1, NULL, 1, data, n);
+    if (shmtopo_publish(&mine->step, &me->waiters, s))
+        return finish_step(comm, 1);
+    /* One look at every peer's line: where all posted this signature with no
+     * failure, the step is done without a wait. Anything else goes on in
+     * finish_step, a tail call, so that this path needs no frame. */
+    const size_t at = (size_t)((char *)mine - (char *)me);
+    for (char *const *b = chan->win->base, *const *end = b + comm->size; b < end; b++) {
+        const chan_line_t *l = (const chan_line_t *)(*b + at);
+        if (l != mine && (atomic_load_explicit(&l->step, memory_order_acquire) < s ||
+                          ((uint32_t)l->err | (l->hash ^ hash))))
+            return finish_step(comm, 0);
+    }
     chan->settled = s;
-    return clean ? 0 : judge_unclean(comm, s);
+    return 0;
 }
 
 /* ---- across nodes ------------------------------------------------------------------ */
@@ -557,7 +623,7 @@ static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *vo
     shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_VERDICT);
     summary_t sum;
     /* only the leader's vote counts: it is the job's */
-    if (post_and_gather(comm, &sig, err, origin, message, comm->rank == 0 ? vote : 1, NULL, 0, &sum) < 0)
+    if (post_and_gather(comm, &sig, shmtopo_sig_hash(&sig), err, origin, message, comm->rank == 0 ? vote : 1, NULL, 0, &sum) < 0)
         return -1;
     if (votep)
         *votep = sum.vote;
@@ -571,9 +637,10 @@ static int agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, uint32
 {
     if (shmtopo_comm_usable(comm, shmtopo_kind_name(sig->kind)) < 0)
         return -1;
+    const uint64_t hash = shmtopo_sig_hash(sig);
     summary_t sum;
     if (n <= SHMTOPO_INLINE) {
-        if (step_summary(comm, sig, err, vote, mine, n, &sum) < 0)
+        if (step_summary(comm, sig, hash, err, vote, mine, n, &sum) < 0)
             return -1;
         for (int r = 0; !sum.err && sum.ngroups == 1 && n && r < comm->size; r++)
             memcpy((char *)all + (size_t)r * n, shmtopo_step_data(comm, r), n);
@@ -587,7 +654,7 @@ static int agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, uint32
             const int which = shmtopo_chan_next_buffer(comm);
             if (!err)
                 memcpy(shmtopo_chan_buffer(comm, comm->rank, which), (const char *)mine + off, m);
-            if (step_summary(comm, sig, off == 0 ? err : 0, off == 0 ? vote : 1, NULL, 0, &sum) < 0)
+            if (step_summary(comm, sig, hash, off == 0 ? err : 0, off == 0 ? vote : 1, NULL, 0, &sum) < 0)
                 return -1;
             if (sum.err || sum.ngroups > 1)
                 break;

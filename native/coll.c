@@ -561,7 +561,7 @@ int shmtopo_barrier(shmtopo_comm_t *comm)
 {
     if (shmtopo_comm_usable(comm, "barrier") < 0)
         return -1;
-    shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_BARRIER);
+    static const shmtopo_sig_t sig = SHMTOPO_SIG_OF(SHMTOPO_KIND_BARRIER);
     return shmtopo_coll_step(comm, &sig, NULL, 0);
 }
 

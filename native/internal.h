@@ -278,10 +278,12 @@ int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const
 /* shmtopo_agree that also tells whether every rank of the job voted yes
  * (*allp), so that all ranks take the same turn on a local fact. */
 int shmtopo_agree_vote(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int vote, int *allp);
-/* A signature of `kind` with every other field unused. */
+/* A signature of `kind` with every other field unused; as an initializer,
+ * for a constant one. */
+#define SHMTOPO_SIG_OF(k) {.kind = (k), .dtype = -1, .op = -1, .root = -1, .alg = -1}
 static inline shmtopo_sig_t shmtopo_sig(int kind)
 {
-    return (shmtopo_sig_t){.kind = kind, .dtype = -1, .op = -1, .root = -1, .alg = -1};
+    return (shmtopo_sig_t)SHMTOPO_SIG_OF(kind);
 }
 /* The scratch buffer a chunk starting at the next step uses (0..2). */
 int shmtopo_chan_next_buffer(shmtopo_comm_t *comm);

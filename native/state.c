@@ -33,19 +33,17 @@ int shmtopo_comm_same_process(const shmtopo_comm_t *comm)
                         (int)getpid(), shmtopo_world(comm, comm->rank), (int)comm->pids[comm->rank]);
 }
 
-int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what)
+void shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what)
 {
     if (!comm || !comm->chan.win)
-        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
-    if (shmtopo_comm_same_process(comm) < 0)
-        return -1;
-    if (comm->shrunk)
-        return shmtopo_fail(EPIPE, -1, "%s: the comm was shrunk: use the comm shrink made, and free this one",
-                            what);
-    if (comm->broken)
-        return shmtopo_fail(EPIPE, -1, "%s: the comm is unusable after a failed wait or a failed call ranks "
-                            "ran ahead of; free it", what);
-    return 0; /* usable after all (not reached through shmtopo_comm_usable) */
+        shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    else if (shmtopo_comm_same_process(comm) < 0)
+        return;
+    else if (comm->shrunk)
+        shmtopo_fail(EPIPE, -1, "%s: the comm was shrunk: use the comm shrink made, and free this one", what);
+    else /* broken */
+        shmtopo_fail(EPIPE, -1, "%s: the comm is unusable after a failed wait or a failed call ranks ran ahead "
+                     "of; free it", what);
 }
 
 /* pthread_self, not a thread-local's address: a shared library's

@@ -5,10 +5,12 @@
 #include "internal.h"
 
 /* Bumped in every fork child: a comm remembers the value of the
- * process that made it. */
-extern _Atomic unsigned shmtopo_fork_generation;
-/* The failure of shmtopo_comm_usable (EBADF, ESRCH, EPIPE). */
-int shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what);
+ * process that made it. Hidden: read directly on every call, not through
+ * the GOT. */
+extern __attribute__((visibility("hidden"))) _Atomic unsigned shmtopo_fork_generation;
+/* Set the failure of a comm shmtopo_comm_usable refused (EBADF, ESRCH,
+ * EPIPE). */
+void shmtopo_comm_unusable(const shmtopo_comm_t *comm, const char *what);
 /* 0 in the process that made the comm, -1/ESRCH in a fork child of it. */
 int shmtopo_comm_same_process(const shmtopo_comm_t *comm);
 
@@ -21,7 +23,9 @@ static inline int shmtopo_comm_usable(const shmtopo_comm_t *comm, const char *wh
     if (comm && comm->chan.win && !comm->broken &&
         comm->fork_generation == atomic_load_explicit(&shmtopo_fork_generation, memory_order_relaxed))
         return 0;
-    return shmtopo_comm_unusable(comm, what);
+    /* a call, then a constant: the caller's common path keeps no frame */
+    shmtopo_comm_unusable(comm, what);
+    return -1;
 }
 
 /* This thread's calls only, until shmtopo_unclaim (claims nest): 0, or -1

@@ -7,12 +7,19 @@
 /* Wake every process sleeping on a sequence word. */
 void shmtopo_wake(_Atomic uint64_t *seq);
 
-/* Publish `value` in a sequence word and wake sleepers, if any. The seq_cst
- * exchange also orders every earlier store of this rank before it. */
-static inline void shmtopo_post(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t value)
+/* Publish `value` in a sequence word: nonzero when a process may sleep on
+ * it, which the caller wakes (shmtopo_wake). The seq_cst exchange also
+ * orders every earlier store of this rank before it. */
+static inline int shmtopo_publish(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t value)
 {
     atomic_exchange_explicit(seq, value, memory_order_seq_cst);
-    if (atomic_load_explicit(waiters, memory_order_seq_cst))
+    return atomic_load_explicit(waiters, memory_order_seq_cst) != 0;
+}
+
+/* Publish `value` in a sequence word and wake sleepers, if any. */
+static inline void shmtopo_post(_Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t value)
+{
+    if (shmtopo_publish(seq, waiters, value))
         shmtopo_wake(seq);
 }
 
