@@ -445,6 +445,27 @@ def test_mismatched_arguments_fail_everywhere(comm):
         np.testing.assert_array_equal(comm.allreduce(np.ones(3)), np.full(3, comm.world_size))
 
 
+def test_mismatch_in_every_slot_names_both_calls(comm):
+    """A rank's ring of step lines keeps, beside each line, the signature last
+    posted there, rewritten only when it changes. Once every slot holds one
+    call, mismatches falling in slot after slot must still name what each
+    rank called."""
+    from shmtopo._native import lib
+
+    if comm.world_size == 1:
+        pytest.skip("one rank cannot disagree")
+    ring = 2 * lib.SHMTOPO_RUN_AHEAD_LAG
+    odd = comm.world_rank == comm.world_size - 1
+    for _ in range(ring):
+        comm.allreduce(np.ones(4))
+    for i in range(ring + 1):
+        with pytest.raises(shmtopo.ShmtopoValueError) as info:
+            comm.allreduce(np.ones(5 if odd else 4))
+        assert "allreduce(count 5" in str(info.value) and "allreduce(count 4" in str(info.value), str(info.value)
+        for _ in range(1 + i % 2):  # the next mismatch in the next slot but one, or two
+            comm.allreduce(np.ones(4))
+
+
 def test_bad_arguments(comm):
     with pytest.raises(ValueError, match="bitwise"):
         comm.allreduce(np.ones(3), "band")
