@@ -172,7 +172,8 @@ void shmtopo_coll_fold(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_f
         shmtopo_acc_pair(acc, src(comm, 0, arg) + off * esz, src(comm, 1, arg) + off * esz, m, dtype, op);
         for (int p = 2; p < nranks; p++)
             shmtopo_acc_into(acc, src(comm, p, arg) + off * esz, m, dtype, op);
-        shmtopo_acc_round(dst + off * esz, acc, m, dtype);
+        if (apart) /* else the sum is in dst already */
+            shmtopo_acc_round(dst + off * esz, acc, m, dtype);
     }
 }
 
