@@ -563,14 +563,14 @@ int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t
     chan_line_t *mine = write_line(me, s, sig, hash, 0, -1, NULL, 1, data, n);
     if (shmtopo_publish(&mine->step, &me->waiters, s))
         return finish_step(comm, 1);
-    /* Every peer's line, each after the short spin of a wait: where all
-     * posted this signature with no failure, the step is done. Anything
-     * else (a longer wait, a line to judge) goes on in finish_step, a tail
-     * call, so that this path needs no frame. */
+    /* One look at every peer's line: where all posted this signature with no
+     * failure, the step is done without a wait. Anything else goes on in
+     * finish_step, a tail call, so that this path needs no frame. */
     const size_t at = (size_t)((char *)mine - (char *)me);
     for (char *const *b = chan->win->base, *const *end = b + comm->size; b < end; b++) {
-        chan_line_t *l = (chan_line_t *)(*b + at);
-        if (l != mine && (!shmtopo_spin_until(&l->step, s) || ((uint32_t)l->err | (l->hash ^ hash))))
+        const chan_line_t *l = (const chan_line_t *)(*b + at);
+        if (l != mine && (atomic_load_explicit(&l->step, memory_order_acquire) < s ||
+                          ((uint32_t)l->err | (l->hash ^ hash))))
             return finish_step(comm, 0);
     }
     chan->settled = s;
