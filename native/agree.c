@@ -296,7 +296,7 @@ static int wait_all(shmtopo_comm_t *comm, uint64_t s, const char *what)
 {
     for (int i = 1; i < comm->size; i++) {
         const int p = (comm->rank + i) % comm->size;
-        if (shmtopo_chan_wait(comm, p, s, what) < 0)
+        if (shmtopo_chan_wait(comm, p, s, what, 1) < 0)
             return failed_wait(comm);
     }
     return 0;
@@ -406,9 +406,9 @@ static inline int post(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t 
  * failure, 0 when the step must be judged from the details, -1 when a wait
  * failed (the comm is then broken). *votep: the AND of all votes. The
  * call's name, for a wait's messages, is looked up only where a post was
- * not there at once. */
+ * not there at once. `spin`: as shmtopo_chan_wait's. */
 static inline __attribute__((always_inline)) int await_step(shmtopo_comm_t *comm, uint64_t s, uint64_t hash, int kind,
-                                                            int mine_failed, uint32_t *votep)
+                                                            int mine_failed, int spin, uint32_t *votep)
 {
     const unsigned slot = chan_slot(s);
     const int size = comm->size, me = comm->rank;
@@ -419,7 +419,7 @@ static inline __attribute__((always_inline)) int await_step(shmtopo_comm_t *comm
             p = 0;
         const chan_line_t *l = &chan_header(comm, p)->line[slot];
         if (atomic_load_explicit(&l->step, memory_order_acquire) < s &&
-            shmtopo_chan_wait(comm, p, s, shmtopo_kind_name(kind)) < 0)
+            shmtopo_chan_wait(comm, p, s, shmtopo_kind_name(kind), spin) < 0)
             return failed_wait(comm);
         clean &= !l->err & (l->hash == hash);
         votes &= l->vote;
@@ -455,7 +455,7 @@ static inline int post_and_gather(shmtopo_comm_t *comm, const shmtopo_sig_t *sig
         return -1;
     const uint64_t s = chan->step;
     uint32_t all_votes = 1; /* set by await_step whenever it returns 0 or 1 */
-    const int clean = await_step(comm, s, hash, sig->kind, err, &all_votes);
+    const int clean = await_step(comm, s, hash, sig->kind, err, 1, &all_votes);
     if (clean < 0)
         return -1;
     /* steps this rank ran past, judged now that everyone has posted them */
@@ -499,7 +499,7 @@ int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const voi
         return 0;
     if (from < comm->size) {
         chan_header_t *h = chan_header(comm, from);
-        if (shmtopo_chan_wait(comm, from, s, what) < 0)
+        if (shmtopo_chan_wait(comm, from, s, what, 1) < 0)
             return failed_wait(comm);
         const chan_line_t *l = &h->line[chan_slot(s)];
         if (!l->err && l->hash == line_of(comm, comm->rank, s)->hash)
@@ -531,11 +531,11 @@ static __attribute__((noinline)) int step_general(shmtopo_comm_t *comm, const sh
 }
 
 /* The rest of the common step this rank just posted, which did not find
- * every rank there, and clean, at the first look: wake the peers that sleep
- * on this rank (`wake`), wait for every rank, then judge. The step, its
- * hash and its kind are read back from this rank's line and detail, so
- * that the caller keeps none of them. */
-static __attribute__((noinline)) int finish_step(shmtopo_comm_t *comm, int wake)
+ * every rank there, and clean, after its spin: wake the peers that sleep on
+ * this rank (`wake`), wait for every rank without spinning again (`spun`),
+ * then judge. The step, its hash and its kind are read back from this
+ * rank's line and detail, so that the caller keeps none of them. */
+static __attribute__((noinline)) int finish_step(shmtopo_comm_t *comm, int wake, int spun)
 {
     const uint64_t s = comm->chan.step;
     chan_header_t *me = chan_header(comm, comm->rank);
@@ -543,7 +543,7 @@ static __attribute__((noinline)) int finish_step(shmtopo_comm_t *comm, int wake)
     if (wake)
         shmtopo_wake(&mine->step);
     uint32_t votes;
-    const int clean = await_step(comm, s, mine->hash, me->detail[chan_slot(s)].sig.kind, 0, &votes);
+    const int clean = await_step(comm, s, mine->hash, me->detail[chan_slot(s)].sig.kind, 0, !spun, &votes);
     if (clean < 0)
         return -1;
     comm->chan.settled = s;
@@ -562,16 +562,20 @@ int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t
     chan_header_t *me = chan_header(comm, comm->rank);
     chan_line_t *mine = write_line(me, s, sig, hash, 0, -1, NULL, 1, data, n);
     if (shmtopo_publish(&mine->step, &me->waiters, s))
-        return finish_step(comm, 1);
-    /* One look at every peer's line: where all posted this signature with no
-     * failure, the step is done without a wait. Anything else goes on in
-     * finish_step, a tail call, so that this path needs no frame. */
+        return finish_step(comm, 1, 0);
+    /* Every peer's line, each after the short spin a wait starts with: where
+     * all posted this signature with no failure, the step is done. Anything
+     * else (a longer wait, a line to judge) goes on in finish_step, a tail
+     * call, so that this path needs no frame. */
     const size_t at = (size_t)((char *)mine - (char *)me);
     for (char *const *b = chan->win->base, *const *end = b + comm->size; b < end; b++) {
-        const chan_line_t *l = (const chan_line_t *)(*b + at);
-        if (l != mine && (atomic_load_explicit(&l->step, memory_order_acquire) < s ||
-                          ((uint32_t)l->err | (l->hash ^ hash))))
-            return finish_step(comm, 0);
+        chan_line_t *l = (chan_line_t *)(*b + at);
+        if (l == mine)
+            continue;
+        if (!shmtopo_spin_until(&l->step, s))
+            return finish_step(comm, 0, 1);
+        if ((uint32_t)l->err | (l->hash ^ hash))
+            return finish_step(comm, 0, 0);
     }
     chan->settled = s;
     return 0;

@@ -52,12 +52,16 @@ static inline chan_header_t *chan_header(const shmtopo_comm_t *comm, int rank)
 int shmtopo_chan_wait_failed(shmtopo_comm_t *comm, int origin);
 
 /* Wait until `rank` has posted step s: 0, or -1 having left the channel,
- * so that peers waiting for this rank fail too. */
-static inline int shmtopo_chan_wait(shmtopo_comm_t *comm, int rank, uint64_t s, const char *what)
+ * so that peers waiting for this rank fail too. `spin`: 0 where this step
+ * has had its short spin already (shmtopo_spin_until), so that a rank never
+ * spins longer before the wait's own back-off. */
+static inline int shmtopo_chan_wait(shmtopo_comm_t *comm, int rank, uint64_t s, const char *what, int spin)
 {
     chan_header_t *h = chan_header(comm, rank);
+    _Atomic uint64_t *seq = &h->line[chan_slot(s)].step;
     int origin;
-    if (shmtopo_wait(comm->chan.win, &h->line[chan_slot(s)].step, &h->waiters, s, rank, what, &origin) == 0)
+    if ((spin && shmtopo_spin_until(seq, s)) ||
+        shmtopo_wait_slow(comm->chan.win, seq, &h->waiters, s, rank, what, &origin) == 0)
         return 0;
     return shmtopo_chan_wait_failed(comm, origin);
 }

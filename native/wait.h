@@ -32,6 +32,21 @@ static inline void shmtopo_cpu_relax(void)
 #endif
 }
 
+/* The short spin every wait starts with, inline (no call, no frame):
+ * nonzero once *seq >= target, 0 when it is not there after the spin (the
+ * wait then goes on in shmtopo_wait_slow). */
+static inline int shmtopo_spin_until(_Atomic uint64_t *seq, uint64_t target)
+{
+    if (atomic_load_explicit(seq, memory_order_acquire) >= target) /* most often: nothing to count */
+        return 1;
+    for (int i = 0; i < 64; i++) {
+        shmtopo_cpu_relax();
+        if (atomic_load_explicit(seq, memory_order_acquire) >= target)
+            return 1;
+    }
+    return 0;
+}
+
 /* How a wait goes on and when it gives up (shmtopo_wait_for). */
 typedef struct shmtopo_wait_rule {
     /* 0 while the awaited rank may still post, else -1 with the failure set
@@ -69,11 +84,8 @@ int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_
 static inline int shmtopo_wait(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
                                uint64_t target, int peer, const char *what, int *originp)
 {
-    for (int i = 0; i < 64; i++) {
-        if (atomic_load_explicit(seq, memory_order_acquire) >= target)
-            return 0;
-        shmtopo_cpu_relax();
-    }
+    if (shmtopo_spin_until(seq, target))
+        return 0;
     return shmtopo_wait_slow(win, seq, waiters, target, peer, what, originp);
 }
 
