@@ -165,15 +165,20 @@ void shmtopo_coll_fold(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_f
     int apart = asz != esz;
     for (int p = 2; p < nranks; p++)
         apart |= src(comm, p, arg) == dst;
-    const size_t per = apart ? comm->chan.buffer / asz : count;
+    if (!apart) { /* in dst itself, in one pass */
+        shmtopo_acc_pair(dst, src(comm, 0, arg), src(comm, 1, arg), count, dtype, op);
+        for (int p = 2; p < nranks; p++)
+            shmtopo_acc_into(dst, src(comm, p, arg), count, dtype, op);
+        return;
+    }
+    const size_t per = comm->chan.buffer / asz; /* the private accumulator, a slice at a time */
     for (size_t off = 0; off < count; off += per) {
         const size_t m = shmtopo_min_size(per, count - off);
-        char *acc = apart ? comm->chan.tmp : dst + off * esz;
+        char *acc = comm->chan.tmp;
         shmtopo_acc_pair(acc, src(comm, 0, arg) + off * esz, src(comm, 1, arg) + off * esz, m, dtype, op);
         for (int p = 2; p < nranks; p++)
             shmtopo_acc_into(acc, src(comm, p, arg) + off * esz, m, dtype, op);
-        if (apart) /* else the sum is in dst already */
-            shmtopo_acc_round(dst + off * esz, acc, m, dtype);
+        shmtopo_acc_round(dst + off * esz, acc, m, dtype);
     }
 }
 
