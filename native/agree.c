@@ -68,6 +68,14 @@ static const chan_line_t *line_of(const shmtopo_comm_t *comm, int rank, uint64_t
     return &chan_header(comm, rank)->line[chan_slot(s)];
 }
 
+/* Whether a posted line agrees with this rank's step: no failure, and the
+ * signature of `hash`. Branch-free: it is checked for every peer of every
+ * step. */
+static inline int line_agrees(const chan_line_t *l, uint64_t hash)
+{
+    return ((uint32_t)l->err | (l->hash ^ hash)) == 0;
+}
+
 
 /* ---- describing a call ---------------------------------------------------- */
 
@@ -249,7 +257,7 @@ static int judge(const shmtopo_comm_t *comm, uint64_t s)
     int clean = 1;
     for (int r = 0; r < comm->size; r++) {
         const chan_line_t *l = line_of(comm, r, s);
-        clean &= !l->err && l->hash == hash;
+        clean &= line_agrees(l, hash);
     }
     if (clean)
         return 0;
@@ -421,7 +429,7 @@ static inline __attribute__((always_inline)) int await_step(shmtopo_comm_t *comm
         if (atomic_load_explicit(&l->step, memory_order_acquire) < s &&
             shmtopo_chan_wait(comm, p, s, shmtopo_kind_name(kind), spin) < 0)
             return failed_wait(comm);
-        clean &= !l->err & (l->hash == hash);
+        clean &= line_agrees(l, hash);
         votes &= l->vote;
     }
     *votep = votes;
@@ -491,7 +499,8 @@ static inline int step_summary(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, u
 int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *data, size_t n, int from)
 {
     const char *what = shmtopo_kind_name(sig->kind);
-    if (post(comm, sig, shmtopo_sig_hash(sig), 0, -1, "", 1, data, n) < 0)
+    const uint64_t hash = shmtopo_sig_hash(sig);
+    if (post(comm, sig, hash, 0, -1, "", 1, data, n) < 0)
         return -1;
     shmtopo_chan_t *chan = &comm->chan;
     const uint64_t s = chan->step;
@@ -502,7 +511,7 @@ int shmtopo_step_ahead(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const voi
         if (shmtopo_chan_wait(comm, from, s, what, 1) < 0)
             return failed_wait(comm);
         const chan_line_t *l = &h->line[chan_slot(s)];
-        if (!l->err && l->hash == line_of(comm, comm->rank, s)->hash)
+        if (line_agrees(l, hash))
             return 0;
     }
     /* every rank's data needed, or something wrong in what this rank saw:
@@ -574,7 +583,7 @@ int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t
             continue;
         if (!shmtopo_spin_until(&l->step, s))
             return finish_step(comm, 0, 1);
-        if ((uint32_t)l->err | (l->hash ^ hash))
+        if (!line_agrees(l, hash))
             return finish_step(comm, 0, 0);
     }
     chan->settled = s;
