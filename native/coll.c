@@ -154,8 +154,8 @@ uint64_t shmtopo_coll_posted_address(const shmtopo_comm_t *comm, int rank)
  * that); when it is a later input, which the first writes would clobber, or
  * the type accumulates wider (16-bit floats: in float32, rounded once after
  * the last rank), the accumulator is the private slice instead. */
-static inline __attribute__((always_inline)) void fold(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_fn src,
-                                                       const void *arg, int nranks, size_t count, int dtype, int op)
+void shmtopo_coll_fold(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_fn src, const void *arg,
+                       int nranks, size_t count, int dtype, int op)
 {
     const size_t esz = shmtopo_dtype_size(dtype), asz = shmtopo_acc_size(dtype);
     if (nranks == 1) {
@@ -182,19 +182,11 @@ static inline __attribute__((always_inline)) void fold(const shmtopo_comm_t *com
     }
 }
 
-void shmtopo_coll_fold(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_fn src, const void *arg,
-                       int nranks, size_t count, int dtype, int op)
+/* The reduction of every rank's input. */
+static void reduce_ranks(const shmtopo_comm_t *comm, char *dst, shmtopo_coll_src_fn src, const void *arg,
+                         size_t count, int dtype, int op)
 {
-    fold(comm, dst, src, arg, nranks, count, dtype, op);
-}
-
-/* The reduction of every rank's input, the fold made for each caller's
- * source, so that a small reduction reads its inputs without a call each. */
-static inline __attribute__((always_inline)) void reduce_ranks(const shmtopo_comm_t *comm, char *dst,
-                                                               shmtopo_coll_src_fn src, const void *arg,
-                                                               size_t count, int dtype, int op)
-{
-    fold(comm, dst, src, arg, comm->size, count, dtype, op);
+    shmtopo_coll_fold(comm, dst, src, arg, comm->size, count, dtype, op);
 }
 
 /* Where each rank's input lies: copied into its scratch buffers chunk by
