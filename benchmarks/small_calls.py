@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 import shmtopo
 from shmtopo import floor
-from shmtopo.bench import mpi_library, print_load
+from shmtopo.bench import check_floor_held, mpi_library, print_load
 
 W = MPI.COMM_WORLD
 
@@ -110,6 +110,7 @@ def main():
         one_way = floor.Model(measured).L() if W.size > 1 else 0.0
         if args.layers:
             layers(comm, args.calls, args.repeats, one_way)
+            check_floor_held(comm, measured)
             return
         table = calls(comm)
         times = {name: ([], []) for name in table}
@@ -121,6 +122,7 @@ def main():
                     for _ in range(args.calls):
                         fn()
                     times[name][side].append(W.allreduce((time.perf_counter() - t0) / args.calls, op=MPI.MAX))
+        check_floor_held(comm, measured)
     if W.rank:
         return
     print(f"{W.size} ranks, {mpi_library()}; "

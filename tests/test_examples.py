@@ -81,6 +81,16 @@ def test_cli_bench_plot_checks_matplotlib_first():
     assert "allreduce" not in out.stdout, out.stdout
 
 
+def _assert_floor_checked(out, n):
+    """The round trip is measured again after the rows and printed beside
+    the first (there is none at 1 rank)."""
+    again = [line for line in out.splitlines() if line.startswith("floor again after the rows")]
+    assert len(again) == (1 if n > 1 else 0), out
+    for line in again:
+        numbers = [float(w) for w in line.replace("(", " ").split() if w[0].isdigit()]
+        assert len(numbers) == 2 and all(x > 0 for x in numbers), line
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_cli_bench_runs(n):
     proc = run_mpiexec(n, [sys.executable, "-m", "shmtopo", "bench", "--seconds", "0.02"], timeout=300)
@@ -88,6 +98,7 @@ def test_cli_bench_runs(n):
     assert "shmtopo fence rd" in proc.stdout and "mpi4py Win.Fence()" in proc.stdout
     _assert_honest(proc.stdout)
     assert "x floor" in proc.stdout and "cache line to the other core and back" in proc.stdout
+    _assert_floor_checked(proc.stdout, n)
     # every fence row has a figure over the floor (2+ ranks: the floor is > 0)
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("shmtopo fence", "mpi4py Win.Fence"))]
     assert len(rows) == 8 and all(_x_floor(line) > 0 for line in rows), proc.stdout
@@ -104,6 +115,7 @@ def test_small_calls_benchmark_runs():
     rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in names]
     assert [r[0] for r in rows] == names, proc.stdout
     assert all(float(r[-1]) > 0 and float(r[-2]) > 0 for r in rows), proc.stdout
+    _assert_floor_checked(proc.stdout, 2)
 
 
 def test_small_call_layers_run():
@@ -116,6 +128,7 @@ def test_small_call_layers_run():
             if line.startswith(("the loop", "a C call", "fence", "barrier", "allreduce", "Allreduce"))]
     assert len(rows) == 7, proc.stdout
     assert all(float(r.split()[-1]) >= 0 and "(" in r for r in rows), proc.stdout
+    _assert_floor_checked(proc.stdout, 2)
 
 
 def _assert_honest(out: str) -> None:
@@ -150,6 +163,7 @@ def test_cli_bench_collectives_runs(n):
     assert "allreduce persistent" in proc.stdout and "allgather" in proc.stdout
     _assert_honest(proc.stdout)
     assert "floor, measured here" in proc.stdout and "reduction kernel" in proc.stdout
+    _assert_floor_checked(proc.stdout, n)
     header = next(line for line in proc.stdout.splitlines() if line.startswith("operation"))
     assert header.split()[2:] == ["floor", "us", "mpi4py", "us", "(min-max)", "x", "floor", "shmtopo", "us",
                                   "(min-max)", "x", "floor", "ratio", "GB/s", "(shm)"], header

@@ -192,6 +192,20 @@ def _seconds(fn, *args):
 
 
 @pytest.mark.serial
+def test_floor_moved_names_a_round_trip_that_changed():
+    """The two placements this project's VMs flip between differ 4-fold: a
+    run's figures against a floor taken on the other one are flagged; the
+    jitter of one placement is not."""
+    before, slow, jitter, alone = made_up(), made_up(), made_up(), made_up(ranks=1)
+    before.round_trip, slow.round_trip, jitter.round_trip = _stat(0.09 * US), _stat(0.36 * US), _stat(0.12 * US)
+    alone.round_trip = None
+    assert F.moved(before, slow) == "the cache line's round trip went from 0.09 us to 0.36 us"
+    assert F.moved(slow, before) == "the cache line's round trip went from 0.36 us to 0.09 us"
+    assert F.moved(before, jitter) is None and F.moved(before, before) is None
+    assert F.moved(alone, alone) is None and F.moved(before, alone) is None
+
+
+@pytest.mark.serial
 def test_local_probes_return_times():
     for dram in (0, 1):
         t = _seconds(lib.shmtopo_floor_copy_local, 4096, dram, 5)

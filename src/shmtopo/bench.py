@@ -20,7 +20,7 @@ import numpy as np
 from . import __version__
 from .accel import accelerate
 from .comm import Comm
-from .floor import REPEATS, SIZES, Floor, Model, Stat, measure
+from .floor import REPEATS, SIZES, Floor, Model, Stat, measure, moved
 
 # (operation, µs per op, baseline row, floor seconds)
 FenceRow = tuple[str, Stat, str, float]
@@ -42,6 +42,22 @@ def print_load() -> float:
         print(f"WARNING: load average {load:.2f} >= {BUSY_LOAD}: the machine is busy; these figures are "
               "not fit to publish", flush=True)
     return load
+
+
+def check_floor_held(comm: Comm, floor: Floor, seconds: float = FLOOR_SECONDS, repeats: int = REPEATS) -> bool:
+    """Collective, after a run's rows: the round trip measured again; rank 0
+    prints it beside the one the rows were set against, with a warning when
+    the two cores were moved meanwhile. Returns whether the floor held."""
+    after = measure(comm, min(seconds, FLOOR_SECONDS), repeats, copies=False)
+    change = moved(floor, after)
+    if comm.rank == 0 and after.round_trip is not None and floor.round_trip is not None:
+        print(f"floor again after the rows: the cache line to the other core and back "
+              f"{_num(after.round_trip.median * 1e6)} us (before the rows: "
+              f"{_num(floor.round_trip.median * 1e6)} us)", flush=True)
+        if change:
+            print(f"WARNING: {change} during the run: the two cores were moved (a VM's host, another job), so "
+                  "'x floor' holds only for the rows timed where the floor was measured; run again", flush=True)
+    return change is None
 
 
 def _calibrate(mpi: Any, body: Callable[[int], None], seconds: float) -> int:
@@ -247,6 +263,7 @@ def run_fence_bench(seconds: float = 0.3, repeats: int = REPEATS) -> list[tuple[
         print(_title(comm, "fence benchmark"))
         print_floor(floor, repeats)
         _print_fence_table(rows, floor, repeats)
+    check_floor_held(comm, floor, seconds, repeats)
     comm.free()
     return rows
 
@@ -344,6 +361,7 @@ def run_window_bench(seconds: float = 0.1, repeats: int = REPEATS) -> list[Windo
               "ratio < 1: the\naccelerated window is faster; the one-sided calls target the next rank inside "
               "Lock_all; floor: an atomic\nor a small Get, one cache line there and back; 1 MiB, one core "
               "copying what another wrote (X1).", flush=True)
+    check_floor_held(comm, floor, seconds, repeats)
     comm.free()
     return rows
 
@@ -466,6 +484,7 @@ def run_collective_bench(seconds: float = 0.1, max_bytes: int = 16 << 20,
         if plot:
             lib = mpi_library()
             _plot(rows, plot, f"{comm.size} ranks, " + " ".join(lib.split(",")[0].split()))
+    check_floor_held(comm, floor, seconds, repeats)
     comm.free()
     return rows
 

@@ -71,6 +71,25 @@ class Floor:
     reduce_bytes: int = REDUCE_BYTES
 
 
+# A round trip measured again after a run may differ from the one the run's
+# figures are set against by this factor before the two cores count as moved.
+DRIFT = 1.5
+
+
+def moved(before: Floor, after: Floor) -> str | None:
+    """How the cache-line round trip changed between two measurements on the
+    same ranks, when it changed by more than DRIFT, else None. A VM's host
+    can move two vCPUs between placements whose latencies differ 4-fold, in
+    the middle of a run; a time over the floor then compares a row with a
+    floor measured elsewhere."""
+    if before.round_trip is None or after.round_trip is None:
+        return None
+    a, b = before.round_trip.median, after.round_trip.median
+    if max(a, b) <= DRIFT * min(a, b):
+        return None
+    return f"the cache line's round trip went from {a * 1e6:.3g} us to {b * 1e6:.3g} us"
+
+
 # -- measurement -------------------------------------------------------------
 
 def _probe(fn: Callable[..., int], *args: Any) -> float:
