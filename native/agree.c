@@ -369,11 +369,12 @@ static inline __attribute__((always_inline)) chan_line_t *write_line(chan_header
     /* The detail keeps the signature last posted in this slot: a step that
      * repeats it (the same hash) leaves it. An own count is not in the hash,
      * so a signature with one is always written. */
-    if (line->hash != hash || (sig->flags & SHMTOPO_SIG_OWN_COUNT))
+    if (line->hash != hash || (sig->flags & SHMTOPO_SIG_OWN_COUNT)) {
         me->detail[slot].sig = *sig;
+        line->hash = hash;
+    }
     if (err)
         snprintf(me->detail[slot].message, MESSAGE, "%s", message);
-    line->hash = hash;
     line->err = err;
     line->origin = origin;
     line->vote = vote;
@@ -559,6 +560,23 @@ static __attribute__((noinline)) int finish_step(shmtopo_comm_t *comm, int wake,
     return clean ? 0 : judge_unclean(comm, s);
 }
 
+/* The common step's look at the lines of the ranks whose parts lie in
+ * [b, end), at offset `at`, each after the short spin a wait starts with:
+ * 1 when each posted step s with `hash` and no failure, 0 at a line to
+ * judge, -1 at a rank not there after the spin. */
+static inline __attribute__((always_inline)) int peers_posted(char *const *b, char *const *end, size_t at,
+                                                              uint64_t s, uint64_t hash)
+{
+    for (; b < end; b++) {
+        chan_line_t *l = (chan_line_t *)(*b + at);
+        if (!shmtopo_spin_until(&l->step, s))
+            return -1;
+        if (!line_agrees(l, hash))
+            return 0;
+    }
+    return 1;
+}
+
 int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t hash, int err,
                         const void *data, size_t n)
 {
@@ -572,20 +590,22 @@ int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t
     chan_line_t *mine = write_line(me, s, sig, hash, 0, -1, NULL, 1, data, n);
     if (shmtopo_publish(&mine->step, &me->waiters, s))
         return finish_step(comm, 1, 0);
-    /* Every peer's line, each after the short spin a wait starts with: where
-     * all posted this signature with no failure, the step is done. Anything
-     * else (a longer wait, a line to judge) goes on in finish_step, a tail
-     * call, so that this path needs no frame. */
+    /* Ask for the next step's line now, by a store of the value it holds
+     * (no reader sees a change): its ownership is then on its way while this
+     * rank waits here, instead of being fetched when it posts there. */
     const size_t at = (size_t)((char *)mine - (char *)me);
-    for (char *const *b = chan->win->base, *const *end = b + comm->size; b < end; b++) {
-        chan_line_t *l = (chan_line_t *)(*b + at);
-        if (l == mine)
-            continue;
-        if (!shmtopo_spin_until(&l->step, s))
-            return finish_step(comm, 0, 1);
-        if (!line_agrees(l, hash))
-            return finish_step(comm, 0, 0);
-    }
+    chan_line_t *next = (chan_line_t *)((char *)me->line + (at + sizeof(*mine)) % sizeof(me->line));
+    __atomic_store_n(&next->vote, next->vote, __ATOMIC_RELAXED);
+    /* Every peer's line, the ranks after this one first (as a wait takes
+     * them), each after the short spin a wait starts with: where all posted
+     * this signature with no failure, the step is done. Anything else (a
+     * longer wait, a line to judge) goes on in finish_step, a tail call, so
+     * that this path calls nothing. */
+    char *const *base = chan->win->base;
+    const int after = peers_posted(base + comm->rank + 1, base + comm->size, at, s, hash);
+    const int found = after > 0 ? peers_posted(base, base + comm->rank, at, s, hash) : after;
+    if (found <= 0)
+        return finish_step(comm, 0, found < 0);
     chan->settled = s;
     return 0;
 }
