@@ -7,7 +7,8 @@ Run under mpiexec: ``mpiexec -n 2 python -m shmtopo bench [--collectives |
 repetitions are interleaved (each runs every row once, shmtopo's and
 mpi4py's alternately), so a burst of interference on this machine hits both
 sides instead of one. The 1-minute load average is printed before the run,
-with a warning when the machine is busy.
+with a warning when the machine is busy, and the floor's round trip is
+measured again after the rows, with a warning when the cores were moved.
 """
 from __future__ import annotations
 
