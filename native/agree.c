@@ -592,7 +592,9 @@ int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t
         return finish_step(comm, 1, 0);
     /* Ask for the next step's line now, by a store of the value it holds
      * (no reader sees a change): its ownership is then on its way while this
-     * rank waits here, instead of being fetched when it posts there. */
+     * rank waits here, instead of being fetched when it posts there. The
+     * line is found from this one's offset in the ring, which the loop below
+     * needs anyway (chan_slot(s + 1) costs this path three instructions more). */
     const size_t at = (size_t)((char *)mine - (char *)me);
     chan_line_t *next = (chan_line_t *)((char *)me->line + (at + sizeof(*mine)) % sizeof(me->line));
     __atomic_store_n(&next->vote, next->vote, __ATOMIC_RELAXED);
