@@ -45,10 +45,10 @@ def print_load() -> float:
     return load
 
 
-def check_floor_held(comm: Comm, floor: Floor, seconds: float = FLOOR_SECONDS, repeats: int = REPEATS) -> bool:
+def check_floor_held(comm: Comm, floor: Floor, seconds: float = FLOOR_SECONDS, repeats: int = REPEATS) -> None:
     """Collective, after a run's rows: the round trip measured again; rank 0
     prints it beside the one the rows were set against, with a warning when
-    the two cores were moved meanwhile. Returns whether the floor held."""
+    the two cores were moved meanwhile."""
     after = measure(comm, min(seconds, FLOOR_SECONDS), repeats, copies=False)
     change = moved(floor, after)
     if comm.rank == 0 and after.round_trip is not None and floor.round_trip is not None:
@@ -58,7 +58,6 @@ def check_floor_held(comm: Comm, floor: Floor, seconds: float = FLOOR_SECONDS, r
         if change:
             print(f"WARNING: {change} during the run: the two cores were moved (a VM's host, another job), so "
                   "'x floor' holds only for the rows timed where the floor was measured; run again", flush=True)
-    return change is None
 
 
 def _calibrate(mpi: Any, body: Callable[[int], None], seconds: float) -> int:
