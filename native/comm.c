@@ -349,6 +349,32 @@ int shmtopo_comm_leave(shmtopo_comm_t *comm)
     return 0;
 }
 
+int shmtopo_comm_leave_dead(shmtopo_comm_t *comm, int job_rank)
+{
+    if (!comm || !comm->chan.win)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (job_rank < 0)
+        return shmtopo_fail(EINVAL, -1, "the dead rank must be a job rank, not %d", job_rank);
+    shmtopo_ctrl_t *me = comm->chan.win->ctrl[comm->rank];
+    if (!comm->broken && me) {
+        /* before the leave publishes it (a seq_cst exchange): peers that see
+         * this rank gone read why */
+        int32_t none = 0;
+        atomic_compare_exchange_strong(&me->died_elsewhere, &none, job_rank + 1);
+        shmtopo_chan_leave(comm, -1);
+    }
+    comm->broken = 1;
+    return 0;
+}
+
+int shmtopo_comm_dead_peer(const shmtopo_comm_t *comm)
+{
+    if (!comm)
+        return -1;
+    const int dead = shmtopo_comm_find_dead(comm);
+    return dead < 0 ? -1 : shmtopo_world(comm, dead);
+}
+
 int shmtopo_comm_destroy(shmtopo_comm_t **commp)
 {
     shmtopo_comm_t *comm = commp ? *commp : NULL;

@@ -73,6 +73,8 @@ typedef struct shmtopo_ctrl {
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t fence_seq;  /* stages reached, only grows */
     _Atomic uint32_t abandoned;                         /* owner left after an error: 1 + the
                                                            rank whose failure caused it */
+    _Atomic int32_t died_elsewhere;                     /* set before abandoned: 1 + the job rank
+                                                           on another node whose death it was */
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t fence_waiters;
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t peer_waiters;
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t peer_seq[]; /* [p]: peer fences done with p */

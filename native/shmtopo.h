@@ -100,6 +100,14 @@ int shmtopo_comm_abandon(shmtopo_comm_t *comm);
  * the comm becomes unusable here and peers waiting on it fail with
  * ECONNABORTED; free or abandon it afterwards. */
 int shmtopo_comm_leave(shmtopo_comm_t *comm);
+/* Local: as shmtopo_comm_leave, because job rank `job_rank` died (on another
+ * node, as this rank heard through MPI, or on this one): peers waiting on
+ * the comm fail with EOWNERDEAD naming that rank, as if they had seen the
+ * death themselves. */
+int shmtopo_comm_leave_dead(shmtopo_comm_t *comm, int job_rank);
+/* Local: the job rank of a rank of this node whose process is gone, or -1
+ * (the check a wait makes now and then; a few system calls per rank). */
+int shmtopo_comm_dead_peer(const shmtopo_comm_t *comm);
 /* Local, set up by every rank alike: the comm is one node of a job of
  * `world_size` ranks in `nnodes` nodes; world_ranks[r] is the job rank of
  * local rank r. Agreements then span all nodes: the node's rank 0 (the

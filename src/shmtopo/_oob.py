@@ -82,12 +82,14 @@ SHORT_POLL = 1e-4   # Comm.from_mpi under MPICH at 4 ranks on 2 cores: 47 ms wit
 LONG_POLL = 1e-3
 
 
-def wait(request: Any, timeout: float, what: str, *keep_alive: Any) -> None:
+def wait(request: Any, timeout: float, what: str, *keep_alive: Any,
+         news: Callable[[str], None] | None = None) -> None:
     """Complete an mpi4py request: spin briefly, then poll with growing
     sleeps, up to SHORT_POLL for SHORT_WAIT, then LONG_POLL (Ctrl-C is
     handled between polls). ShmtopoTimeoutError after
     `timeout` seconds (0: never); the request is then abandoned with its
-    buffers."""
+    buffers, as it is when ``news(what)``, called at every poll, raises (a
+    rank of the job died: the request may never complete)."""
     if request.Test():
         return
     start = time.monotonic()
@@ -97,10 +99,15 @@ def wait(request: Any, timeout: float, what: str, *keep_alive: Any) -> None:
             spins += 1
             continue
         now = time.monotonic()
-        if timeout and now - start >= timeout:
+        try:
+            if news is not None:
+                news(what)
+            if timeout and now - start >= timeout:
+                raise ShmtopoTimeoutError(f"{what} timed out after {timeout:g} s (a rank did not take part)",
+                                          _errno.ETIMEDOUT)
+        except BaseException:
             _abandoned.append((request, keep_alive))
-            raise ShmtopoTimeoutError(f"{what} timed out after {timeout:g} s (a rank did not take part)",
-                                      _errno.ETIMEDOUT)
+            raise
         time.sleep(delay)
         # Sleeps stay short while the wait is (the peers' own progress may
         # need this rank to poll: MPICH's, with more ranks than cores, waits
@@ -108,16 +115,17 @@ def wait(request: Any, timeout: float, what: str, *keep_alive: Any) -> None:
         delay = min(delay * 2, SHORT_POLL if now - start < SHORT_WAIT else LONG_POLL)
 
 
-def mpi_transport(mpi_comm: Any, timeout: float) -> Transport:
-    """Allgather and barrier over an mpi4py communicator, under a timeout."""
+def mpi_transport(mpi_comm: Any, timeout: float, news: Callable[[str], None] | None = None) -> Transport:
+    """Allgather and barrier over an mpi4py communicator, under a timeout
+    (and listening for news while they wait: see wait)."""
     from mpi4py import MPI
 
     def allgather(send: memoryview, recv: memoryview) -> None:
         wait(mpi_comm.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE]), timeout,
-             "out-of-band allgather", send, recv)
+             "out-of-band allgather", send, recv, news=news)
 
     def barrier() -> None:
-        wait(mpi_comm.Ibarrier(), timeout, "out-of-band barrier")
+        wait(mpi_comm.Ibarrier(), timeout, "out-of-band barrier", news=news)
 
     return Transport(mpi_comm.Get_size(), allgather, barrier)
 

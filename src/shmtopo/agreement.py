@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 
 from ._base import CommLike
 from ._native import ffi, lib
-from .errors import ShmtopoValueError, last_error
+from .errors import PeerDeadError, ShmtopoValueError, last_error
 
 T = TypeVar("T")
 
@@ -54,7 +54,16 @@ def agree(comm: CommLike, kind: int, count: int = 0, dtype: int = -1, op: int = 
     """Agreement on a call over the whole job, before its data moves by
     other means (across nodes). Raises the job's verdict."""
     if lib.shmtopo_agree_call(comm.handle, signature(kind, count, dtype, op, root, alg, extra, flags)) < 0:
-        raise last_error()
+        exc = last_error()
+        heard_of(comm, exc)
+        raise exc
+
+
+def heard_of(comm: CommLike, exc: BaseException) -> None:
+    """A death this rank found (in shared memory) is news for the ranks of
+    the other nodes, which may be waiting in MPI for it: tell them."""
+    if isinstance(exc, PeerDeadError) and exc.rank is not None and comm.nnodes > 1:
+        comm.plan.announce(exc.rank)
 
 
 def _sizes(a: Any) -> Any:

@@ -134,8 +134,10 @@ def last_error(err: int | None = None) -> BaseException:
     message = ffi.string(lib.shmtopo_last_error()).decode(errors="replace")
     rank = lib.shmtopo_last_error_rank()
     kept = take_kept()
-    if kept is not None and not isinstance(kept, Exception):
-        return kept  # KeyboardInterrupt, SystemExit: unchanged
+    if kept is not None and (not isinstance(kept, Exception) or isinstance(kept, PeerDeadError)):
+        # KeyboardInterrupt, SystemExit; and a death a callback heard of
+        # (across nodes), which names the dead rank itself: unchanged
+        return kept
     if err == _errno.EINTR:
         return KeyboardInterrupt(message)
     exc = from_errno(err, message, rank if rank >= 0 else None)

@@ -12,6 +12,8 @@ verdict into one exchange before any data crosses nodes.
 """
 from __future__ import annotations
 
+import errno as _errno
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -19,7 +21,7 @@ from typing import Any, Callable
 from . import _oob, agreement
 from ._base import release_holders
 from ._native import ffi, lib
-from .errors import ShmtopoValueError, from_errno, last_error
+from .errors import PeerDeadError, ShmtopoValueError, from_errno, last_error
 
 
 # -- MPI communicators' lifetime ---------------------------------------------------
@@ -126,16 +128,87 @@ class NodePlan:
     world: Any = None      # our own duplicate of the job's comm (never matches user messages)
     leaders: Any = None    # one rank per node (node rank 0 only)
     timeout: float = 0.0
+    node: Any = None       # this node's native comm, while it listens for news (listen)
+    dead: int | None = None  # the job rank whose death this rank heard of or found
+    _notice: Any = None    # the receive posted for news of a death, and its buffer
+    _checked: float = 0.0  # when the node's processes were last looked at
 
     @classmethod
     def single(cls, rank: int, size: int) -> "NodePlan":
         return cls(rank, size, 1, 0, [0] * size, list(range(size)), [size], list(range(size)))
 
+    # -- news of a death, across nodes ----------------------------------------
+    # A death is seen in shared memory by the dead rank's node only. The
+    # ranks of other nodes may be waiting in MPI (for that node's leader),
+    # where no liveness check reaches: whoever finds a death sends its rank
+    # to every other rank, and every wait in MPI polls for that message (and
+    # looks at its own node's processes now and then), so that each survivor
+    # raises PeerDeadError naming the dead rank.
+
+    def listen(self, node: Any) -> None:
+        """Local: start hearing news of deaths (`node`: this node's native comm)."""
+        from mpi4py import MPI
+
+        self.node = node
+        buf = bytearray(8)
+        self._notice = (self.world.Irecv([buf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=NEWS_TAG), buf)
+
+    def announce(self, dead: int) -> None:
+        """Local: tell every other rank that job rank `dead` died (once)."""
+        from mpi4py import MPI
+
+        if self.dead is not None or self.world is None:
+            return
+        self.dead = dead
+        message = dead.to_bytes(8, "little")
+        sent = [self.world.Isend([message, MPI.BYTE], dest=rank, tag=NEWS_TAG)
+                for rank in range(self.world_size) if rank not in (self.world_rank, dead)]
+        MPI.Request.Testall(sent)  # a message this small leaves at the first progress
+        _in_flight.append((sent, message))
+
+    def news(self, what: str) -> None:
+        """Raise PeerDeadError if a rank of the job died: heard of, or found
+        on this node (every LIVENESS_PERIOD); this rank then leaves its node's
+        comm naming the dead rank, so that its node-mates name it too."""
+        dead = self.dead
+        if dead is None and self._notice is not None and self._notice[0].Test():
+            dead = self.dead = int.from_bytes(self._notice[1], "little")
+        if dead is None and self.node is not None:
+            now = time.monotonic()
+            if now - self._checked < LIVENESS_PERIOD:
+                return
+            self._checked = now
+            found = lib.shmtopo_comm_dead_peer(self.node)
+            if found < 0:
+                return
+            self.announce(found)
+            dead = found
+        if dead is None:
+            return
+        if self.node is not None:
+            lib.shmtopo_comm_leave_dead(self.node, dead)
+        raise PeerDeadError(f"rank {dead} exited while rank {self.world_rank} waited in {what}",
+                            _errno.EOWNERDEAD, dead)
+
     def free(self) -> None:
+        if self._notice is not None:
+            from mpi4py import MPI
+
+            request = self._notice[0]
+            if not MPI.Is_finalized() and not request.Test():
+                request.Cancel()
+                request.Wait()
+        self._notice = self.node = None
         for c in (self.leaders, self.world):
             if c is not None:  # never COMM_NULL: job_verdict keeps None instead
                 free_mpi_comm(c)
         self.leaders = self.world = None
+
+
+NEWS_TAG = 0x5E7     # news of a death on the plan's own duplicate of the job's comm
+LIVENESS_PERIOD = 0.02  # seconds between looks at the node's processes, as native waits do
+# news sent: MPI may still read the buffers
+_in_flight: list[tuple[list[Any], bytes]] = []
 
 
 @dataclass

@@ -21,39 +21,13 @@ from .node import checked, node_bcast, node_reduce, pointer
 
 T = TypeVar("T")
 
-_MPI_OPS = ("SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR", "MAXLOC", "MINLOC")
-
-
-# mpi4py cannot type a structured array from its buffer: the pair types by name
-_MPI_PAIRS = {lib.SHMTOPO_FLOAT_INT: "FLOAT_INT", lib.SHMTOPO_DOUBLE_INT: "DOUBLE_INT",
-              lib.SHMTOPO_LONG_INT: "LONG_INT", lib.SHMTOPO_2INT: "INT_INT", lib.SHMTOPO_SHORT_INT: "SHORT_INT"}
-
-
-def _mpi_op(opc: int, code: int) -> Any:
-    from mpi4py import MPI
-
-    name = _MPI_OPS[opc]
-    if code == lib.SHMTOPO_BOOL and name in ("BAND", "BOR", "BXOR"):
-        name = "L" + name[1:]  # MPI's bitwise ops take no C_BOOL; on 0/1 they are the logical ones
-    return getattr(MPI, name)
-
-
-def _typed(a: np.ndarray, code: int) -> Any:
-    """a as an MPI buffer of its element type (code: its shmtopo dtype)."""
-    from mpi4py import MPI
-
-    if code in _MPI_PAIRS:
-        return [a.reshape(-1).view(np.uint8), getattr(MPI, _MPI_PAIRS[code])]
-    return a
-
-
 def _as_bytes(a: np.ndarray) -> Any:
     """a as bytes, for calls that only move data (any element type)."""
     return a.reshape(-1).view(np.uint8)
 
 
 def _wait(plan: NodePlan, request: Any, what: str, *buffers: Any) -> None:
-    _oob.wait(request, plan.timeout, what, *buffers)
+    _oob.wait(request, plan.timeout, what, *buffers, news=plan.news)
 
 
 def run_across_nodes(comm: CommLike, fn: Callable[..., T], *args: Any) -> T:
@@ -61,7 +35,8 @@ def run_across_nodes(comm: CommLike, fn: Callable[..., T], *args: Any) -> T:
     comm (peers fail instead of waiting) and propagates."""
     try:
         return fn(comm, *args)
-    except BaseException:
+    except BaseException as exc:
+        agreement.heard_of(comm, exc)
         agreement.leave(comm)
         raise
 
@@ -70,25 +45,84 @@ def node_root(plan: NodePlan, root: int) -> tuple[int, int]:
     return plan.node_of[root], plan.local_of[root]
 
 
-def leaders_allreduce(comm: CommLike, result: np.ndarray, opc: int, code: int) -> None:
-    """The node leaders' partials (of shmtopo dtype `code`) reduced in place."""
-    from mpi4py import MPI
+# ---- reductions between the leaders ------------------------------------------
+# MPI only moves the node partials, as bytes; shmtopo's own kernels fold them,
+# in node order. MPI's op kernels are not C's arithmetic: Open MPI's AVX ones
+# saturate 8- and 16-bit integer sums, where C and numpy wrap.
 
+#: up to this many bytes per leader (or with two nodes) the leaders gather
+#: whole partials and each folds them all: one exchange. Beyond, each leader
+#: folds one block of every partial (an alltoall), then the blocks go round.
+WHOLE_PARTIALS = 256 * 1024
+
+
+def _fold_rows(rows: np.ndarray, opc: int, code: int) -> np.ndarray:
+    """rows[0] op rows[1] op ... in row (node) order, into rows[0]."""
+    for k in range(1, len(rows)):
+        checked(lib.shmtopo_reduce_local(pointer(rows[0]), pointer(rows[k]), rows[0].size, code, opc))
+    return rows[0]
+
+
+def _blocks(n: int, parts: int, itemsize: int) -> tuple[list[int], list[int]]:
+    """n elements in `parts` consecutive blocks (the first n % parts one
+    longer): their sizes and offsets, in bytes."""
+    sizes = [(n // parts + (k < n % parts)) * itemsize for k in range(parts)]
+    return sizes, [sum(sizes[:k]) for k in range(parts)]
+
+
+def _whole(plan: NodePlan, nbytes: int) -> bool:
+    return plan.nnodes == 2 or nbytes <= WHOLE_PARTIALS
+
+
+def _folded_block(plan: NodePlan, partial: np.ndarray, opc: int, code: int, what: str
+                  ) -> tuple[np.ndarray, list[int], list[int]]:
+    """This leader's block of the job's reduction (every node's partial's
+    block folded in node order), and the blocks' byte sizes and offsets."""
+    leaders, nodes = plan.leaders, plan.nnodes
+    sizes, offsets = _blocks(partial.size, nodes, partial.itemsize)
+    mine = plan.node_index
+    rows = np.empty((nodes, sizes[mine] // partial.itemsize), partial.dtype)
+    _wait(plan, leaders.Ialltoallv([_as_bytes(partial), (sizes, offsets)],
+                                   [_as_bytes(rows), ([sizes[mine]] * nodes, [sizes[mine] * k for k in range(nodes)])]),
+          what, partial, rows)
+    return _fold_rows(rows, opc, code), sizes, offsets
+
+
+def leaders_allreduce(comm: CommLike, result: np.ndarray, opc: int, code: int) -> None:
+    """The node leaders' partials (of shmtopo dtype `code`) reduced in place,
+    folded in node order (the same bits on every leader)."""
     plan = comm.plan
-    if plan.leaders is not None and result.size:
-        _wait(plan, plan.leaders.Iallreduce(MPI.IN_PLACE, _typed(result, code), op=_mpi_op(opc, code)),
-              "allreduce between nodes", result)
+    if plan.leaders is None or not result.size:
+        return
+    what = "allreduce between nodes"
+    if _whole(plan, result.nbytes):
+        rows = np.empty((plan.nnodes,) + result.shape, result.dtype)
+        _wait(plan, plan.leaders.Iallgather(_as_bytes(result), _as_bytes(rows)), what, result, rows)
+        result[...] = _fold_rows(rows, opc, code)
+        return
+    block, sizes, offsets = _folded_block(plan, result, opc, code, what)
+    _wait(plan, plan.leaders.Iallgatherv(_as_bytes(block), [_as_bytes(result), (sizes, offsets)]),
+          what, block, result)
 
 
 def leaders_reduce(comm: CommLike, result: np.ndarray, opc: int, root_node: int, code: int) -> None:
+    """As leaders_allreduce, the reduction on the leader of `root_node` only."""
     plan = comm.plan
-    if plan.leaders is not None and result.size:
-        # No MPI_IN_PLACE: MPICH 4.0.2's Reduce crashes with it at a root
-        # other than 0 (and wants a receive buffer on every rank).
+    if plan.leaders is None or not result.size:
+        return
+    what = "reduce between nodes"
+    at_root = plan.node_index == root_node
+    if _whole(plan, result.nbytes):
         mine = result.copy()
-        out = result if plan.leaders.Get_rank() == root_node else np.empty_like(mine)
-        _wait(plan, plan.leaders.Ireduce(_typed(mine, code), _typed(out, code), op=_mpi_op(opc, code),
-                                         root=root_node), "reduce between nodes", mine, out)
+        rows = np.empty((plan.nnodes,) + result.shape, result.dtype) if at_root else None
+        _wait(plan, plan.leaders.Igather(_as_bytes(mine), None if rows is None else _as_bytes(rows), root=root_node),
+              what, mine, rows)
+        if rows is not None:
+            result[...] = _fold_rows(rows, opc, code)
+        return
+    block, sizes, offsets = _folded_block(plan, result, opc, code, what)
+    _wait(plan, plan.leaders.Igatherv(_as_bytes(block), [_as_bytes(result), (sizes, offsets)] if at_root else None,
+                                      root=root_node), what, block, result)
 
 
 def leaders_bcast(comm: CommLike, result: np.ndarray, root_node: int) -> None:

@@ -1,0 +1,48 @@
+"""The job around the node (job.py): what crosses nodes besides data. A
+death is seen in shared memory by the dead rank's node only; every survivor
+on every node must name it (news of a death, NodePlan.news). Simulated nodes
+here (SHMTOPO_NODE_SIZE); tests/test_realnodes.py runs the same script on
+real ones."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import CLEAN_ENV, mpiexec_command
+
+pytestmark = pytest.mark.serial
+HERE = Path(__file__).resolve().parent
+
+
+def keep_going_flags():
+    """mpiexec's options that keep the survivors of a death alive: the case
+    where nothing but shmtopo can tell them."""
+    from mpi4py import MPI
+
+    if MPI.Get_library_version().startswith("Open MPI"):
+        return ["--mca", "orte_abort_on_non_zero_status", "0"]
+    return ["-disable-auto-cleanup"]
+
+
+def survivors_lines(proc):
+    """{rank: (exception, exc.rank, seconds, message)} from the RESULT lines
+    (found anywhere: a launcher may join two ranks' lines)."""
+    return {int(m[0]): m[1:] for m in re.findall(r"RESULT (\d+) (\S+) (\S+) (\S+) \(([^)]*)\)", proc.stdout)}
+
+
+# 4 ranks in 2 nodes of 2: rank 2 leads the second node, 3 does not
+@pytest.mark.parametrize("victim", [2, 3])
+@pytest.mark.parametrize("call", ["allreduce", "alltoall"])
+def test_a_death_is_named_on_every_node(victim, call):
+    env = dict(CLEAN_ENV, SHMTOPO_NODE_SIZE="2")
+    env.pop("SHMTOPO_TIMEOUT", None)  # the default: wait forever
+    proc = subprocess.run(mpiexec_command() + keep_going_flags() + ["-n", "4", sys.executable,
+                          str(HERE / "scripts" / "death_across_nodes.py"), str(victim), call],
+                          capture_output=True, text=True, timeout=120, env=env)
+    lines = survivors_lines(proc)
+    report = proc.stdout + proc.stderr
+    assert sorted(lines) == sorted({0, 1, 2, 3} - {victim}), report
+    for rank, (name, named, seconds, message) in lines.items():
+        assert (name, named) == ("PeerDeadError", str(victim)), report
