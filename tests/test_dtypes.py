@@ -106,13 +106,25 @@ def fold(op, a, b):
             "bxor": np.bitwise_xor}[op](a, b).astype(a.dtype)
 
 
-def reference(op, inputs):
-    """Folded in rank order; 16-bit floats in float32, rounded once."""
+def reference(op, inputs, comm=None):
+    """Folded as shmtopo folds: in rank order on one node; across nodes
+    (comm spanning several) each node's ranks in node order, then the node
+    partials in node order. 16-bit floats in float32, rounded once."""
     dtype = inputs[0].dtype
     wide = is_half(dtype)
-    acc = inputs[0].astype(np.float32) if wide else inputs[0].copy()
-    for x in inputs[1:]:
-        acc = fold(op, acc, x.astype(np.float32) if wide else x)
+
+    def folded(xs):
+        acc = xs[0].astype(np.float32) if wide else xs[0].copy()
+        for x in xs[1:]:
+            acc = fold(op, acc, x.astype(np.float32) if wide else x)
+        return acc
+
+    if comm is None or comm.nnodes == 1:
+        acc = folded(inputs)
+    else:
+        plan = comm.plan
+        acc = folded([folded([inputs[w] for w in plan.world_order if plan.node_of[w] == node])
+                      for node in range(plan.nnodes)])
     return acc.astype(dtype) if wide else acc
 
 
@@ -326,22 +338,12 @@ def test_bcast_allgather_alltoall_move_bits(comm, name):
 
 # ---- across (simulated) nodes ------------------------------------------------------
 
-def check(got, want, what):
-    """Bitwise, but where MPI associates the nodes' partials its own way
-    (complex, and 16-bit products whose float32 partials are inexact):
-    within an ulp or so of the 16-bit or complex result."""
-    if want.dtype.kind == "c" or (is_half(want.dtype) and "prod" in what):
-        np.testing.assert_allclose(got.astype(np.complex128), want.astype(np.complex128),
-                                   rtol=1e-2 if is_half(want.dtype) else 1e-5, atol=1e-5, err_msg=what)
-    else:
-        assert_bits(got, want, what)
-
-
 @pytest.mark.parametrize("node_size", [1, 2])
 def test_simulated_nodes(node_size):
-    """Hierarchical paths: 16-bit floats cross nodes as float32 partials
-    (the exact data below would round differently if leaders exchanged
-    rounded ones); every rank gets the same bits."""
+    """Hierarchical paths: every rank gets the bits of the fold over nodes
+    (reference), for every type and op; 16-bit floats cross nodes as
+    float32 partials (the exact data below would round differently if
+    leaders exchanged rounded ones)."""
     with shmtopo.Comm.from_mpi(WORLD, node_size=node_size) as comm:
         n = WORLD.size
         for name in ALL_NEW:
@@ -349,21 +351,45 @@ def test_simulated_nodes(node_size):
             for op in ops_for(dtype):
                 count = 1001
                 inputs = everyone(count, dtype, salt=23, exact=True)
-                want = reference(op, inputs)
+                want = reference(op, inputs, comm)
                 got = comm.allreduce(inputs[WORLD.rank], op)
                 same_everywhere(comm, got)
-                check(got, want, f"{name} {op}")
+                assert_bits(got, want, f"{name} {op}")
                 for root in range(n):
                     r = comm.reduce(inputs[WORLD.rank], op, root=root)
                     if WORLD.rank == root:
-                        check(r, want, f"{name} {op} root {root}")
+                        assert_bits(r, want, f"{name} {op} root {root}")
                     else:
                         assert r is None
                 blocks = everyone(3 * n, dtype, salt=29, exact=True)
                 rs = comm.reduce_scatter(blocks[WORLD.rank], op)
-                check(rs, reference(op, blocks).reshape(n, 3)[WORLD.rank], f"{name} {op} rs")
+                assert_bits(rs, reference(op, blocks, comm).reshape(n, 3)[WORLD.rank], f"{name} {op} rs")
             assert_bits(comm.bcast(inputs[WORLD.rank], root=n - 1), inputs[n - 1])
             assert_bits(comm.allgather(inputs[WORLD.rank]), np.array(inputs))
+
+
+@pytest.mark.parametrize("node_size", [None, 1, 2])
+@pytest.mark.parametrize("name", ["int8", "uint8", "int16", "uint16"])
+def test_small_integer_sums_wrap_on_one_node_and_across(node_size, name):
+    """8- and 16-bit sums and products that overflow wrap, as in C and numpy,
+    whatever the node layout: across nodes MPI only moves the partials
+    (Open MPI's own kernels saturate these sums)."""
+    dtype = np.dtype(name)
+    big = np.iinfo(dtype).max // 2 + 1
+    with shmtopo.Comm.from_mpi(WORLD, node_size=node_size) as comm:
+        for count in (1, 7, 70001):
+            inputs = [np.full(count, big - r % 3, dtype) for r in range(WORLD.size)]
+            for op in ("sum", "prod"):
+                want = reference(op, inputs, comm)
+                assert_bits(comm.allreduce(inputs[WORLD.rank], op), want, f"{name} {op} {count}")
+                r = comm.reduce(inputs[WORLD.rank], op, root=WORLD.size - 1)
+                if WORLD.rank == WORLD.size - 1:
+                    assert_bits(r, want, f"{name} {op} {count} reduce")
+                blocks = inputs[WORLD.rank][:count // WORLD.size * WORLD.size]
+                if blocks.size:
+                    rs = comm.reduce_scatter(blocks, op)
+                    assert_bits(rs, want[:blocks.size].reshape(WORLD.size, -1)[WORLD.rank], f"{name} {op} rs")
+                assert_bits(comm.scan(inputs[WORLD.rank], op), reference(op, inputs[:WORLD.rank + 1]))
 
 
 # ---- misuse: the same error on every rank ------------------------------------------
