@@ -372,6 +372,11 @@ int shmtopo_win_abandon(shmtopo_win_t *win);
 /* The same, leaving because of rank `origin` (which died or abandoned
  * first): peers' errors then name that rank, the root cause. */
 int shmtopo_win_abandon_because(shmtopo_win_t *win, int origin);
+/* Local: this rank stops taking part in the window (its process is about to
+ * exit with the window open): peers waiting on it fail with ECONNABORTED
+ * naming this rank, at once. The memory stays mapped until the window is
+ * freed or abandoned. */
+int shmtopo_win_depart(shmtopo_win_t *win);
 
 /* ---- collectives -------------------------------------------------------- */
 

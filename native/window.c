@@ -455,6 +455,15 @@ int shmtopo_win_wait_failed(shmtopo_win_t *win, int origin)
     return -1;
 }
 
+int shmtopo_win_depart(shmtopo_win_t *win)
+{
+    if (!win)
+        return shmtopo_fail(EBADF, -1, "window is NULL or freed");
+    if (!win->broken)
+        shmtopo_win_leave(win, -1);
+    return 0;
+}
+
 int shmtopo_win_abandon(shmtopo_win_t *win)
 {
     return shmtopo_win_abandon_because(win, -1);

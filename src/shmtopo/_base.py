@@ -8,7 +8,8 @@ ranks may never reach their free), never by the garbage collector, which
 only warns.
 
 A process that exits with comms still open (an uncaught exception on one
-rank, say) leaves them first, so that peers waiting on it raise
+rank, say) leaves them and their windows first, so that peers waiting on it
+(in a collective, a fence, a peer fence, an accelerated window's lock) raise
 PeerAbortedError at once instead of waiting for the process to be gone,
 which MPI_Finalize may delay forever while the peers wait. Before that,
 the objects built on a comm (an accelerated comm) drop theirs.
@@ -69,8 +70,7 @@ def release_holders() -> None:
 def _at_exit() -> None:
     release_holders()
     for comm in list(_open_comms):
-        if comm._h != ffi.NULL:
-            lib.shmtopo_comm_leave(comm._h)
+        comm.depart()
 
 
 class Collective:

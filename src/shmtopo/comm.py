@@ -456,6 +456,18 @@ class Comm(_fastpath.NativeComm, Collective):
         self.plan.free()
         self._free_mpi()
 
+    def depart(self) -> None:
+        """Local, for a process about to exit with the comm open: leave its
+        windows and the comm, so that peers waiting on any of them raise
+        PeerAbortedError instead of waiting for this process to be gone
+        (which MPI_Finalize may put off for ever). The memory stays mapped."""
+        if self._h == ffi.NULL:
+            return
+        for win in self.windows:
+            if win.handle != ffi.NULL:
+                lib.shmtopo_win_depart(win.handle)
+        lib.shmtopo_comm_leave(self._h)
+
     def shrink(self) -> "Comm":
         """Collective over the ranks still running, as ULFM's
         ``MPI_Comm_shrink`` is for MPI: after a PeerDeadError (or at any
