@@ -403,3 +403,41 @@ def test_a_bad_fence_raises_on_every_rank():
         with pytest.raises(shmtopo.ShmtopoError, match=f"rank {culprit}"):
             win.Fence()
     win.Free()
+
+
+def test_a_second_threads_free_is_refused_and_changes_nothing(awin):
+    """While a thread of rank 0 waits in Fence, its other thread's shm_free()
+    raises EBUSY and leaves the window accelerated: the waiting Fence, the
+    next Fence and a lock all still run in shared memory on every rank."""
+    import errno
+    import threading
+
+    if WORLD.size < 2:
+        pytest.skip("needs a peer to wait for")
+    refused = None
+    if WORLD.rank == 0:
+        inside = threading.Thread(target=awin.Fence)
+        inside.start()
+        while not inside.is_alive():
+            pass
+        import time
+        time.sleep(0.2)  # the Fence waits for rank 1 by now
+        try:
+            awin.shm_free()
+        except shmtopo.ShmtopoError as exc:
+            refused = exc.errno
+        WORLD.send(None, dest=1)  # now rank 1 joins the Fence
+        inside.join(30)
+        assert not inside.is_alive()
+    elif WORLD.rank == 1:
+        WORLD.recv(source=0)
+        awin.Fence()
+    else:
+        awin.Fence()
+    assert WORLD.bcast(refused, root=0) == errno.EBUSY
+    assert awin.accelerated
+    awin.Fence()
+    awin.Lock(0)
+    awin.Unlock(0)
+    awin.Fence()
+    assert awin.shm_stats()["Fence"] == (3, 0) and awin.shm_stats()["Lock"] == (1, 0)

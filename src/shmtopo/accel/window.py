@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from .. import _fastpath, _types
+from .._base import hold_all, release_all
 from .._native import ffi, lib
 from ..comm import Comm
 from ..errors import ShmtopoValueError, check
@@ -607,14 +608,21 @@ class AcceleratedWin:
     def shm_free(self) -> None:
         """Collective: free shmtopo's part (later calls all go to MPI). Twice is a no-op."""
         shm, ctrl, comm = self._shm, self._ctrl, self._comm
+        held = [ctrl.address] if ctrl is not None and not ctrl.freed else []
+        if shm is not None:
+            hold_all(shm.address, held)  # another thread inside: EBUSY here, before anything changes
         self._shm = self._ctrl = self._comm = None
         self._rs.release()
         self._ctrl_h = ffi.NULL
         try:
-            if ctrl is not None and not ctrl.freed:
+            if held:
                 ctrl.free()
             if shm is not None:
-                shm.free()
+                shm.free()  # the holds go with what they held
+        except BaseException:
+            if shm is not None and shm.address:
+                release_all(shm.address, [ctrl.address] if held and ctrl.address else [])
+            raise
         finally:
             if comm is not None:
                 comm.Free()
