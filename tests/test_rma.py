@@ -441,3 +441,22 @@ def test_a_second_threads_free_is_refused_and_changes_nothing(awin):
     awin.Unlock(0)
     awin.Fence()
     assert awin.shm_stats()["Fence"] == (3, 0) and awin.shm_stats()["Lock"] == (1, 0)
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("how", ["keyword", "variable"])
+def test_accelerating_a_window_keeps_the_timeout(how):
+    """A rank that never comes: accelerate(win) raises ShmtopoTimeoutError
+    after the timeout instead of waiting in MPI for the comm it makes."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import CLEAN_ENV, mpiexec_command
+    from test_job import keep_going_flags
+
+    script = Path(__file__).resolve().parent / "scripts" / "accelerate_win_alone.py"
+    proc = subprocess.run(mpiexec_command() + keep_going_flags() + ["-n", "2", sys.executable, str(script), how],
+                          capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
+    assert re.findall(r"RESULT (\S+)", proc.stdout) == ["ShmtopoTimeoutError"], proc.stdout + proc.stderr

@@ -92,8 +92,28 @@ def split_once(parent: Any, what: Any, split: Callable[[], Any], timeout: float)
         cached = _splits[(handle, what)] = split()
     if cached == MPI.COMM_NULL:
         return MPI.COMM_NULL
-    dup, request = cached.Idup()
-    _oob.wait(request, timeout, "Comm.from_mpi's copy of a split")
+    return dup_within(cached, timeout, "Comm.from_mpi's copy of a split")
+
+
+def local_timeout(timeout: Any) -> float:
+    """The timeout a rank's own setting gives (`timeout`, else
+    SHMTOPO_TIMEOUT), for the waits before the ranks have compared theirs:
+    a bad value counts as 0 here, and raises on every rank once compared."""
+    try:
+        if timeout is not None:
+            return agreement.as_timeout(timeout)
+    except ShmtopoValueError:
+        return 0.0
+    cfg = ffi.new("shmtopo_config_t *")
+    return float(cfg.timeout) if lib.shmtopo_config_read(cfg) == 0 else 0.0
+
+
+def dup_within(parent: Any, timeout: float, what: str) -> Any:
+    """Collective over ``parent``: a duplicate of it, made with a polled
+    Idup, so that a rank that never comes is a ShmtopoTimeoutError after
+    `timeout` seconds (0: never) rather than a wait in MPI for ever."""
+    dup, request = parent.Idup()
+    _oob.wait(request, timeout, what)
     return dup
 
 

@@ -44,6 +44,7 @@ from .. import _fastpath, _types
 from .._base import hold_all, release_all
 from .._native import ffi, lib
 from ..comm import Comm
+from ..job import dup_within, local_timeout
 from ..errors import ShmtopoValueError, check
 from .buffers import Message, message
 from .tables import LeftToMPI, Tables, format_type, get_tables, op_name
@@ -758,9 +759,15 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
         awin._me, awin._n = group.Get_rank(), group.Get_size()
         if not awin._shared:
             return awin
-        # a communicator of its own over the window's group: the caller's may be freed first
+        # a communicator of its own over the window's group (the caller's may
+        # be freed first), made under the timeout where MPI can: Create_group
+        # has no nonblocking form, so a window of part of the world without
+        # its comm waits in MPI for its ranks
+        seconds = local_timeout(timeout)
         if comm is not None:
-            own = MPI.Intracomm(comm).Dup()
+            own = dup_within(MPI.Intracomm(comm), seconds, "accelerate(win)'s copy of the comm")
+        elif MPI.Group.Compare(group, MPI.COMM_WORLD.Get_group()) == MPI.IDENT:
+            own = dup_within(MPI.COMM_WORLD, seconds, "accelerate(win)'s copy of the world")
         else:
             own = MPI.COMM_WORLD.Create_group(group)
     finally:
