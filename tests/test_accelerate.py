@@ -1141,3 +1141,18 @@ def test_new_comms_are_accelerated(acomm):
     else:
         assert isinstance(none, shmtopo.AcceleratedComm) and none.Get_size() == n - 1
         none.Free()
+
+
+def test_copies_are_the_same_accelerated_comm(acomm):
+    """copy.copy, copy.deepcopy and type(c)(c) make what mpi4py makes of a
+    communicator, a new object on the same handle: here also the same
+    accelerated comm, whose calls run in shared memory and count together."""
+    import copy
+
+    for made in (copy.copy(acomm), copy.deepcopy(acomm), type(acomm)(acomm)):
+        assert type(made) is type(acomm) and made == acomm and made.Get_rank() == acomm.Get_rank()
+        assert repr(made) == repr(acomm) and made.shm_comm is acomm.shm_comm
+        x = np.ones(3)
+        made.Allreduce(MPI.IN_PLACE, x)
+        assert x.tolist() == [WORLD.size] * 3
+    assert acomm.shm_stats() == {"Allreduce": (3, 0)}

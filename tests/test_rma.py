@@ -460,3 +460,15 @@ def test_accelerating_a_window_keeps_the_timeout(how):
     proc = subprocess.run(mpiexec_command() + keep_going_flags() + ["-n", "2", sys.executable, str(script), how],
                           capture_output=True, text=True, timeout=120, env=CLEAN_ENV)
     assert re.findall(r"RESULT (\S+)", proc.stdout) == ["ShmtopoTimeoutError"], proc.stdout + proc.stderr
+
+
+def test_copies_are_the_same_accelerated_window(awin):
+    import copy
+
+    awin.Lock(0)
+    for made in (copy.copy(awin), copy.deepcopy(awin), type(awin)(awin)):
+        assert type(made) is type(awin) and made.accelerated and repr(made) == repr(awin)
+    copy.copy(awin).Unlock(0)  # the lock taken through the window is the copy's to release too
+    for made in (copy.copy(awin), copy.deepcopy(awin), type(awin)(awin)):
+        made.Fence()
+    assert awin.shm_stats()["Fence"] == (3, 0) and awin.shm_stats()["Unlock"] == (1, 0)

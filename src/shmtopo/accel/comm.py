@@ -49,7 +49,7 @@ from . import plans
 from .buffers import Array
 from .plans import Call
 from .tables import SUM_DEFAULT, LeftToMPI, Tables, get_tables
-from .window import accelerate_window
+from .window import accelerate_window, copies_state
 
 STRICT_VARIABLE = "SHMTOPO_ACCEL_STRICT"
 
@@ -649,7 +649,8 @@ def accelerated_class(cls: type) -> type:
     a program's own subclass of one)."""
     made = _ACCELERATED.get(cls)
     if made is None:
-        namespace: dict[str, Any] = {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedComm.__doc__}
+        namespace: dict[str, Any] = {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedComm.__doc__,
+                                     **copies_state(_OWN)}
         if hasattr(cls, "Sub"):  # a Cartcomm's
             namespace["Sub"] = _cart_sub
         # CommFast first: its C methods take the plain calls, AcceleratedComm's the others
