@@ -115,17 +115,19 @@ def wait(request: Any, timeout: float, what: str, *keep_alive: Any,
         delay = min(delay * 2, SHORT_POLL if now - start < SHORT_WAIT else LONG_POLL)
 
 
-def mpi_transport(mpi_comm: Any, timeout: float, news: Callable[[str], None] | None = None) -> Transport:
+def mpi_transport(mpi_comm: Any, timeout: float, news: Callable[[str], None] | None = None,
+                  what: str = "out-of-band") -> Transport:
     """Allgather and barrier over an mpi4py communicator, under a timeout
-    (and listening for news while they wait: see wait)."""
+    (and listening for news while they wait: see wait); `what` names them
+    in messages."""
     from mpi4py import MPI
 
     def allgather(send: memoryview, recv: memoryview) -> None:
         wait(mpi_comm.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE]), timeout,
-             "out-of-band allgather", send, recv, news=news)
+             f"{what} allgather", send, recv, news=news)
 
     def barrier() -> None:
-        wait(mpi_comm.Ibarrier(), timeout, "out-of-band barrier", news=news)
+        wait(mpi_comm.Ibarrier(), timeout, f"{what} barrier", news=news)
 
     return Transport(mpi_comm.Get_size(), allgather, barrier)
 

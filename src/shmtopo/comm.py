@@ -155,7 +155,8 @@ class Comm(_fastpath.NativeComm, Collective):
             return
         self._set_handle(self._h)  # collectives span nodes: the fast entries stand aside
         plan.listen(self._h)
-        self._leaders_transport = (_oob.mpi_transport(plan.leaders, plan.timeout, plan.news)
+        self._leaders_transport = (_oob.mpi_transport(plan.leaders, plan.timeout, plan.news,
+                                                      "the node leaders'")
                                    if plan.leaders is not None else None)
         world_ranks = ffi.new("int[]", [w for w in plan.world_order if plan.node_of[w] == plan.node_index])
         leaders = self._leaders_transport.oob if self._leaders_transport else ffi.NULL
