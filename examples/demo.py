@@ -6,9 +6,19 @@ MPI with `python -m shmtopo run -n 4 examples/demo.py`.
 2. Ranks pair up (0-1, 2-3, ...) and swap a message through each other's
    parts, synchronised by a peer fence between the two only.
 """
+import sys
+
 import numpy as np
 
 import shmtopo
+
+
+def say(line):
+    # one write per line: print() may write the text and its newline apart,
+    # and a launcher forwarding several ranks' output can join them there
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
 
 with shmtopo.Comm.from_env() as comm:   # under mpiexec: Comm.from_mpi(MPI.COMM_WORLD)
     rank, size = comm.rank, comm.size
@@ -21,8 +31,8 @@ with shmtopo.Comm.from_env() as comm:   # under mpiexec: Comm.from_mpi(MPI.COMM_
         if rank == 0:
             expected = 100.0 + np.arange(size)
             assert np.array_equal(board, expected), board
-            print(f"rank 0 sees {board.tolist()} from {size} ranks "
-                  f"(fence algorithm: {win.fence_algorithm}, backend: {win.backend})")
+            say(f"rank 0 sees {board.tolist()} from {size} ranks "
+                f"(fence algorithm: {win.fence_algorithm}, backend: {win.backend})")
 
     # 2. pairwise exchange with peer fences
     with comm.allocate(shape=(2,), dtype=np.int64) as win:
@@ -32,7 +42,7 @@ with shmtopo.Comm.from_env() as comm:   # under mpiexec: Comm.from_mpi(MPI.COMM_
             win.peer_fence(partner)                        # both sides call it
             got = win.local.tolist()
             assert got == [partner, partner * partner], got
-            print(f"rank {rank} got {got} from rank {partner} after a peer fence")
+            say(f"rank {rank} got {got} from rank {partner} after a peer fence")
         win.fence()
     if rank == 0:
-        print("demo ok")
+        say("demo ok")

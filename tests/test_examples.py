@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_mpiexec
+from conftest import CLEAN_ENV, run_mpiexec
 
 pytestmark = pytest.mark.serial
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -14,11 +14,15 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_demo(n):
-    proc = run_mpiexec(n, [sys.executable, EXAMPLES / "demo.py"], timeout=120)
+    # unbuffered, as a person's terminal session often is: each line must
+    # still come out whole, never two ranks' lines run together
+    proc = run_mpiexec(n, [sys.executable, EXAMPLES / "demo.py"], timeout=120,
+                       env=dict(CLEAN_ENV, PYTHONUNBUFFERED="1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "demo ok" in proc.stdout
-    assert f"from {n} ranks" in proc.stdout
-    assert proc.stdout.count("after a peer fence") == n - n % 2
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "demo ok" and lines[0].startswith(f"rank 0 sees ") and f"from {n} ranks" in lines[0]
+    assert sorted(lines[1:-1]) == [f"rank {r} got {[r ^ 1, (r ^ 1) ** 2]} from rank {r ^ 1} after a peer fence"
+                                   for r in range(n - n % 2)], proc.stdout
 
 
 @pytest.mark.parametrize("n", [2, 3])
