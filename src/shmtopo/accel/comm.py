@@ -650,7 +650,7 @@ def accelerated_class(cls: type) -> type:
     made = _ACCELERATED.get(cls)
     if made is None:
         namespace: dict[str, Any] = {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedComm.__doc__,
-                                     **copies_state(_OWN)}
+                                     **copies_state(_OWN, cls)}
         if hasattr(cls, "Sub"):  # a Cartcomm's
             namespace["Sub"] = _cart_sub
         # CommFast first: its C methods take the plain calls, AcceleratedComm's the others

@@ -718,14 +718,15 @@ _OWN = ("_t", "_shared", "_shm", "_ctrl", "_ctrl_h", "_comm", "_bases", "_sizes"
         "_strict", "_stats", "_rs", "_mpi_access")
 
 
-def copies_state(own: tuple[str, ...]) -> dict[str, Any]:
+def copies_state(own: tuple[str, ...], mpi_base: Any) -> dict[str, Any]:
     """The methods by which a copy of an accelerated object (``copy.copy``,
     ``copy.deepcopy``, ``type(obj)(obj)``, as mpi4py copies a handle) is the
     same accelerated object: the same MPI handle, and the same shmtopo state
-    (slots `own`), as mpi4py's copies share the handle's."""
+    (slots `own`), as mpi4py's copies share the handle's. mpi_base: the mpi4py
+class accelerated (its ``__new__`` copies the handle)."""
 
     def __new__(cls: type, *args: Any) -> Any:
-        new = super(cls.__mro__[1], cls).__new__(cls, *args)  # mpi4py's: the handle
+        new = mpi_base.__new__(cls, *args)  # mpi4py's: the handle
         if args and type(args[0]).__new__ is cls.__new__:
             for name in own:
                 if hasattr(args[0], name):
@@ -747,7 +748,7 @@ def accelerated_win_class(cls: type) -> type:
         # WinFast first: its C methods take the plain calls, AcceleratedWin's the others
         made = type("AcceleratedWin", (_fastpath.WinFast, AcceleratedWin, cls),
                     {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedWin.__doc__,
-                     **copies_state(_OWN)})
+                     **copies_state(_OWN, cls)})
         _CLASSES[cls] = made
     return made
 

@@ -60,7 +60,8 @@ def _fold_rows(rows: np.ndarray, opc: int, code: int) -> np.ndarray:
     """rows[0] op rows[1] op ... in row (node) order, into rows[0]."""
     for k in range(1, len(rows)):
         checked(lib.shmtopo_reduce_local(pointer(rows[0]), pointer(rows[k]), rows[0].size, code, opc))
-    return rows[0]
+    folded: np.ndarray = rows[0]
+    return folded
 
 
 def _blocks(n: int, parts: int, itemsize: int) -> tuple[list[int], list[int]]:
