@@ -16,7 +16,7 @@ import shmtopo
 from shmtopo import rendezvous
 
 import folds
-from conftest import PythonCalls
+from conftest import PythonCalls, skip_simulated_nodes_across_hosts
 
 INT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 FLOAT_TYPES = [np.float32, np.float64]
@@ -543,6 +543,7 @@ def test_simulated_nodes_match_mpi4py(node_size):
     checked against plain mpi4py collectives."""
     if rendezvous.in_environment():
         pytest.skip("simulated nodes are nodes of an MPI job: this one was started without MPI")
+    skip_simulated_nodes_across_hosts(node_size)
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
