@@ -6,6 +6,7 @@ its report and aborts the whole job, so one rank's failed assertion fails the
 run instead of leaving the others waiting in a fence.
 """
 import os
+import socket
 import sys
 import tarfile
 import tempfile
@@ -96,6 +97,24 @@ def pytest_runtest_makereport(item, call):
                          f"{report.longreprtext}\n[rank {WORLD.Get_rank()}] aborting the MPI job\n")
         sys.stderr.flush()
         WORLD.Abort(1)
+
+
+_one_host = None
+
+
+def skip_simulated_nodes_across_hosts(node_size):
+    """Simulated nodes (node_size=: groups of consecutive ranks) are one
+    machine's stand-in for nodes: on a job that spans real hosts (./dev
+    test's real-node pass) the real nodes are tested instead, and groups of
+    ranks, or those of comms derived from them, would span hosts. Collective
+    over the world the first time (every rank runs the same tests, in order)."""
+    global _one_host
+    if node_size is None:
+        return
+    if _one_host is None:
+        _one_host = WORLD.Get_size() == 1 or len(set(WORLD.allgather(socket.gethostname()))) == 1
+    if not _one_host:
+        pytest.skip("simulated nodes: the job spans real hosts, whose nodes are tested instead")
 
 
 @pytest.fixture

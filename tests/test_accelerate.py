@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import shmtopo
 from shmtopo.accel.comm import LOWER_CASE
-from conftest import run_mpiexec
+from conftest import run_mpiexec, skip_simulated_nodes_across_hosts
 
 WORLD = MPI.COMM_WORLD
 HERE = Path(__file__).resolve().parent
@@ -62,6 +62,7 @@ def roots(n):
 
 @pytest.fixture(params=[None, 2], ids=["node", "nodes-of-2"])
 def acomm(request):
+    skip_simulated_nodes_across_hosts(request.param)
     a = shmtopo.accelerate(WORLD, node_size=request.param, timeout=60)
     yield a
     a.shm_free()
@@ -1124,14 +1125,21 @@ def test_persistent_requests(acomm):
 
 def test_new_comms_are_accelerated(acomm):
     rank, n = WORLD.rank, WORLD.size
-    for make in (lambda: acomm.Dup(), lambda: acomm.Clone(), lambda: acomm.Split(0, -rank),
-                 lambda: acomm.Split_type(MPI.COMM_TYPE_SHARED), lambda: acomm.Create(acomm.Get_group())):
+    # Split_type by shared memory gives this host's ranks: the job's on one machine
+    shared = WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    host = shared.allgather(rank)
+    shared.Free()
+    for shared_only, make in ((False, lambda: acomm.Dup()), (False, lambda: acomm.Clone()),
+                              (False, lambda: acomm.Split(0, -rank)),
+                              (True, lambda: acomm.Split_type(MPI.COMM_TYPE_SHARED)),
+                              (False, lambda: acomm.Create(acomm.Get_group()))):
+        members = host if shared_only else list(range(n))
         sub = make()
         try:
-            assert isinstance(sub, shmtopo.AcceleratedComm) and sub.Get_size() == n
+            assert isinstance(sub, shmtopo.AcceleratedComm) and sub.Get_size() == len(members)
             out = np.zeros(2)
             sub.Allreduce(np.full(2, float(rank)), out)
-            same_bits(out, np.full(2, float(sum(range(n)))))
+            same_bits(out, np.full(2, float(sum(members))))
             assert sub.shm_stats() == {"Allreduce": (1, 0)}
         finally:
             sub.Free()

@@ -1,12 +1,22 @@
 """Window collectives against numpy references computed from every rank's
-input (each rank can generate every other rank's input)."""
+input (each rank can generate every other rank's input).
+
+On one node or across nodes (./dev test's real-node pass runs this file on
+every rank of 2 to 3 real nodes): ranks and roots of collectives are world
+ranks, windows and their parts are the node's (node ranks); a reduction's
+bits are those of folds.fold, the flat rank-order fold on one node, each
+node's fold then the nodes' in node order across nodes. The fast entries
+(C methods that run no Python) and the window path (peers' parts read in
+place) are one node's: across nodes the fast entries hand every call to the
+general path, and an array in a window is taken like a private one."""
 import numpy as np
 import pytest
 
 import shmtopo
 from shmtopo import rendezvous
 
-from conftest import PythonCalls
+import folds
+from conftest import PythonCalls, skip_simulated_nodes_across_hosts
 
 INT_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 FLOAT_TYPES = [np.float32, np.float64]
@@ -26,10 +36,13 @@ def data(rank, count, dtype, salt=0):
 
 
 def reference(op, inputs):
-    out = inputs[0].copy()
-    for x in inputs[1:]:
-        out = UFUNCS[op](out, x).astype(out.dtype)
-    return out
+    """The flat rank-order fold (what one node gives)."""
+    return folds.flat(op, inputs)
+
+
+def expected(comm, op, inputs):
+    """What a reduction of inputs (by world rank) gives on comm's job."""
+    return folds.fold(op, inputs, folds.by_node(comm))
 
 
 def ops_for(dtype):
@@ -46,7 +59,7 @@ def test_allreduce_every_dtype_and_op(comm, dtype):
         for count in (1, 13, 200):
             inputs = everyone(comm, count, dtype)
             got = comm.allreduce(inputs[comm.world_rank], op)
-            np.testing.assert_array_equal(got, reference(op, inputs), err_msg=f"{op} {count}")
+            np.testing.assert_array_equal(got, expected(comm, op, inputs), err_msg=f"{op} {count}")
 
 
 @pytest.mark.parametrize("algorithm", ["flat", "rsag", None])
@@ -55,17 +68,17 @@ def test_allreduce_sizes_and_algorithms(comm, algorithm, count):
     for dtype, op in ((np.float64, "sum"), (np.int32, "bxor")):
         inputs = everyone(comm, count, dtype)
         got = comm.allreduce(inputs[comm.world_rank], op, algorithm=algorithm)
-        np.testing.assert_array_equal(got, reference(op, inputs))
+        np.testing.assert_array_equal(got, expected(comm, op, inputs))
 
 
 def test_allreduce_in_place_and_out(comm):
     inputs = everyone(comm, 5000, np.float64)
     a = inputs[comm.world_rank].copy()
     assert comm.allreduce(a, out=a) is a
-    np.testing.assert_array_equal(a, reference("sum", inputs))
+    np.testing.assert_array_equal(a, expected(comm, "sum", inputs))
     out = np.empty((50, 100))
     comm.allreduce(inputs[comm.world_rank].reshape(50, 100), "max", out=out)
-    np.testing.assert_array_equal(out.ravel(), reference("max", inputs))
+    np.testing.assert_array_equal(out.ravel(), expected(comm, "max", inputs))
 
 
 @pytest.mark.parametrize("algorithm", ["flat", "rsag"])
@@ -75,7 +88,7 @@ def test_reduce_every_root(comm, algorithm, count):
     for root in range(comm.world_size):
         got = comm.reduce(inputs[comm.world_rank], "sum", root=root, algorithm=algorithm)
         if comm.world_rank == root:
-            np.testing.assert_array_equal(got, reference("sum", inputs))
+            np.testing.assert_array_equal(got, expected(comm, "sum", inputs))
         else:
             assert got is None
 
@@ -110,7 +123,7 @@ def test_reduce_scatter(comm, block):
     for dtype, op in ((np.float64, "sum"), (np.uint16, "bor"), (np.int8, "min")):
         inputs = everyone(comm, n * block, dtype)
         got = comm.reduce_scatter(inputs[comm.world_rank], op)
-        want = reference(op, inputs).reshape(n, block)[comm.world_rank]
+        want = expected(comm, op, inputs).reshape(n, block)[comm.world_rank]
         np.testing.assert_array_equal(got, want)
 
 
@@ -150,9 +163,9 @@ def test_many_small_chunks(monkeypatch):
             inputs = everyone(comm, count, np.float64)
             for alg in ("flat", "rsag"):
                 got = comm.allreduce(inputs[comm.world_rank], algorithm=alg)
-                np.testing.assert_array_equal(got, reference("sum", inputs))
-            np.testing.assert_array_equal(comm.bcast(inputs[comm.world_rank], root=comm.size - 1),
-                                          inputs[comm.size - 1])
+                np.testing.assert_array_equal(got, expected(comm, "sum", inputs))
+            last = comm.world_size - 1
+            np.testing.assert_array_equal(comm.bcast(inputs[comm.world_rank], root=last), inputs[last])
             np.testing.assert_array_equal(comm.allgather(inputs[comm.world_rank]), np.array(inputs))
 
 
@@ -165,13 +178,43 @@ TAGGED = np.dtype(np.float64, metadata={"unit": "m"})  # equal to float64, not t
 
 def test_fast_entry_takes_only_the_plain_case(comm):
     """shmtopo._fastpath runs a collective on plain ndarrays and hands
-    everything else back (None, no collective made) to the general path."""
+    everything else back (None, no collective made) to the general path.
+    Across nodes the comm has no fast handle (0): everything is handed back."""
     from shmtopo import _fastpath
     from shmtopo.coll.node import WINDOW_MIN
 
     h, wins, n = comm.fast_handle, comm.windows, comm.world_size
     x = data(comm.world_rank, 24, np.float64)
-    want = reference("sum", everyone(comm, 24, np.float64))
+    want = expected(comm, "sum", everyone(comm, 24, np.float64))
+    readonly = np.empty(24)
+    readonly.flags.writeable = False
+    if comm.nnodes > 1:
+        assert h == 0
+        large = np.full(WINDOW_MIN // 8 + 3, comm.world_rank + 1.0)
+        for args in [(h, wins, x, None, "sum"), (h, wins, x.reshape(4, 6), np.empty((4, 6)), "sum"),
+                     (h, wins, large, None, "sum")]:
+            assert _fastpath.allreduce(*args) is None, args
+        assert _fastpath.bcast(h, wins, x.copy(), 0) is None
+        assert _fastpath.reduce(h, wins, x, None, "sum", 0, comm.world_rank == 0) is NotImplemented
+        assert _fastpath.allgather(h, wins, x, np.empty((n, 24)), n) is None
+    else:
+        _plain_fast_entries(comm, x, want, readonly)
+    # the same calls through the public API: the general path does them or explains
+    np.testing.assert_array_equal(comm.allreduce(x), want)
+    np.testing.assert_array_equal(comm.allreduce(x[::2]), want[::2])
+    np.testing.assert_array_equal(comm.allreduce(x.view(_Sub)), want)
+    np.testing.assert_array_equal(comm.allreduce(x.astype(TAGGED)), want)
+    with pytest.raises(ValueError, match="out must be a writable"):
+        comm.allreduce(x, out=readonly)
+    comm.barrier()
+
+
+def _plain_fast_entries(comm, x, want, readonly):
+    """One node: what the fast entries take and what they hand back."""
+    from shmtopo import _fastpath
+    from shmtopo.coll.node import WINDOW_MIN
+
+    h, wins, n = comm.fast_handle, comm.windows, comm.world_size
     np.testing.assert_array_equal(_fastpath.allreduce(h, wins, x, None, "sum"), want)
     grid = np.empty((4, 6))
     assert _fastpath.allreduce(h, wins, x.reshape(4, 6), grid, "sum") is grid
@@ -182,8 +225,6 @@ def test_fast_entry_takes_only_the_plain_case(comm):
     large = np.full(WINDOW_MIN // 8 + 3, comm.world_rank + 1.0)  # private: taken at any size
     np.testing.assert_array_equal(_fastpath.allreduce(h, wins, large, None, "sum"),
                                   np.full(large.size, n * (n + 1) / 2))
-    readonly = np.empty(24)
-    readonly.flags.writeable = False
     for args in [(0, wins, x, None, "sum"),                        # freed or multi-node comm
                  (h, wins, list(x), None, "sum"),                  # not an array
                  (h, wins, x[::2], None, "sum"),                   # not contiguous
@@ -201,20 +242,14 @@ def test_fast_entry_takes_only_the_plain_case(comm):
     assert _fastpath.bcast(h, wins, readonly, 0) is None
     assert _fastpath.reduce(h, wins, x[::2], None, "sum", 0, comm.world_rank == 0) is NotImplemented
     assert _fastpath.allgather(h, wins, x, np.empty((n, 23)), n) is None
-    # the same calls through the public API: the general path does them or explains
-    np.testing.assert_array_equal(comm.allreduce(x[::2]), want[::2])
-    np.testing.assert_array_equal(comm.allreduce(x.view(_Sub)), want)
-    np.testing.assert_array_equal(comm.allreduce(x.astype(TAGGED)), want)
-    with pytest.raises(ValueError, match="out must be a writable"):
-        comm.allreduce(x, out=readonly)
-    comm.barrier()
 
 
 def test_plain_calls_of_comms_methods_run_no_python(comm):
     """Comm's barrier, allreduce, reduce, bcast, allgather, alltoall, gather
     and scatter are C methods: their plain calls (C-contiguous arrays, out
     given, int roots, arguments by position or by name) run no Python at
-    all; the rest goes to the general path, which does it or explains."""
+    all on one node; the rest goes to the general path, which does it or
+    explains. Across nodes every call takes the general path: the same results."""
     from shmtopo import _fastpath
 
     n, me, h = comm.world_size, comm.world_rank, comm.fast_handle
@@ -233,7 +268,10 @@ def test_plain_calls_of_comms_methods_run_no_python(comm):
         got = comm.gather(x, root, out=gathered)
         scattered = comm.scatter(table, root, out=block)
         exchanged = comm.alltoall(table, out=swapped)
-    assert python_calls == [], python_calls
+    if comm.nnodes == 1:
+        assert python_calls == [], python_calls
+    else:  # every call in Python, each through the across-nodes path
+        assert python_calls.count("run_across_nodes") >= 8, python_calls
     everyone_x = np.array(everyone(comm, 6, np.int32))
     assert got_sum is summed and got_rows is rows and got_sent is sent
     np.testing.assert_array_equal(summed, everyone_x.sum(axis=0))
@@ -283,7 +321,9 @@ def test_plain_calls_of_comms_methods_run_no_python(comm):
 def test_scans_and_reduce_scatter_enter_c_once(comm):
     """scan and exscan (out given, or a new array for scan), in place too,
     and reduce_scatter of equal blocks with out given run no Python past the
-    API function; the rest takes the general path, which does it or explains."""
+    API function on one node; the rest takes the general path, which does it
+    or explains. Across nodes every call takes the general path: the same
+    results, scans folded as the job's reductions are."""
     from shmtopo import _fastpath
 
     n, me, h = comm.world_size, comm.world_rank, comm.fast_handle
@@ -298,17 +338,21 @@ def test_scans_and_reduce_scatter_enter_c_once(comm):
         got_inplace = comm.scan(inplace, out=inplace)
         got_block = comm.reduce_scatter(blocks, out=block)
     # numpy's empty_like makes scan's new array
-    assert python_calls == ["scan", "scan", "empty_like", "exscan", "scan", "reduce_scatter"], python_calls
-    rows = np.array(everyone(comm, 5, np.float64))
-    folds = [rows[0].copy()]  # folds[r]: ranks 0..r folded in rank order, as the core does, bit for bit
-    for r in range(1, n):
-        folds.append(folds[-1] + rows[r])
-    folded = folds[me]
+    if comm.nnodes == 1:
+        assert python_calls == ["scan", "scan", "empty_like", "exscan", "scan", "reduce_scatter"], python_calls
+    else:
+        assert python_calls[:1] == ["scan"] and "reduce_scatter" in python_calls, python_calls
+    rows = list(np.array(everyone(comm, 5, np.float64)))
+    # prefix[r]: ranks 0..r folded as a reduction over them is, bit for bit
+    prefix = [expected(comm, "sum", rows[:r + 1] + [np.zeros(5)] * (n - r - 1)) for r in range(n)]
+    if comm.nnodes == 1:
+        prefix = [reference("sum", rows[:r + 1]) for r in range(n)]
+    folded = prefix[me]
     assert got_scan is scanned and got_inplace is inplace and got_excl is excl and got_block is block
     np.testing.assert_array_equal(scanned, folded)
     np.testing.assert_array_equal(inplace, folded)
-    np.testing.assert_array_equal(got_new, rows[:me + 1].max(axis=0))
-    np.testing.assert_array_equal(excl, np.full(5, -1.0) if me == 0 else folds[me - 1])  # rank 0's left as it was
+    np.testing.assert_array_equal(got_new, np.array(rows[:me + 1]).max(axis=0))
+    np.testing.assert_array_equal(excl, np.full(5, -1.0) if me == 0 else prefix[me - 1])  # rank 0's left as it was
     np.testing.assert_array_equal(block, np.arange(me * 3, me * 3 + 3) * sum(range(1, n + 1)))
     # what the C entries hand back (None: no collective made)
     assert _fastpath.scan(h, x, None, "sum", True) is None                  # exscan's new array: zeroed
@@ -326,11 +370,12 @@ def test_scans_and_reduce_scatter_enter_c_once(comm):
     mine = np.empty(me + 1, np.int64)
     with PythonCalls() as python_calls:
         got = comm.reduce_scatter(values, counts=counts, out=mine)
-    assert python_calls == ["reduce_scatter"] and got is mine, python_calls
+    assert got is mine and python_calls[:1] == ["reduce_scatter"], python_calls
+    assert len(python_calls) == 1 or comm.nnodes > 1, python_calls
     start = sum(counts[:me])
     np.testing.assert_array_equal(mine, np.arange(start, start + me + 1) * sum(range(1, n + 1)))
     # through the API: the general path does the rest, on every rank alike
-    np.testing.assert_array_equal(comm.exscan(x), np.zeros(5) if me == 0 else folds[me - 1])
+    np.testing.assert_array_equal(comm.exscan(x), np.zeros(5) if me == 0 else prefix[me - 1])
     np.testing.assert_array_equal(comm.reduce_scatter(blocks), block)
     comm.barrier()
 
@@ -338,8 +383,9 @@ def test_scans_and_reduce_scatter_enter_c_once(comm):
 def test_v_variants_enter_c_once(comm):
     """gatherv, scatterv, allgatherv and alltoallv with out given (counts as a
     list, a tuple, numpy int64 or int32; displs given or packed) run no
-    Python past the API function and land every block where its layout says;
-    in place, a new result and odd counts go the general way."""
+    Python past the API function on one node (across nodes: the general
+    path) and land every block where its layout says; in place, a new result
+    and odd counts go the general way."""
     from shmtopo import _fastpath
 
     n, me, h = comm.world_size, comm.world_rank, comm.fast_handle
@@ -364,7 +410,11 @@ def test_v_variants_enter_c_once(comm):
             got_s = comm.scatterv(table, c, None, root, out=scattered)
             got_a = comm.allgatherv(mine, c, d, out=allgathered)
             got_t = comm.alltoallv(send, sc, None, rc, None, out=received)
-        assert python_calls == ["gatherv", "scatterv", "allgatherv", "alltoallv"], (form, python_calls)
+        if comm.nnodes == 1:
+            assert python_calls == ["gatherv", "scatterv", "allgatherv", "alltoallv"], (form, python_calls)
+        else:
+            assert python_calls[:1] == ["gatherv"], (form, python_calls)
+            assert {"scatterv", "allgatherv", "alltoallv"} <= set(python_calls), (form, python_calls)
         assert (got_g is gathered) if me == root else got_g is None
         assert got_s is scattered and got_a is allgathered and got_t is received
     expect = np.full(end, -1.0)
@@ -399,27 +449,36 @@ def test_v_variants_enter_c_once(comm):
 def test_fast_entry_finds_the_window(comm, op):
     """A large array in a window takes the window path from the fast entry
     too: when only rank 0 is told of the window, the ranks disagree on the
-    path and every rank raises (so the window list decides, not the size)."""
+    path and every rank raises (so the window list decides, not the size).
+    Across nodes the fast entry hands the call back, and the general path
+    takes the window's array like a private one."""
     from shmtopo import _fastpath
     from shmtopo.coll.node import WINDOW_MIN
 
-    if comm.size == 1:
+    if comm.world_size == 1:
         pytest.skip("one rank cannot disagree")
     h, n, count = comm.fast_handle, comm.world_size, WINDOW_MIN // 8 + 5
     with comm.allocate(shape=(count + 8,), dtype=np.float64) as win:
         view = win.local[8:]  # at an offset inside the part
-        view[:] = comm.rank + 1
+        view[:] = comm.world_rank + 1
         comm.barrier()
         calls = {"allreduce": lambda wins: _fastpath.allreduce(h, wins, view, None, "sum"),
                  "reduce": lambda wins: _fastpath.reduce(h, wins, view, None, "sum", 0, comm.rank == 0),
                  "bcast": lambda wins: _fastpath.bcast(h, wins, view, 0),
                  "allgather": lambda wins: _fastpath.allgather(h, wins, view, np.empty((n, count)), n)}
-        with pytest.raises(shmtopo.ShmtopoValueError, match="ranks disagree"):
-            calls[op](comm.windows if comm.rank == 0 else [])
-        got = calls[op](comm.windows)  # every rank on the window path
         want = {"allreduce": np.full(count, n * (n + 1) / 2), "reduce": np.full(count, n * (n + 1) / 2),
                 "bcast": np.full(count, 1.0), "allgather": np.repeat(np.arange(1.0, n + 1), count).reshape(n, count)}
-        if op != "reduce" or comm.rank == 0:
+        if comm.nnodes > 1:
+            assert h == 0
+            assert calls[op](comm.windows) in (None, NotImplemented)  # handed back, no collective made
+            public = {"allreduce": lambda: comm.allreduce(view), "reduce": lambda: comm.reduce(view, root=0),
+                      "bcast": lambda: comm.bcast(view, root=0), "allgather": lambda: comm.allgather(view)}
+            got = public[op]()
+        else:
+            with pytest.raises(shmtopo.ShmtopoValueError, match="ranks disagree"):
+                calls[op](comm.windows if comm.rank == 0 else [])
+            got = calls[op](comm.windows)  # every rank on the window path
+        if op != "reduce" or comm.world_rank == 0:
             np.testing.assert_array_equal(got, want[op])
         comm.barrier()
 
@@ -484,6 +543,7 @@ def test_simulated_nodes_match_mpi4py(node_size):
     checked against plain mpi4py collectives."""
     if rendezvous.in_environment():
         pytest.skip("simulated nodes are nodes of an MPI job: this one was started without MPI")
+    skip_simulated_nodes_across_hosts(node_size)
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
@@ -526,19 +586,21 @@ def test_simulated_nodes_match_mpi4py(node_size):
 
 @pytest.mark.parametrize("algorithm", ["flat", "rsag", None])
 def test_window_path_zero_copy(comm, algorithm):
-    """Arrays inside a window of the comm are read in place by the peers."""
+    """Arrays inside a window of the comm are read in place by the peers on
+    one node (across nodes they are taken like private arrays: the same
+    results)."""
     count = 3 * CHUNK // 8 + 5
     inputs = everyone(comm, count, np.float64)
     with comm.allocate(shape=(count + 16,), dtype=np.float64) as win:
         view = win.local[16:]  # at an offset inside the part
-        view[:] = inputs[comm.rank]
+        view[:] = inputs[comm.world_rank]
         got = comm.allreduce(view, algorithm=algorithm)
-        np.testing.assert_array_equal(got, reference("sum", inputs))
-        for root in range(comm.size):
+        np.testing.assert_array_equal(got, expected(comm, "sum", inputs))
+        for root in range(comm.world_size):
             r = comm.reduce(view, "max", root=root, algorithm=algorithm)
-            if comm.rank == root:
-                np.testing.assert_array_equal(r, reference("max", inputs))
-        for root in range(comm.size):
+            if comm.world_rank == root:
+                np.testing.assert_array_equal(r, expected(comm, "max", inputs))
+        for root in range(comm.world_size):
             b = comm.bcast(view, root=root)
             np.testing.assert_array_equal(b, inputs[root])
         np.testing.assert_array_equal(comm.allgather(view), np.array(inputs))
@@ -548,15 +610,22 @@ def test_window_path_zero_copy(comm, algorithm):
 
 
 def test_window_and_copy_paths_must_not_mix(comm):
-    if comm.size == 1:
+    """On one node an array in a window and a private one take different
+    paths: mixed, the ranks disagree and every rank raises. Across nodes
+    there is one path: mixed is fine."""
+    if comm.world_size == 1:
         pytest.skip("one rank cannot disagree")
     count = CHUNK // 8
     with comm.allocate(shape=(count,), dtype=np.float64) as win:
-        a = win.local if comm.rank == 0 else np.zeros(count)
-        with pytest.raises(shmtopo.ShmtopoValueError, match="ranks disagree"):
-            comm.allreduce(a)
-        with pytest.raises(shmtopo.ShmtopoValueError, match="ranks disagree"):
-            comm.allgather(a)
+        a = win.local if comm.world_rank == 0 else np.zeros(count)
+        if comm.nnodes > 1:
+            np.testing.assert_array_equal(comm.allreduce(a), np.zeros(count))
+            np.testing.assert_array_equal(comm.allgather(a), np.zeros((comm.world_size, count)))
+        else:
+            with pytest.raises(shmtopo.ShmtopoValueError, match="ranks disagree"):
+                comm.allreduce(a)
+            with pytest.raises(shmtopo.ShmtopoValueError, match="ranks disagree"):
+                comm.allgather(a)
         np.testing.assert_array_equal(comm.allreduce(win.local), np.zeros(count))
 
 
@@ -568,46 +637,67 @@ def test_window_in_place(comm, dtype, count, algorithm):
     of reads and writes shows up as wrong elements (new data every epoch)."""
     with comm.allocate(shape=(count,), dtype=dtype) as win:
         view = win.local
+        me = comm.world_rank
         for epoch in range(3):
             inputs = everyone(comm, count, dtype, salt=epoch)
-            view[:] = inputs[comm.rank]
+            view[:] = inputs[me]
             assert comm.allreduce(view, out=view, algorithm=algorithm) is view
-            np.testing.assert_array_equal(view, reference("sum", inputs), err_msg=f"epoch {epoch}")
-            for root in range(comm.size):
-                view[:] = inputs[comm.rank]
+            np.testing.assert_array_equal(view, expected(comm, "sum", inputs), err_msg=f"epoch {epoch}")
+            for root in range(comm.world_size):
+                view[:] = inputs[me]
                 comm.barrier()  # no rank may still read a part being refilled
-                out = view if comm.rank == root else None
+                out = view if me == root else None
                 got = comm.reduce(view, "max", root=root, out=out, algorithm=algorithm)
-                want = reference("max", inputs) if comm.rank == root else inputs[comm.rank]
+                want = expected(comm, "max", inputs) if me == root else inputs[me]
                 np.testing.assert_array_equal(view, want, err_msg=f"reduce root {root}")
                 assert got is out
-            for root in range(comm.size):
-                view[:] = inputs[comm.rank]
+            for root in range(comm.world_size):
+                view[:] = inputs[me]
                 comm.barrier()
                 assert comm.bcast(view, root=root, out=view) is view  # the ranks share the copying
                 np.testing.assert_array_equal(view, inputs[root], err_msg=f"bcast root {root}")
 
 
 def test_window_result_must_not_overlap_a_peers_input(comm):
-    if comm.size == 1:
+    """On one node peers read each other's parts in place: a result over a
+    peer's input is refused on every rank. Across nodes inputs are taken
+    like private arrays, so such a result is written, and right. The writer
+    is the first rank of the first node with a peer."""
+    if comm.world_size == 1:
         pytest.skip("needs a peer")
     count = CHUNK // 8
+    sizes = comm.plan.node_sizes
     with comm.allocate(shape=(count,), dtype=np.float64) as win:
-        win.local[:] = comm.rank
+        win.local[:] = comm.world_rank
         comm.barrier()
-        peer = (comm.rank + 1) % comm.size
-        out = win.query(peer)[:count] if comm.rank == 0 else None  # rank 0 errs; all fail
-        with pytest.raises(shmtopo.ShmtopoValueError):
+        peer = (comm.rank + 1) % comm.size  # a node rank: the window's
+        on_writers_node = max(sizes) > 1 and comm.plan.node_index == [z > 1 for z in sizes].index(True)
+        out = win.query(peer)[:count] if on_writers_node and comm.rank == 0 else None
+        total = sum(range(comm.world_size))
+        if comm.nnodes > 1:
             comm.allreduce(win.local, out=out)
-        np.testing.assert_array_equal(win.query(peer)[:count], peer)  # nothing written
-        np.testing.assert_array_equal(comm.allreduce(win.local)[:3], sum(range(comm.size)))
+            comm.barrier()
+            if on_writers_node:  # its node sees the sum in the peer's part
+                np.testing.assert_array_equal(win.query(1)[:count], total)
+            comm.barrier()
+            win.local[:] = comm.world_rank
+            comm.barrier()
+        else:  # the writer errs; all fail
+            with pytest.raises(shmtopo.ShmtopoValueError):
+                comm.allreduce(win.local, out=out)
+            np.testing.assert_array_equal(win.query(peer)[:count], peer)  # nothing written
+        np.testing.assert_array_equal(comm.allreduce(win.local)[:3], total)
 
 
 def test_small_collectives_wait_without_the_gil(comm):
     """While a rank waits in a small collective for a late peer, its other
-    threads keep running: the fast entry releases the GIL like cffi does."""
-    if comm.size == 1:
+    threads keep running: the fast entry releases the GIL like cffi does.
+    The fast entries are one node's (across nodes calls take the general
+    path, whose waits poll MPI)."""
+    if comm.world_size == 1:
         pytest.skip("needs a late peer")
+    if comm.nnodes > 1:
+        pytest.skip("no fast entry across nodes")
     import threading
     import time
 
@@ -617,7 +707,7 @@ def test_small_collectives_wait_without_the_gil(comm):
         while not stop.is_set():
             ticks[0] += 1
 
-    x, out, grid = np.ones(8), np.empty(8), np.empty((comm.size, 8))
+    x, out, grid = np.ones(8), np.empty(8), np.empty((comm.world_size, 8))
     calls = [lambda: comm.allreduce(x, out=out), lambda: comm.reduce(x, root=0, out=out),
              lambda: comm.bcast(out, root=0, out=out), lambda: comm.allgather(x, out=grid)]
     counter = threading.Thread(target=count, daemon=True)
@@ -628,13 +718,14 @@ def test_small_collectives_wait_without_the_gil(comm):
         rate = (ticks[0] - start) / (time.perf_counter() - t0)
         for call in calls:
             comm.barrier()
-            if comm.rank == comm.size - 1:
+            late = comm.world_rank == comm.world_size - 1
+            if late:
                 time.sleep(0.2)  # the others wait inside the call meanwhile
             before = ticks[0]
             call()
             # Holding the GIL, the wait would leave the counter at most one
             # switch interval (5 ms) of counting; released, about 0.2 s.
-            if comm.rank != comm.size - 1:
+            if not late:
                 assert ticks[0] - before > rate * 0.04, "the counting thread stood still during the wait"
     finally:
         stop.set()

@@ -2,12 +2,16 @@
 complex64/128, float16 and bfloat16 (reduced in float32, rounded once), the
 (value, index) pairs of maxloc/minloc (shmtopo.pair_dtype), and the logical
 ops on integers. Every result is checked bit for bit against a numpy
-reference folded in rank order, the association shmtopo promises."""
+reference folded in rank order, the association shmtopo promises: on real
+nodes each node's ranks in node-rank order, then the nodes' partials in node
+order (folds.py), 16-bit floats in float32 throughout, rounded once."""
 import numpy as np
 import pytest
 from mpi4py import MPI
 
+import folds
 import shmtopo
+from conftest import skip_simulated_nodes_across_hosts
 
 try:
     import ml_dtypes
@@ -106,26 +110,28 @@ def fold(op, a, b):
             "bxor": np.bitwise_xor}[op](a, b).astype(a.dtype)
 
 
-def reference(op, inputs, comm=None):
-    """Folded as shmtopo folds: in rank order on one node; across nodes
-    (comm spanning several) each node's ranks in node order, then the node
-    partials in node order. 16-bit floats in float32, rounded once."""
+def reference(op, inputs, plan=None):
+    """Folded in rank order (plan, a job of several nodes: each node's ranks,
+    then the nodes' partials in node order); 16-bit floats in float32,
+    rounded once."""
     dtype = inputs[0].dtype
     wide = is_half(dtype)
 
-    def folded(xs):
+    def chain(xs):
         acc = xs[0].astype(np.float32) if wide else xs[0].copy()
         for x in xs[1:]:
             acc = fold(op, acc, x.astype(np.float32) if wide else x)
         return acc
-
-    if comm is None or comm.nnodes == 1:
-        acc = folded(inputs)
+    if plan is None or plan.nnodes == 1:
+        acc = chain(inputs)
     else:
-        plan = comm.plan
-        acc = folded([folded([inputs[w] for w in plan.world_order if plan.node_of[w] == node])
-                      for node in range(plan.nnodes)])
+        acc = chain([chain([inputs[w] for w in ranks]) for ranks in folds.node_groups(plan)])
     return acc.astype(dtype) if wide else acc
+
+
+def expected(comm, op, inputs):
+    """What a reduction of inputs (by world rank) gives on comm's job."""
+    return reference(op, inputs, folds.by_node(comm))
 
 
 def bits(a):
@@ -182,7 +188,7 @@ def test_any_structured_dtype_of_that_layout_works(comm):
     mine = inputs[comm.world_rank].view(other)
     got = comm.allreduce(mine, "maxloc")
     assert got.dtype == other
-    assert_bits(got.view(pair(np.float64)), reference("maxloc", inputs))
+    assert_bits(got.view(pair(np.float64)), expected(comm, "maxloc", inputs))
     packed = np.dtype([("value", np.float64), ("index", np.intc)])  # no padding: not MPI's layout
     with pytest.raises(shmtopo.ShmtopoValueError, match="dtype"):
         comm.allreduce(np.zeros(3, packed), "maxloc")
@@ -199,7 +205,7 @@ def test_allreduce(comm, name, algorithm):
             inputs = everyone(count, dtype)
             got = comm.allreduce(inputs[comm.world_rank], op, algorithm=algorithm)
             assert got.dtype == dtype
-            assert_bits(got, reference(op, inputs), f"{op} {count}")
+            assert_bits(got, expected(comm, op, inputs), f"{op} {count}")
 
 
 @pytest.mark.parametrize("dtype", INT_TYPES)
@@ -208,7 +214,7 @@ def test_logical_ops_on_integers(comm, dtype):
         for count in (1, 13, CHUNK // np.dtype(dtype).itemsize + 1):
             inputs = everyone(count, dtype)
             got = comm.allreduce(inputs[comm.world_rank], op)
-            assert_bits(got, reference(op, inputs), f"{op} {count}")
+            assert_bits(got, expected(comm, op, inputs), f"{op} {count}")
             if comm.world_size > 1:  # one rank's input comes back as it is, as in MPI
                 assert set(np.unique(got)) <= {0, 1}
 
@@ -219,7 +225,7 @@ def test_reduce_every_root(comm, name):
     for op in ops_for(dtype):
         for count in (1, CHUNK // dtype.itemsize + 1):
             inputs = everyone(count, dtype, salt=3)
-            want = reference(op, inputs)
+            want = expected(comm, op, inputs)
             for algorithm in (None, "flat", "rsag"):
                 for root in range(comm.world_size):
                     got = comm.reduce(inputs[comm.world_rank], op, root=root, algorithm=algorithm)
@@ -236,7 +242,7 @@ def test_several_mib(comm, name):
     count = BIG // dtype.itemsize + 3
     for op in ops_for(dtype)[:2]:
         inputs = everyone(count, dtype, salt=5)
-        want = reference(op, inputs)
+        want = expected(comm, op, inputs)
         assert_bits(comm.allreduce(inputs[comm.world_rank], op), want, op)
         root = comm.world_size - 1
         got = comm.reduce(inputs[comm.world_rank], op, root=root)
@@ -255,7 +261,7 @@ def test_reduce_scatter(comm, name):
         for block in (0, 1, 5, CHUNK // dtype.itemsize + 3):
             inputs = everyone(n * block, dtype, salt=7)
             got = comm.reduce_scatter(inputs[comm.world_rank], op)
-            assert_bits(got, reference(op, inputs).reshape(n, block)[comm.world_rank], f"{op} {block}")
+            assert_bits(got, expected(comm, op, inputs).reshape(n, block)[comm.world_rank], f"{op} {block}")
 
 
 @pytest.mark.parametrize("name", [n for n in ALL_NEW if n in ("float16", "bfloat16", "complex64", "bool",
@@ -269,13 +275,13 @@ def test_window_paths(comm, name, algorithm):
     with comm.allocate(shape=(count,), dtype=dtype) as win:
         for op in ops_for(dtype)[:2]:
             inputs = everyone(count, dtype, salt=11)
-            want = reference(op, inputs)
-            win.local[:] = inputs[comm.rank]
+            want = expected(comm, op, inputs)
+            win.local[:] = inputs[comm.world_rank]
             comm.barrier()
             assert_bits(comm.allreduce(win.local, op, algorithm=algorithm), want, f"{op}")
-            for root in range(comm.size):
+            for root in range(comm.world_size):
                 got = comm.reduce(win.local, op, root=root, algorithm=algorithm)
-                if comm.rank == root:
+                if comm.world_rank == root:
                     assert_bits(got, want, f"{op} root {root}")
             comm.allreduce(win.local, op, out=win.local, algorithm=algorithm)
             assert_bits(win.local, want, f"{op} in place")
@@ -287,13 +293,17 @@ def test_persistent_allreduce(comm, name):
     dtype = dtype_of(name)
     op = ops_for(dtype)[0]
     send, recv = np.zeros(1001, dtype), np.zeros(1001, dtype)
+    if comm.nnodes > 1:  # persistent requests are one node's
+        with pytest.raises(shmtopo.ShmtopoValueError, match="single-node comms only"):
+            comm.allreduce_init(send, recv, op)
+        return
     with comm.allreduce_init(send, recv, op) as req:
         for epoch in range(3):
             inputs = everyone(1001, dtype, salt=epoch)
-            send[:] = inputs[comm.rank]
+            send[:] = inputs[comm.world_rank]
             req.start()
             req.wait()
-            assert_bits(recv, reference(op, inputs), f"epoch {epoch}")
+            assert_bits(recv, expected(comm, op, inputs), f"epoch {epoch}")
 
 
 def test_sixteen_bit_rounds_once(comm):
@@ -304,7 +314,7 @@ def test_sixteen_bit_rounds_once(comm):
         count = 4099
         inputs = everyone(count, dtype, salt=13)
         got = comm.allreduce(inputs[comm.world_rank], "sum")
-        assert_bits(got, reference("sum", inputs))
+        assert_bits(got, expected(comm, "sum", inputs))
         if comm.world_size >= 3:
             stepwise = inputs[0]
             for x in inputs[1:]:
@@ -314,7 +324,7 @@ def test_sixteen_bit_rounds_once(comm):
         special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float32).astype(dtype)
         got = comm.allreduce(np.concatenate([big, special]), "sum")
         with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are the point
-            want = reference("sum", [np.concatenate([big, special])] * comm.world_size)
+            want = expected(comm, "sum", [np.concatenate([big, special])] * comm.world_size)
         assert_bits(got, want)
 
 
@@ -341,9 +351,10 @@ def test_bcast_allgather_alltoall_move_bits(comm, name):
 @pytest.mark.parametrize("node_size", [1, 2])
 def test_simulated_nodes(node_size):
     """Hierarchical paths: every rank gets the bits of the fold over nodes
-    (reference), for every type and op; 16-bit floats cross nodes as
-    float32 partials (the exact data below would round differently if
-    leaders exchanged rounded ones)."""
+    (expected), for every type and op; 16-bit floats cross nodes as float32
+    partials (the exact data below would round differently if leaders
+    exchanged rounded ones)."""
+    skip_simulated_nodes_across_hosts(node_size)
     with shmtopo.Comm.from_mpi(WORLD, node_size=node_size) as comm:
         n = WORLD.size
         for name in ALL_NEW:
@@ -351,7 +362,7 @@ def test_simulated_nodes(node_size):
             for op in ops_for(dtype):
                 count = 1001
                 inputs = everyone(count, dtype, salt=23, exact=True)
-                want = reference(op, inputs, comm)
+                want = expected(comm, op, inputs)
                 got = comm.allreduce(inputs[WORLD.rank], op)
                 same_everywhere(comm, got)
                 assert_bits(got, want, f"{name} {op}")
@@ -363,7 +374,7 @@ def test_simulated_nodes(node_size):
                         assert r is None
                 blocks = everyone(3 * n, dtype, salt=29, exact=True)
                 rs = comm.reduce_scatter(blocks[WORLD.rank], op)
-                assert_bits(rs, reference(op, blocks, comm).reshape(n, 3)[WORLD.rank], f"{name} {op} rs")
+                assert_bits(rs, expected(comm, op, blocks).reshape(n, 3)[WORLD.rank], f"{name} {op} rs")
             assert_bits(comm.bcast(inputs[WORLD.rank], root=n - 1), inputs[n - 1])
             assert_bits(comm.allgather(inputs[WORLD.rank]), np.array(inputs))
 
@@ -374,13 +385,14 @@ def test_small_integer_sums_wrap_on_one_node_and_across(node_size, name):
     """8- and 16-bit sums and products that overflow wrap, as in C and numpy,
     whatever the node layout: across nodes MPI only moves the partials
     (Open MPI's own kernels saturate these sums)."""
+    skip_simulated_nodes_across_hosts(node_size)
     dtype = np.dtype(name)
     big = np.iinfo(dtype).max // 2 + 1
     with shmtopo.Comm.from_mpi(WORLD, node_size=node_size) as comm:
         for count in (1, 7, 70001):
             inputs = [np.full(count, big - r % 3, dtype) for r in range(WORLD.size)]
             for op in ("sum", "prod"):
-                want = reference(op, inputs, comm)
+                want = expected(comm, op, inputs)
                 assert_bits(comm.allreduce(inputs[WORLD.rank], op), want, f"{name} {op} {count}")
                 r = comm.reduce(inputs[WORLD.rank], op, root=WORLD.size - 1)
                 if WORLD.rank == WORLD.size - 1:
@@ -425,6 +437,7 @@ def test_one_rank_differs_fails_everywhere(node_size):
     n = WORLD.size
     if n == 1:
         pytest.skip("one rank cannot disagree")
+    skip_simulated_nodes_across_hosts(node_size)
     with shmtopo.Comm.from_mpi(WORLD, node_size=node_size) as comm:
         culprits = _culprits(n) + ([2] if node_size == 2 and n > 2 else [])
         for bad in culprits:

@@ -1,0 +1,117 @@
+"""shmtopo on real nodes: separate hosts made of namespaces on this machine
+(tests/nodes), each with its own hostname, /dev/shm, /tmp and PID and IPC
+namespaces, the ranks launched by mpirun from a head over TCP. Run in the
+head by ./dev test's real-node pass (SHMTOPO_NODES set); skipped elsewhere.
+
+Each test runs a job (realnodes.job, usually a script of tests/scripts that
+prints one "RANK <r> <json>" line per rank) and checks its records here."""
+import hashlib
+import os
+import socket
+
+import numpy as np
+import pytest
+
+import folds
+import realnodes
+
+realnodes.skip_unless_available()
+pytestmark = pytest.mark.serial
+
+# a job on 2 oversubscribed cores, next to other work: generous
+TIMEOUT = 300
+
+
+def run(script, *args, **kwargs):
+    proc = realnodes.python_job(script, *args, timeout=kwargs.pop("timeout", TIMEOUT), **kwargs)
+    assert proc.returncode == 0, f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def placed():
+    return realnodes.records(run("nodes_layout.py"))
+
+
+def test_each_node_is_a_host_of_its_own(placed):
+    layout, node_of = realnodes.layout(), realnodes.node_of_rank()
+    head = {"hostname": socket.gethostname(), "pid_ns": os.stat("/proc/self/ns/pid").st_ino,
+            "net_ns": os.stat("/proc/self/ns/net").st_ino, "dev_shm": os.stat("/dev/shm").st_dev}
+    for key in ("hostname", "pid_ns", "ipc_ns", "net_ns", "dev_shm", "tmp"):
+        per_node = [{placed[r][key] for r in range(len(node_of)) if node_of[r] == n} for n in range(len(layout))]
+        # the same on every rank of a node, different on every other node
+        assert all(len(values) == 1 for values in per_node), (key, per_node)
+        assert len(set().union(*per_node)) == len(layout), (key, per_node)
+        if key in head:
+            assert head[key] not in set().union(*per_node), (key, head[key], per_node)
+    assert [placed[r]["hostname"] for r in range(len(node_of))] == [f"node{n + 1}" for n in node_of]
+
+
+def test_shmtopo_sees_the_layout(placed):
+    layout, node_of = realnodes.layout(), realnodes.node_of_rank()
+    for r, rec in placed.items():
+        # MPI's split by shared memory, and shmtopo's plan on every rank
+        assert rec["shared_size"] == layout[node_of[r]]
+        assert rec["nnodes"] == len(layout)
+        assert rec["node_sizes"] == layout
+        assert rec["node_of"] == node_of
+        assert rec["node_index"] == node_of[r]
+        assert rec["size"] == layout[node_of[r]]
+        assert rec["rank"] == r - sum(layout[:node_of[r]])
+        assert (rec["world_rank"], rec["world_size"]) == (r, sum(layout))
+
+
+def test_window_and_collectives_across_nodes():
+    got = realnodes.records(run("nodes_collectives.py"))
+    layout, node_of = realnodes.layout(), realnodes.node_of_rank()
+    size = sum(layout)
+    first = [sum(layout[:n]) for n in range(len(layout))]  # world rank of each node's rank 0
+
+    def data(rank, count, dtype):  # as the script's
+        rng = np.random.default_rng(1000 * rank + count)
+        if np.dtype(dtype).kind == "f":
+            return (rng.random(count) * 4 - 2).astype(dtype)
+        return rng.integers(-3, 4, count).astype(dtype)
+
+    for r, rec in got.items():
+        node = node_of[r]
+        assert rec["nnodes"] == len(layout) and rec["node_of"] == node_of
+        # the window holds the node's ranks only, in node-rank order
+        members = [first[node] + i for i in range(layout[node])]
+        assert rec["window_rank0"] == members
+        assert rec["window_parts"] == [[1000 * w + i for i in range(layout[node])] for w in members]
+        # every rank the same bits: each node's fold, then the nodes' in node order
+        for dtype in ("float64", "int32"):
+            for count in (1, 1000, 70000):
+                want = folds.fold("sum", [data(w, count, dtype) for w in range(size)], _Plan(rec))
+                assert rec[f"allreduce_{dtype}_{count}"] == hashlib.sha256(want.tobytes()).hexdigest(), \
+                    (r, dtype, count)
+        assert rec["bcast"] == [[root] * 5 for root in range(size)]
+        assert rec["allgather"] == [[w, 10 * w] for w in range(size)]
+
+
+class _Plan:
+    """A job's layout as folds.fold reads it, from a rank's record."""
+
+    def __init__(self, rec):
+        self.node_of, self.local_of, self.nnodes = rec["node_of"], rec["local_of"], rec["nnodes"]
+
+
+def test_one_rank_failing_aborts_the_job():
+    """conftest aborts the job when one rank's test fails, across nodes too:
+    the other ranks, waiting in a barrier, end with it."""
+    proc = realnodes.job(["python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          realnodes.SCRIPTS / "nodes_one_rank_fails.py"], timeout=TIMEOUT)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    last = realnodes.world_size() - 1
+    assert f"[rank {last}] aborting the MPI job" in proc.stderr, proc.stdout + proc.stderr
+    assert "the deliberate failure of the last rank" in proc.stderr
+
+
+def test_nothing_left_in_dev_shm():
+    """Run last in this file (pytest keeps the order): after every job
+    above, no node holds a file of shmtopo's."""
+    run("nodes_layout.py")
+    for node in realnodes.nodes():
+        left = [f for f in realnodes.shm_files(node) if f.startswith("shmtopo")]
+        assert not left, (node, left)
