@@ -115,3 +115,48 @@ def test_nothing_left_in_dev_shm():
     for node in realnodes.nodes():
         left = [f for f in realnodes.shm_files(node) if f.startswith("shmtopo")]
         assert not left, (node, left)
+
+
+def second_node():
+    """The world ranks of the second node: its leader first."""
+    layout = realnodes.layout()
+    return list(range(layout[0], layout[0] + layout[1]))
+
+
+@pytest.mark.parametrize("which", ["leader", "non-leader"])
+def test_a_death_on_the_second_node_is_named_on_every_node(which):
+    """kill -9 of a rank of the second node while every rank loops on an
+    allreduce, under a launcher that keeps the survivors alive and with no
+    timeout: every survivor, on every node, raises PeerDeadError naming it
+    (seen in shared memory by its own node only, sent to the others)."""
+    ranks = second_node()
+    if which == "non-leader" and len(ranks) < 2:
+        pytest.skip("the second node has one rank")
+    victim = ranks[0] if which == "leader" else ranks[-1]
+    proc = realnodes.python_job("death_across_nodes.py", victim, "allreduce", timeout=120, keep_going=True)
+    import re
+    lines = {int(m[0]): m[1:] for m in re.findall(r"RESULT (\d+) (\S+) (\S+) (\S+) \(([^)]*)\)", proc.stdout)}
+    survivors = set(range(realnodes.world_size())) - {victim}
+    assert set(lines) == survivors, proc.stdout + proc.stderr
+    for rank, (name, named, seconds, message) in lines.items():
+        assert (name, named) == ("PeerDeadError", str(victim)), (rank, message)
+    print(f"\n{which} {victim} named by {len(lines)} survivors after "
+          f"{max(float(v[2]) for v in lines.values()):.3f} s at most")
+    for node in realnodes.nodes():
+        left = [f for f in realnodes.shm_files(node) if f.startswith("shmtopo")]
+        assert not left, (node, left)
+
+
+def test_the_topology_is_shared_per_node_through_a_directory_all_share(tmp_path_factory):
+    """share_topology on every node at once, several rounds, with
+    SHMTOPO_TOPO_DIR on a directory every node sees, each round making a
+    new comm (whose creation sweeps stale files) while the other nodes
+    share theirs: every rank adopts its own node's topology, and no node
+    removes another's file."""
+    shared = realnodes.ROOT / ".venv" / "nodes-topo"
+    shared.mkdir(parents=True, exist_ok=True)
+    got = realnodes.records(run("nodes_topology.py", "6", env={"SHMTOPO_TOPO_DIR": str(shared)}))
+    for r, rec in got.items():
+        assert rec["sources"] == ["shmem"] * 6, (r, rec)
+        assert len(set(rec["pus"])) == 1 and rec["pus"][0] >= 1, (r, rec)
+    assert not [f for f in os.listdir(shared) if f.startswith("shmtopo")]
