@@ -6,6 +6,7 @@ head by ./dev test's real-node pass (SHMTOPO_NODES set); skipped elsewhere.
 Each test runs a job (realnodes.job, usually a script of tests/scripts that
 prints one "RANK <r> <json>" line per rank) and checks its records here."""
 import hashlib
+import json
 import os
 import socket
 
@@ -160,3 +161,41 @@ def test_the_topology_is_shared_per_node_through_a_directory_all_share(tmp_path_
         assert rec["sources"] == ["shmem"] * 6, (r, rec)
         assert len(set(rec["pus"])) == 1 and rec["pus"][0] >= 1, (r, rec)
     assert not [f for f in os.listdir(shared) if f.startswith("shmtopo")]
+
+
+def test_misuse_with_the_culprit_on_the_second_node():
+    """The misuse matrix (tests/scripts/misuse.py, judged as test_agreement
+    judges it) on real nodes, the culprit the second node's leader, then one
+    of its other ranks: the same exception on every rank of every node."""
+    import shutil
+    import uuid
+
+    import test_agreement as matrix
+
+    n = realnodes.world_size()
+    culprits = sorted({second_node()[0], second_node()[-1]})
+    remaining = [f"{name}@*" if spec["kind"] == "all" else f"{name}@{c}"
+                 for name, spec in matrix.CASES.items() for c in (["*"] if spec["kind"] == "all" else culprits)]
+    remaining = ids = list(dict.fromkeys(remaining))
+    failures, results = [], {}
+    while remaining:
+        out = realnodes.ROOT / ".venv" / f"misuse-{uuid.uuid4().hex[:8]}"  # every node sees it
+        out.mkdir(parents=True)
+        try:
+            proc = realnodes.python_job("misuse.py", "cases", "-", *remaining, timeout=60 + 8 * len(remaining),
+                                        env={"SHMTOPO_TIMEOUT": str(matrix.TIMEOUT),
+                                             "MISUSE_DEADLINE": str(matrix.DEADLINE), "MISUSE_OUT": str(out)})
+            events = [json.loads(line[7:]) for f in sorted(out.glob("rank*.jsonl"))
+                      for line in f.read_text().splitlines() if line.startswith("MISUSE ")]
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        got, remaining = matrix.collect(n, events, remaining, proc.stderr)
+        assert got, f"the misuse driver did not start:\n{proc.stdout}\n{proc.stderr}"
+        results.update(got)
+    assert sorted(results) == sorted(ids)
+    for cid, entry in results.items():
+        name, culprit = cid.split("@")
+        _, problems = matrix.judge(matrix.CASES[name], entry, "*" if culprit == "*" else int(culprit), n)
+        if problems:
+            failures.append(f"{cid}: " + "; ".join(problems))
+    assert not failures, "\n".join(failures)
