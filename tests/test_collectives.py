@@ -730,3 +730,34 @@ def test_small_collectives_wait_without_the_gil(comm):
     finally:
         stop.set()
         counter.join()
+
+
+ROOTED = ["gather", "scatter", "gatherv", "scatterv", "bcast", "reduce"]
+
+
+def rooted_call(comm, name, root):
+    """comm.<name> on private arrays with `root`, each call's usual arguments."""
+    ws = comm.world_size
+    x = np.arange(4.0)
+    calls = {
+        "gather": lambda: comm.gather(x, root=root, out=np.empty((ws, 4))),
+        "scatter": lambda: comm.scatter(np.zeros((ws, 4)), root=root, out=np.empty(4)),
+        "gatherv": lambda: comm.gatherv(x, [4] * ws, root=root, out=np.empty(4 * ws)),
+        "scatterv": lambda: comm.scatterv(np.zeros(4 * ws), [4] * ws, root=root, out=np.empty(4)),
+        "bcast": lambda: comm.bcast(x, root=root, out=x),
+        "reduce": lambda: comm.reduce(x, root=root, out=np.empty(4)),
+    }
+    return calls[name]()
+
+
+@pytest.mark.parametrize("name", ROOTED)
+@pytest.mark.parametrize("root", [True, np.bool_(False), 0.0, np.float64(0.0)], ids=["True", "np.bool_", "0.0",
+                                                                                       "np.float64"])
+def test_a_root_that_is_no_rank_number_raises_on_every_rank(comm, name, root):
+    """A bool or a float is not a rank number, whatever path the arrays take
+    (the C entry's and the general one's rule are the same): every rank
+    raises, and the comm goes on."""
+    with pytest.raises(shmtopo.ShmtopoValueError, match="root must be a rank number"):
+        rooted_call(comm, name, root)
+    rooted_call(comm, name, np.int64(0))  # a numpy integer is one
+    assert float(comm.allreduce(np.ones(1))[0]) == comm.world_size

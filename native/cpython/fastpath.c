@@ -626,6 +626,15 @@ static int root_in(PyObject *value, const shmtopo_comm_t *comm)
     return root < shmtopo_comm_size(comm) ? root : -1;
 }
 
+/* The same for the lower-case API, whose roots are ints only: a bool (True
+ * is 1 to mpi4py, whose rule the drop-in keeps, but not a rank number here)
+ * or a numpy scalar goes to the general path, which refuses or takes it
+ * alike on every rank. */
+static int lower_root_in(PyObject *value, const shmtopo_comm_t *comm)
+{
+    return PyLong_CheckExact(value) ? root_in(value, comm) : -1;
+}
+
 /* alltoall(handle, array, out) -> out | None: the first axis splits into
  * one block per rank; out of the same type and length, apart from array */
 static PyObject *fast_alltoall(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -664,7 +673,7 @@ static PyObject *fast_gather(PyObject *self, PyObject *const *args, Py_ssize_t n
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, out_code, root;
     Py_buffer in, out = {0};
-    if (!comm || (root = root_in(args[3], comm)) < 0 || !view_of(args[1], &in, 0, &code))
+    if (!comm || (root = lower_root_in(args[3], comm)) < 0 || !view_of(args[1], &in, 0, &code))
         return not_handled();
     const int is_root = root == shmtopo_comm_rank(comm);
     if (is_root) {
@@ -698,7 +707,7 @@ static PyObject *fast_scatter(PyObject *self, PyObject *const *args, Py_ssize_t 
     shmtopo_comm_t *comm = comm_of(args[0]);
     int code, in_code, root;
     Py_buffer in = {0}, out;
-    if (!comm || (root = root_in(args[3], comm)) < 0 || !view_of(args[2], &out, 1, &code))
+    if (!comm || (root = lower_root_in(args[3], comm)) < 0 || !view_of(args[2], &out, 1, &code))
         return not_handled();
     const int is_root = root == shmtopo_comm_rank(comm), size = shmtopo_comm_size(comm);
     if (is_root) {
@@ -830,7 +839,7 @@ static PyObject *fast_v_rooted(PyObject *const *args, Py_ssize_t nargs, int scat
     PyObject *own_arg = args[scatter ? 5 : 1], *vector = args[scatter ? 1 : 5];
     int code, root, rc, err;
     Py_buffer own, v = {0};
-    if (!comm || (root = root_in(args[4], comm)) < 0 || !view_of(own_arg, &own, scatter, &code))
+    if (!comm || (root = lower_root_in(args[4], comm)) < 0 || !view_of(own_arg, &own, scatter, &code))
         return not_handled();
     const int size = shmtopo_comm_size(comm), rank = shmtopo_comm_rank(comm);
     const size_t count = count_of(&own, code);
