@@ -32,7 +32,8 @@ PREFIX=10.213.0
 die() { echo "nodes.sh: $*" >&2; exit 1; }
 
 check_name() {
-    [[ $1 =~ ^[a-z][a-z0-9]{0,9}$ ]] || die "cluster name '$1': a letter, then up to 9 letters or digits"
+    # "$1-n9", a veth's name in the bridge's namespace, must fit in 15 characters
+    [[ $1 =~ ^[a-z][a-z0-9]{0,11}$ ]] || die "cluster name '$1': a letter, then up to 11 letters or digits"
 }
 
 netns_of() { echo "shmtopo-$1-$2"; }   # NAME ROLE (bridge, head, node1, ...)
@@ -126,6 +127,9 @@ up() {
             pid=$outer
         fi
         [[ $pid =~ ^[0-9]+$ ]] || die "$host's holder: no single pid ($pid)"
+        if [ "$role" = node ] && [ "$(readlink "/proc/$pid/ns/pid")" = "$(readlink /proc/self/ns/pid)" ]; then
+            die "$host's holder (pid $pid) is not in a PID namespace of its own"
+        fi
         echo "$pid" >"$state/$host.pid"
     }
 
