@@ -130,8 +130,6 @@ def allgather(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
 
 def alltoall(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
     a, out, back, _ = _gathered(shm, t, sendbuf, recvbuf, "Alltoall", shm.world_size)
-    if shm.nnodes > 1 and np.may_share_memory(a, out):
-        a = a.copy()  # in place, across nodes: MPI moves the blocks, and MPI takes no aliased buffers
     return Call(a, out, back=back)
 
 

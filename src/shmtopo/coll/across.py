@@ -144,9 +144,11 @@ def leaders_allgather(comm: CommLike, node_rows: np.ndarray, result: np.ndarray,
 
 
 def world_alltoall(comm: CommLike, a: np.ndarray, result: np.ndarray) -> None:
-    """Across nodes there is no shared memory to use: MPI's own alltoall."""
+    """Across nodes there is no shared memory to use: MPI's own alltoall
+    (which takes no aliased buffers: in place, the input is copied first)."""
     plan = comm.plan
-    _wait(plan, plan.world.Ialltoall(_as_bytes(a), _as_bytes(result)), "alltoall", a, result)
+    mine = _copy_if_aliased(a, result)
+    _wait(plan, plan.world.Ialltoall(_as_bytes(mine), _as_bytes(result)), "alltoall", mine, result)
 
 
 def _copy_if_aliased(a: np.ndarray, result: np.ndarray | None) -> np.ndarray:
