@@ -320,7 +320,10 @@ def test_comm_bind_and_peer_fences_under_the_launcher(no_mpi_env, tmp_path):
     assert len(lines) == 3 and len({line.split(" ", 1)[1] for line in lines}) == 1, proc.stdout
 
 
-def test_from_env_alone_is_a_comm_of_one(no_mpi_env, tmp_path):
+@pytest.mark.parametrize("extra", [{}, {"SHMTOPO_RENDEZVOUS": ""}], ids=["unset", "empty"])
+def test_from_env_alone_is_a_comm_of_one(no_mpi_env, tmp_path, extra):
+    """An empty SHMTOPO_RENDEZVOUS is unset, as every SHMTOPO_* variable's
+    empty value is (before: ShmtopoValueError)."""
     body = """
         import sys
         import numpy as np
@@ -331,8 +334,8 @@ def test_from_env_alone_is_a_comm_of_one(no_mpi_env, tmp_path):
             assert comm.allreduce(np.ones(2)).tolist() == [1.0, 1.0]
             print("alone ok", "mpi4py.MPI" in sys.modules)
     """
-    proc = subprocess.run([sys.executable, str(script(tmp_path, body))], env=no_mpi_env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run([sys.executable, str(script(tmp_path, body))], env=dict(no_mpi_env, **extra),
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "alone ok False" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -392,3 +395,114 @@ def test_spawn_rejects_bad_arguments():
         shmtopo.spawn("sum_of_ranks", 2)
     with pytest.raises(ValueError, match="bind must be one of"):
         shmtopo.spawn(sum_of_ranks, 2, bind="socket")
+
+
+# ---- who may join, and what the rendezvous takes ------------------------------------
+
+IMPOSTOR = """
+    import os, subprocess, sys
+    import numpy as np
+    import shmtopo
+
+    how, rank = sys.argv[1], int(os.environ["SHMTOPO_RANK"])
+    JOIN = "\\n".join([
+        "import shmtopo",
+        "try:",
+        "    with shmtopo.Comm.from_env(timeout=10) as comm:",
+        "        print(f'joined as rank {comm.rank} of {comm.size}')",
+        "except Exception as exc:",
+        "    print(f'{type(exc).__name__}: {exc}')",
+    ])
+
+
+    def in_a_fork():
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(w, 1)
+            try:
+                exec(JOIN)
+            finally:
+                sys.stdout.flush()
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            text = f.read()
+        os.waitpid(pid, 0)
+        return text.strip()
+
+
+    if rank == 0 and how == "fork-before-join":
+        print("child:", in_a_fork(), flush=True)
+    elif rank == 0 and how == "subprocess-before-join":
+        child = subprocess.run([sys.executable, "-c", JOIN], capture_output=True, text=True, timeout=60)
+        print("child:", child.stdout.strip(), child.stderr.strip(), flush=True)
+    with shmtopo.Comm.from_env(timeout=20) as comm:
+        if rank == 0 and how == "fork-after-join":
+            print("child:", in_a_fork(), flush=True)
+        total = comm.allreduce(np.array([1.0]))[0]
+        print(f"rank {comm.rank} of {comm.size}: sum {total:g}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["fork-before-join", "fork-after-join", "subprocess-before-join"])
+def test_a_child_of_a_rank_cannot_take_its_place(no_mpi_env, tmp_path, how):
+    """A child of rank 0 (os.fork before or after rank 0 joined, or a
+    subprocess started before) calls from_env with the rank's environment:
+    it gets ForkedProcessError, and the job goes on with the real rank 0
+    (before: the child joined as rank 0 of 2, rank 1 built its comm with it,
+    and the real rank 0 timed out)."""
+    before = ranks.shm_files()
+    proc = launch(no_mpi_env, "-n", 2, script(tmp_path, IMPOSTOR), how, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = sorted(proc.stdout.splitlines())
+    assert lines[0].startswith("child: ForkedProcessError: this process (pid "), proc.stdout
+    assert "not rank 0 of the job" in lines[0] or "a child of rank 0's process" in lines[0], lines[0]
+    assert lines[1:] == ["rank 0 of 2: sum 2", "rank 1 of 2: sum 2"], proc.stdout + proc.stderr
+    assert ranks.shm_files() - before == set()
+
+
+def forks_a_child_that_joins():
+    """A spawn rank whose fork child calls from_env after the rank joined."""
+    with shmtopo.Comm.from_env(timeout=20) as comm:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                shmtopo.Comm.from_env(timeout=10)
+                os._exit(1)
+            except shmtopo.errors.ForkedProcessError:
+                os._exit(0)
+            finally:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        return comm.rank, os.waitstatus_to_exitcode(status), float(comm.allreduce(np.array([1.0]))[0])
+
+
+def test_spawn_ranks_are_who_they_say_they_are():
+    assert shmtopo.spawn(forks_a_child_that_joins, 2) == [(0, 0, 2.0), (1, 0, 2.0)]
+
+
+HOSTILE = """
+    import os, socket, struct, time
+    import shmtopo
+
+    if os.environ["SHMTOPO_RANK"] == "1":
+        # rank 1 itself, on a connection of its own: a valid greeting, then a
+        # negative length
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(os.environ["SHMTOPO_RENDEZVOUS"])
+        s.sendall(struct.pack("<q", 1) + struct.pack("<q", -8))
+        time.sleep(60)
+    else:
+        shmtopo.Comm.from_env(timeout=60)
+"""
+
+
+def test_a_malformed_rendezvous_message_fails_the_job_naming_it(no_mpi_env, tmp_path):
+    """Before: the launcher never exited, its memory growing without bound."""
+    before = ranks.shm_files()
+    proc = launch(no_mpi_env, "-n", 2, script(tmp_path, HOSTILE), timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "shmtopo run: rank 1 (pid " in proc.stderr and "a message of length -8" in proc.stderr, proc.stderr
+    assert "rank 1 was cut off from the job" in proc.stderr, proc.stderr  # rank 0's PeerDeadError
+    assert ranks.shm_files() - before == set()

@@ -195,7 +195,7 @@ def run(n: int, command: list[str], bind: str = "none", tag_output: bool = False
                 assert source is not None
                 readers.append(threading.Thread(target=_forward, args=(prefix, source, sink, lock), daemon=True))
                 readers[-1].start()
-        server.start()
+        server.start({rank: proc.pid for rank, proc in procs.items()})
         return _watch_run(procs, server, keep_going)
     finally:
         for proc in procs.values():
@@ -208,24 +208,36 @@ def run(n: int, command: list[str], bind: str = "none", tag_output: bool = False
         sweep()
 
 
+# the job's status when a rank broke the rendezvous protocol (its own may be 0)
+BROKEN_RENDEZVOUS_STATUS = 1
+
+
 def _watch_run(procs: dict[int, subprocess.Popen[bytes]], server: rendezvous.Server, keep_going: bool) -> int:
     """run's ranks until the job is over: its exit status."""
     fds = {os.pidfd_open(p.pid): rank for rank, p in procs.items()}
     live = dict(procs)
     failure: tuple[int, int] | None = None
 
-    def reap(timeout: float | None) -> None:
+    def failed(rank: int, code: int, what: str) -> None:
         nonlocal failure
+        if failure is None:
+            failure = (rank, code)
+            print(f"shmtopo run: rank {rank} (pid {procs[rank].pid}) {what}"
+                  + ("" if keep_going else "; ending the job"), file=sys.stderr, flush=True)
+
+    def reap(timeout: float | None) -> None:
         ready, _, _ = select.select(list(fds), [], [], timeout)
+        # first: the rendezvous records a rank it cut off before it tells
+        # the others, who may then end of that, and be seen here
+        for rank, what in server.broken():
+            failed(rank, BROKEN_RENDEZVOUS_STATUS, f"{what}: the rendezvous cut it off")
         for fd in ready:
             rank = fds.pop(fd)
             os.close(fd)
             code = live.pop(rank).wait()
             server.rank_ended(rank)
-            if code != 0 and failure is None:
-                failure = (rank, code)
-                print(f"shmtopo run: rank {rank} (pid {procs[rank].pid}) {status_text(code)}"
-                      + ("" if keep_going else "; ending the job"), file=sys.stderr, flush=True)
+            if code != 0:
+                failed(rank, code, status_text(code))
 
     _watch_ranks(live, reap, lambda: failure is not None and not keep_going)
     for fd in fds:
@@ -307,7 +319,7 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
             procs[rank].start()
             sender.close()
             pipes[rank] = receiver
-        server.start()
+        server.start({rank: proc.pid for rank, proc in procs.items()})
         live = dict(procs)
 
         def collect(timeout: float | None) -> None:
