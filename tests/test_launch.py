@@ -3,6 +3,7 @@ The programs run with mpi4py hidden (a package of that name that fails to
 import comes first on their path), as on a machine without it."""
 import ctypes
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -506,3 +507,68 @@ def test_a_malformed_rendezvous_message_fails_the_job_naming_it(no_mpi_env, tmp_
     assert "shmtopo run: rank 1 (pid " in proc.stderr and "a message of length -8" in proc.stderr, proc.stderr
     assert "rank 1 was cut off from the job" in proc.stderr, proc.stderr  # rank 0's PeerDeadError
     assert ranks.shm_files() - before == set()
+
+
+# ---- output ---------------------------------------------------------------------
+
+def test_output_is_forwarded_as_it_comes(no_mpi_env, tmp_path):
+    """A progress bar's \\r, and a partial line, pass on before the line
+    ends (before: only with the newline). Each rank waits until the test has
+    seen its text."""
+    body = f"""
+        import os, sys, time
+        rank = os.environ["SHMTOPO_RANK"]
+        sys.stdout.write(f"progress {{rank}}: 50%\\r"); sys.stdout.flush()
+        sys.stderr.write(f"partial {{rank}}"); sys.stderr.flush()
+        deadline = time.monotonic() + 30
+        while not os.path.exists({str(tmp_path / 'seen')!r}) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print(f"rank {{rank}}:", "seen" if time.monotonic() < deadline else "not seen", flush=True)
+    """
+    proc = subprocess.Popen([sys.executable, "-m", "shmtopo", "run", "-n", "2", "--tag-output",
+                             str(script(tmp_path, body))], env=no_mpi_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        got = {proc.stdout: b"", proc.stderr: b""}
+        want = [b"[0] progress 0: 50%\r", b"[1] progress 1: 50%\r", b"[0] partial 0", b"[1] partial 1"]
+        deadline = time.monotonic() + 60
+        while not all(w in got[proc.stdout] + got[proc.stderr] for w in want) and time.monotonic() < deadline:
+            for f in select.select(list(got), [], [], 1)[0]:
+                got[f] += os.read(f.fileno(), 1 << 16)
+        (tmp_path / "seen").touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    out, err = got[proc.stdout] + out, got[proc.stderr] + err
+    assert proc.returncode == 0, out + err
+    for rank in (0, 1):
+        assert f"[{rank}] progress {rank}: 50%\r".encode() in out, out
+        assert f"[{rank}] rank {rank}: seen\n".encode() in out, out
+        assert f"[{rank}] partial {rank}".encode() in err, err
+
+
+def test_a_long_line_passes_through_a_bounded_buffer(no_mpi_env, tmp_path):
+    """128 MiB with no newline: the launcher's memory grows by far less
+    (before: it held the whole line)."""
+    body = """
+        import os, sys
+
+        def launcher_peak():
+            with open(f"/proc/{os.getppid()}/status") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) // 1024
+
+        out = sys.stdout.buffer
+        out.write(b"x" * (1 << 20)); out.flush()
+        start = launcher_peak()
+        block = b"y" * (1 << 20)
+        for _ in range(128):
+            out.write(block)
+        out.flush()
+        print(f"launcher grew by {launcher_peak() - start} MiB", file=sys.stderr, flush=True)
+    """
+    proc = subprocess.run([sys.executable, "-m", "shmtopo", "run", "-n", "1", str(script(tmp_path, body))],
+                          env=no_mpi_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    grew = int(proc.stderr.split("launcher grew by ")[1].split()[0])
+    assert grew < 32, proc.stderr

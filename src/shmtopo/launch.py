@@ -16,6 +16,7 @@ import functools
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import select
 import signal
 import subprocess
@@ -159,14 +160,69 @@ def become_rank(launcher: int, cpus: set[int] | None) -> None:
 
 # ---- python -m shmtopo run -------------------------------------------------------
 
+FLUSH_DELAY = 0.05  # seconds a partial line waits for its end before it is passed on anyway
+FORWARD_CHUNK = 1 << 16  # bytes read at once; also the most of a partial line held back
+
+
+def _tagged(prefix: bytes, data: bytes, state: str) -> tuple[bytes, str]:
+    """data with prefix at the start of each line (and after a lone \r,
+    where a progress bar starts over); state: "line" at a line's start, "cr"
+    after a \r, "" inside a line. The text and the state after it."""
+    out = bytearray()
+    for piece in re.split(rb"(\r|\n)", data):
+        if not piece:
+            continue
+        if piece == b"\n":
+            out += (prefix if state == "line" else b"") + piece
+            state = "line"
+        elif piece == b"\r":
+            out += (prefix if state == "line" else b"") + piece
+            state = "cr"
+        else:
+            out += (prefix if state else b"") + piece
+            state = ""
+    return bytes(out), state
+
+
 def _forward(prefix: bytes, source: IO[bytes], sink: IO[bytes], lock: threading.Lock) -> None:
-    """A rank's output, line by line: lines of different ranks never mix
-    (an unbuffered Python writes a print's text and its newline apart)."""
-    for line in iter(source.readline, b""):
+    """A rank's output, as it comes: whole lines at once (what arrives
+    together is written together, so whole lines of different ranks never
+    mix: an unbuffered Python writes a print's text and its newline apart);
+    the text up to a \r (a progress bar) at once; a partial line after
+    FLUSH_DELAY, or once FORWARD_CHUNK bytes of it are held."""
+    fd = source.fileno()
+    pending, since, state = b"", 0.0, "line"
+
+    def emit(data: bytes) -> None:
+        nonlocal state
+        if prefix:
+            data, state = _tagged(prefix, data, state)
         with lock:
-            sink.write(prefix + line)
+            sink.write(data)
             sink.flush()
-    source.close()
+
+    try:
+        while True:
+            if pending and not select.select([fd], [], [], max(0.0, since + FLUSH_DELAY - time.monotonic()))[0]:
+                emit(pending)
+                pending = b""
+                continue
+            chunk = os.read(fd, FORWARD_CHUNK)
+            if not chunk:
+                break
+            if not pending:
+                since = time.monotonic()
+            pending += chunk
+            cut = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
+            if len(pending) - cut >= FORWARD_CHUNK:
+                cut = len(pending)
+            if cut:
+                emit(pending[:cut])
+                pending, since = pending[cut:], time.monotonic()
+        if pending:
+            emit(pending)
+    finally:
+        source.close()
 
 
 def run(n: int, command: list[str], bind: str = "none", tag_output: bool = False,
