@@ -2,11 +2,15 @@
 The programs run with mpi4py hidden (a package of that name that fails to
 import comes first on their path), as on a machine without it."""
 import ctypes
+import multiprocessing
 import os
+import pickle
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -572,3 +576,170 @@ def test_a_long_line_passes_through_a_bounded_buffer(no_mpi_env, tmp_path):
     assert proc.returncode == 0, proc.stderr
     grew = int(proc.stderr.split("launcher grew by ")[1].split()[0])
     assert grew < 32, proc.stderr
+
+
+# ---- spawn: bounded waits, start failures, outcomes that will not load -------------
+
+def returns_leaving_a_thread(fail):
+    """Rank 0 returns at once but leaves a thread that keeps its process
+    alive for 40 s; with fail, rank 1 raises after 0.5 s."""
+    import threading
+
+    rank = int(os.environ["SHMTOPO_RANK"])
+    if rank == 0:
+        threading.Thread(target=time.sleep, args=(40,)).start()  # not a daemon: the process stays
+    elif fail:
+        time.sleep(0.5)
+        raise ValueError("rank 1 fails after rank 0 returned")
+    return rank
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_spawn_does_not_wait_for_a_rank_that_returned_but_stays(fail):
+    """Before: spawn waited for rank 0's process to end (40 s)."""
+    start = time.monotonic()
+    if fail:
+        with pytest.raises(ValueError, match="rank 1 fails"):
+            shmtopo.spawn(returns_leaving_a_thread, 2, fail)
+    else:
+        assert shmtopo.spawn(returns_leaving_a_thread, 2, fail) == [0, 1]
+    assert time.monotonic() - start < 20
+    assert multiprocessing.active_children() == []
+
+
+def fds_and_dirs(tmp):
+    return sorted(os.listdir("/proc/self/fd")), sorted(os.listdir(tmp))
+
+
+def spawn_in_a_pool_worker(tmp):
+    tempfile.tempdir = tmp
+    before = fds_and_dirs(tmp)
+    try:
+        shmtopo.spawn(sum_of_ranks, 2, 1.0)
+        error = "no error"
+    except BaseException as exc:  # noqa: BLE001 - the test looks at it
+        error = f"{type(exc).__name__}: {exc}"
+    return error, before == fds_and_dirs(tmp), multiprocessing.active_children()
+
+
+def test_spawn_start_failures_raise_the_real_error_and_leave_nothing(tmp_path, monkeypatch):
+    """A lambda under start_method="spawn" (it does not pickle), and a call
+    in a multiprocessing.Pool worker (daemonic): the real error, and no
+    rendezvous directory, socket, fd or child left (before: AssertionError:
+    can only join a started process, and the rendezvous leaked)."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # "spawn" starts it once, for good: not a leak
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = fds_and_dirs(tmp_path)
+    with pytest.raises((pickle.PicklingError, AttributeError), match="pickle") as info:
+        shmtopo.spawn(lambda: 1, 2, start_method="spawn")
+    assert "shmtopo.spawn could not start rank 0 of 2 (start method 'spawn')" in info.value.__notes__
+    assert fds_and_dirs(tmp_path) == before
+    assert multiprocessing.active_children() == []
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        error, nothing_left, children = pool.apply(spawn_in_a_pool_worker, (str(tmp_path),))
+    assert error == "AssertionError: daemonic processes are not allowed to have children", error
+    assert nothing_left and children == []
+
+
+NPROC = """
+    import multiprocessing, os, pwd, resource, sys, tempfile
+    import shmtopo
+
+    def join():
+        shmtopo.Comm.from_env()  # waits: the rendezvous serves once every rank started
+
+    def tasks(uid):
+        n = 0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{tid}/status") as f:
+                        n += any(line.split()[:2] == ["Uid:", str(uid)] for line in f)
+            except OSError:
+                pass
+        return n
+
+    # as the unprivileged user (root's RLIMIT_NPROC is not enforced); the
+    # interpreter is root's, so everything is imported first
+    import multiprocessing.popen_fork
+    user = pwd.getpwnam(sys.argv[1])
+    tempfile.tempdir = sys.argv[2]
+    os.setgroups([]); os.setgid(user.pw_gid); os.setuid(user.pw_uid)
+    before = sorted(os.listdir("/proc/self/fd"))
+    # room for one more process of this user at most: a later rank's fork fails
+    resource.setrlimit(resource.RLIMIT_NPROC, (tasks(os.getuid()) + 1, resource.getrlimit(resource.RLIMIT_NPROC)[1]))
+    try:
+        shmtopo.spawn(join, 3, start_method="fork")
+        print("no error")
+    except OSError as exc:
+        print(f"{type(exc).__name__}: {exc};", *exc.__notes__)
+    print("left:", os.listdir(sys.argv[2]), sorted(os.listdir("/proc/self/fd")) == before,
+          multiprocessing.active_children())
+"""
+
+
+def test_spawn_reports_a_fork_that_fails_and_leaves_nothing(no_mpi_env, tmp_path):
+    """RLIMIT_NPROC exhausted, as the unprivileged user shmtopo: the
+    OSError, and nothing left (the ranks started before are ended; before:
+    AssertionError: can only join a started process, and the rendezvous
+    leaked)."""
+    import pwd
+
+    if os.geteuid() != 0:
+        user = pwd.getpwuid(os.geteuid()).pw_name  # the limit holds for this user itself
+    else:
+        try:
+            user = pwd.getpwnam("shmtopo").pw_name
+        except KeyError:
+            pytest.skip("as root RLIMIT_NPROC is not enforced, and there is no user shmtopo to run as")
+    tmp = tempfile.mkdtemp()  # tmp_path's parents are root's alone
+    try:
+        if os.geteuid() == 0:
+            os.chown(tmp, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+        proc = subprocess.run([sys.executable, str(script(tmp_path, NPROC)), user, tmp], env=no_mpi_env,
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(tmp)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "BlockingIOError: [Errno 11] Resource temporarily unavailable; shmtopo.spawn could not start rank" \
+        in proc.stdout, proc.stdout + proc.stderr
+    assert "left: [] True []" in proc.stdout, proc.stdout
+
+
+class NeedsTwo(Exception):
+    """Pickles, but will not unpickle: its args hold one of its two."""
+
+    def __init__(self, a, b):
+        super().__init__(a)
+
+
+def _refuse_to_load():
+    raise RuntimeError("refuses to load")
+
+
+class LoadsNowhere:
+    def __reduce__(self):
+        return _refuse_to_load, ()
+
+
+def outcome_that_will_not_load(what):
+    rank = int(os.environ["SHMTOPO_RANK"])
+    if rank == 1 and what == "exception":
+        raise NeedsTwo("raised on rank 1", "b")
+    return LoadsNowhere() if rank == 1 else rank
+
+
+def test_spawn_names_the_rank_whose_outcome_will_not_unpickle():
+    """Before: a bare TypeError, with no rank and no traceback."""
+    with pytest.raises(shmtopo.ShmtopoError, match=r"rank 1's exception could not be unpickled here: "
+                                                   r"TypeError\(.*missing 1 required positional") as info:
+        shmtopo.spawn(outcome_that_will_not_load, 2, "exception")
+    assert info.value.rank == 1 and isinstance(info.value.__cause__, TypeError)
+    [note] = info.value.__notes__
+    assert note.startswith("raised on rank 1 of 2:\nTraceback") and "NeedsTwo: raised on rank 1" in note, note
+    with pytest.raises(shmtopo.ShmtopoError, match=r"rank 1's result could not be unpickled here: "
+                                                   r"RuntimeError\('refuses to load'\)") as info:
+        shmtopo.spawn(outcome_that_will_not_load, 2, "result")
+    assert info.value.rank == 1

@@ -15,7 +15,11 @@ import ctypes
 import functools
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.context
+import multiprocessing.popen_fork
+import multiprocessing.util
 import os
+import pickle
 import re
 import select
 import signal
@@ -24,11 +28,12 @@ import sys
 import threading
 import time
 import traceback
+from multiprocessing.reduction import ForkingPickler
 from typing import IO, Any, Callable, Sequence
 
 from . import rendezvous
 from ._native import ffi, lib
-from .errors import PeerAbortedError, PeerDeadError, ShmtopoValueError
+from .errors import PeerAbortedError, PeerDeadError, ShmtopoError, ShmtopoValueError
 from .topology import Topology
 
 BIND_CHOICES = ("none", "core", "numa")
@@ -309,18 +314,81 @@ def _spawned(fn: Callable[..., Any], args: tuple[Any, ...], env: dict[str, str],
     os.environ.update(env)
     rendezvous.forget_joined()  # a forked child must not use its parent's connection
     try:
-        outcome: tuple[Any, ...] = ("ok", fn(*args))
+        kind, value, text = "ok", fn(*args), ""
     except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
-        outcome = ("error", exc, traceback.format_exc())
+        kind, value, text = "error", exc, traceback.format_exc()
     try:
-        results.send(outcome)
+        payload = bytes(ForkingPickler.dumps(value))
     except Exception as exc:  # noqa: BLE001 - a result or exception that does not pickle
-        what = "result" if outcome[0] == "ok" else "exception"
-        text = outcome[2] if outcome[0] == "error" else ""
-        results.send(("error", RuntimeError(f"the rank's {what} could not be sent to the parent: {exc!r}"), text))
+        what = "result" if kind == "ok" else f"exception ({_safe_repr(value)})"
+        kind, payload = "error", bytes(ForkingPickler.dumps(RuntimeError(
+            f"the rank's {what} could not be sent to the parent: {exc!r}")))
+    # the outcome itself is plain (str, bytes): it always loads in the
+    # parent, which then learns the rank's traceback even when the value
+    # will not unpickle there
+    results.send_bytes(pickle.dumps((kind, payload, text)))
     results.close()
-    if outcome[0] == "error":
+    if kind == "error":
         sys.exit(1)
+
+
+class _ForkPopen(multiprocessing.popen_fork.Popen):
+    """multiprocessing's fork start, which closes its two pipes when the
+    fork fails (RLIMIT_NPROC, ENOMEM): CPython's own leaves them open."""
+
+    def _launch(self, process_obj: Any) -> None:
+        parent_r, child_w = os.pipe()
+        child_r, parent_w = os.pipe()
+        try:
+            self.pid = os.fork()
+        except BaseException:
+            for fd in (parent_r, child_w, child_r, parent_w):
+                os.close(fd)
+            raise
+        if self.pid == 0:
+            code = 1
+            try:
+                os.close(parent_r)
+                os.close(parent_w)
+                code = process_obj._bootstrap(parent_sentinel=child_r)
+            finally:
+                os._exit(code)
+        os.close(child_w)
+        os.close(child_r)
+        self.finalizer = multiprocessing.util.Finalize(self, _close_fds, (parent_r, parent_w))
+        self.sentinel = parent_r
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+class _ForkRank(multiprocessing.context.ForkProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _ForkPopen(process_obj)
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a repr that raises
+        return f"a {type(value).__name__}"
+
+
+def _outcome(rank: int, raw: bytes) -> tuple[str, Any, str]:
+    """A rank's outcome from what its pipe brought: ("ok", result, "") or
+    ("error", exception, the rank's traceback text)."""
+    kind, payload, text = pickle.loads(raw)
+    try:
+        return kind, pickle.loads(payload), text
+    except Exception as exc:  # noqa: BLE001 - told to the caller, naming the rank
+        what = "result" if kind == "ok" else "exception"
+        error = ShmtopoError(f"rank {rank}'s {what} could not be unpickled here: {exc!r}"
+                             + (" (the rank's traceback is in the note below)" if text else ""), rank=rank)
+        error.__cause__ = exc
+        return "error", error, text
 
 
 def _cause(errors: dict[int, tuple[BaseException, str]]) -> int:
@@ -361,48 +429,67 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
     cpus = cpu_sets(n, bind)
     ctx: Any = multiprocessing.get_context(start_method)
     server = rendezvous.Server(n)
-    procs: dict[int, Any] = {}
+    procs: dict[int, Any] = {}  # the processes started
     pipes: dict[int, multiprocessing.connection.Connection] = {}
     results: dict[int, Any] = {}
     errors: dict[int, tuple[BaseException, str]] = {}  # in the order they came
     try:
         for rank in range(n):
             receiver, sender = ctx.Pipe(duplex=False)
-            env = rendezvous.rank_environment(server.path, rank, n)
-            procs[rank] = ctx.Process(target=_spawned, args=(fn, args, env, os.getpid(),
-                                                                 cpus[rank] if cpus else None, sender),
-                                      name=f"shmtopo-rank-{rank}")
-            procs[rank].start()
-            sender.close()
-            pipes[rank] = receiver
+            process = _ForkRank if ctx.get_start_method() == "fork" else ctx.Process
+            proc = process(target=_spawned, args=(fn, args, rendezvous.rank_environment(server.path, rank, n),
+                                                  os.getpid(), cpus[rank] if cpus else None, sender),
+                           name=f"shmtopo-rank-{rank}")
+            try:
+                proc.start()
+            except BaseException as exc:
+                receiver.close()
+                if proc.pid is not None:  # started, then failed: ended below like the others
+                    procs[rank] = proc
+                if hasattr(exc, "add_note"):
+                    exc.add_note(f"shmtopo.spawn could not start rank {rank} of {n} "
+                                 f"(start method {ctx.get_start_method()!r})")
+                raise
+            finally:
+                sender.close()
+            procs[rank], pipes[rank] = proc, receiver
         server.start({rank: proc.pid for rank, proc in procs.items()})
         live = dict(procs)
 
         def collect(timeout: float | None) -> None:
+            """Outcomes from the pipes, ends from the sentinels: a rank that
+            sent its outcome stays in live until its process ends (or is
+            ended), and nothing here waits for that."""
             waiting: dict[Any, int] = {pipes[r]: r for r in live if r in pipes}
             waiting.update({procs[r].sentinel: r for r in live})
             for ready in multiprocessing.connection.wait(list(waiting), timeout):
-                rank = waiting[ready]
-                if rank not in live:
-                    continue
-                outcome: tuple[Any, ...] | None = None
-                if rank in pipes:
+                rank, ended = waiting[ready], isinstance(ready, int)  # a sentinel: the process ended
+                if rank in pipes and (not ended or pipes[rank].poll()):
+                    pipe = pipes.pop(rank)
                     try:
-                        outcome = pipes.pop(rank).recv()
-                    except EOFError:
-                        outcome = None
-                live.pop(rank).join()
-                server.rank_ended(rank)
-                if outcome is None:
-                    outcome = ("error", PeerDeadError(f"rank {rank} (pid {procs[rank].pid}) "
+                        kind, value, text = _outcome(rank, pipe.recv_bytes())
+                    except (EOFError, OSError):
+                        kind = ""  # it died before (or while) sending one
+                    pipe.close()
+                    if kind == "ok":
+                        results[rank] = value
+                    elif kind:
+                        errors.setdefault(rank, (value, text))
+                if ended and rank in live:
+                    live.pop(rank).join()
+                    server.rank_ended(rank)
+                    if rank not in results and rank not in errors:
+                        errors[rank] = (PeerDeadError(f"rank {rank} (pid {procs[rank].pid}) "
                                                       f"{status_text(procs[rank].exitcode)} without a result",
                                                       rank=rank), "")
-                if outcome[0] == "ok":
-                    results[rank] = outcome[1]
-                else:
-                    errors[rank] = (outcome[1], outcome[2])
+            for rank, what in server.broken():
+                errors.setdefault(rank, (ShmtopoError(f"rank {rank} (pid {procs[rank].pid}) {what}: the "
+                                                      "rendezvous cut it off", rank=rank), ""))
 
-        _watch_ranks(live, collect, lambda: bool(errors))
+        # the job is over at the first failure, or once every rank has
+        # returned: then ranks still running (a thread that will not end)
+        # get GRACE seconds to end, as under run
+        _watch_ranks(live, collect, lambda: bool(errors) or len(results) == n)
     finally:
         for proc in procs.values():
             if proc.is_alive():
@@ -414,8 +501,8 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
         sweep()
     if errors:
         rank = _cause(errors)
-        exc, text = errors[rank]
-        if text and hasattr(exc, "add_note"):
-            exc.add_note(f"raised on rank {rank} of {n}:\n{text.rstrip()}")
-        raise exc
+        error, text = errors[rank]
+        if text and hasattr(error, "add_note"):
+            error.add_note(f"raised on rank {rank} of {n}:\n{text.rstrip()}")
+        raise error
     return [results[r] for r in range(n)]
