@@ -352,7 +352,9 @@ def sum_of_ranks(scale):
 
 
 def test_spawn_returns_every_rank_s_result_in_rank_order():
-    for start_method in ("fork", "spawn"):
+    """Under every start method (before: under "forkserver" every rank
+    exited at once, its parent being the forkserver, not the caller)."""
+    for start_method in ("fork", "spawn", "forkserver"):
         out = shmtopo.spawn(sum_of_ranks, 3, 2.0, start_method=start_method)
         assert out == [(0, 6.0), (1, 6.0), (2, 6.0)], (start_method, out)
 

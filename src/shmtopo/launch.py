@@ -147,17 +147,19 @@ class _Signals:
 
 def become_rank(launcher: int, cpus: set[int] | None) -> None:
     """What a rank's process does first: lead a process group of its own (the
-    launcher forwards signals to it, and only once), die with the launcher,
-    take its CPUs; and raise KeyboardInterrupt at the SIGINT forwarded to
-    it, even where the launcher was started with SIGINT ignored (a
-    background job of a shell without job control), which a child inherits
-    and a Python then keeps: such ranks never end."""
+    launcher forwards signals to it, and only once), die with its parent,
+    the launcher (pid launcher; or multiprocessing's forkserver, which ends
+    with the launcher: launcher 0), take its CPUs; and raise
+    KeyboardInterrupt at the SIGINT forwarded to it, even where the launcher
+    was started with SIGINT ignored (a background job of a shell without job
+    control), which a child inherits and a Python then keeps: such ranks
+    never end."""
     os.setpgid(0, 0)
     # a handler, not SIG_IGN: exec resets it to SIG_DFL, and the rank's
     # Python installs its own; a forked rank (spawn) keeps it as it is
     signal.signal(signal.SIGINT, signal.default_int_handler)
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != launcher:  # it died before the line above
+    if launcher and os.getppid() != launcher:  # it died before the line above
         os._exit(1)
     if cpus:
         os.sched_setaffinity(0, cpus)
@@ -433,12 +435,14 @@ def spawn(fn: Callable[..., Any], n: int, *args: Any, bind: str = "none",
     pipes: dict[int, multiprocessing.connection.Connection] = {}
     results: dict[int, Any] = {}
     errors: dict[int, tuple[BaseException, str]] = {}  # in the order they came
+    # a rank's parent: this process, or the forkserver (which ends with it)
+    launcher = 0 if ctx.get_start_method() == "forkserver" else os.getpid()
     try:
         for rank in range(n):
             receiver, sender = ctx.Pipe(duplex=False)
             process = _ForkRank if ctx.get_start_method() == "fork" else ctx.Process
             proc = process(target=_spawned, args=(fn, args, rendezvous.rank_environment(server.path, rank, n),
-                                                  os.getpid(), cpus[rank] if cpus else None, sender),
+                                                  launcher, cpus[rank] if cpus else None, sender),
                            name=f"shmtopo-rank-{rank}")
             try:
                 proc.start()
