@@ -1,12 +1,15 @@
 """The launcher's rendezvous (rendezvous.py): exchanges in rank order, parts
 of different lengths, and ranks that leave. Ranks are threads here, each with
 a connection of its own, as processes have."""
+import os
+import re
+import struct
 import threading
 
 import pytest
 
 from shmtopo import rendezvous
-from shmtopo.errors import PeerDeadError, ShmtopoOSError, ShmtopoTimeoutError, ShmtopoValueError
+from shmtopo.errors import ForkedProcessError, PeerDeadError, ShmtopoOSError, ShmtopoTimeoutError, ShmtopoValueError
 
 pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
 
@@ -105,3 +108,100 @@ def test_a_rank_out_of_range_is_refused():
 def test_a_launcher_that_is_gone(tmp_path):
     with pytest.raises(ShmtopoOSError, match="cannot reach the launcher's rendezvous at .*/gone"):
         rendezvous.Client(str(tmp_path / "gone"), 0, 2)
+
+
+def raw_connection(server, greeting_rank=None):
+    """A connection of this test's own, writing raw bytes; greeted as
+    greeting_rank (and its answer read) when that is given."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(server.path)
+    if greeting_rank is not None:
+        sock.sendall(struct.pack("<q", greeting_rank))
+        assert sock.recv(8) == struct.pack("<q", 0)  # joined
+    return sock
+
+
+def read_to_the_end(sock):
+    data = b""
+    while chunk := sock.recv(1 << 16):
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("what,sent", [
+    ("a message of length -8", struct.pack("<q", -8)),
+    (f"a message of length {1 << 40}", struct.pack("<q", 1 << 40)),
+    ("a second part before the reply to its last", struct.pack("<q", 1) + b"x" + struct.pack("<q", 1) + b"y"),
+])
+def test_a_malformed_message_cuts_its_rank_off_and_fails_the_exchange_naming_it(what, sent):
+    """Rank 1 (raw bytes from this test) sends a malformed message: its
+    connection is closed with an error saying what it sent, rank 0's
+    exchange fails naming rank 1, and the launcher is told; the server
+    holds no more than a bounded part (before: a negative length made the
+    server loop forever, its memory growing; a huge one, or a part ahead of
+    its turn, left rank 0 waiting)."""
+    with rendezvous.Server(2) as server:
+        server.start()
+        rank1 = raw_connection(server, greeting_rank=1)
+        rank1.sendall(sent)
+        reply = read_to_the_end(rank1)
+        (length,) = struct.unpack_from("<q", reply)
+        assert length < 0 and f"rank 1 sent the launcher's rendezvous {what}".encode() in reply, reply
+        rank1.close()
+        client = rendezvous.Client(server.path, 0, 2)
+        with pytest.raises(PeerDeadError, match=re.escape(f"rank 1 was cut off from the job (it sent the "
+                                                          f"launcher's rendezvous {what}")) as info:
+            client.exchange(b"a", timeout=30)
+        assert info.value.rank == 1
+        client.sock.close()
+        [(rank, why)] = server.broken()
+        assert rank == 1 and why.startswith(f"sent the launcher's rendezvous {what}"), why
+
+
+@pytest.mark.parametrize("greeting", [-1, 2, 1 << 62])
+def test_a_connection_that_names_no_rank_of_the_job_is_refused_and_harms_nothing(greeting):
+    with rendezvous.Server(2) as server:
+        server.start()
+        stranger = raw_connection(server)
+        stranger.sendall(struct.pack("<q", greeting))
+        reply = read_to_the_end(stranger)
+        assert f"rank {greeting} is not a rank of this job of 2".encode() in reply, reply
+        stranger.close()
+        out = on_every_rank(server, lambda c: c.exchange(bytes([c.rank])))
+        assert out == {0: b"\0\1", 1: b"\0\1"}
+        assert server.broken() == []
+
+
+def test_only_the_rank_s_own_process_joins_as_it():
+    """The launcher names each rank's process: a connection from any other
+    (a child of the rank that inherited its environment) is refused with
+    ForkedProcessError, and the rank itself still joins."""
+    with rendezvous.Server(2) as server:
+        server.start({0: os.getpid(), 1: 1})  # rank 1 is pid 1's, not this process's
+        with pytest.raises(ForkedProcessError, match=r"this process \(pid \d+\) is not rank 1 of the job: "
+                                                     r"the launcher started rank 1 as pid 1"):
+            rendezvous.Client(server.path, 1, 2)
+        client = rendezvous.Client(server.path, 0, 2)
+        server.rank_ended(1)
+        with pytest.raises(PeerDeadError, match="rank 1 left the job"):
+            client.exchange(b"x", timeout=30)
+        client.sock.close()
+
+
+def test_a_part_too_large_is_refused_before_it_is_sent():
+    with rendezvous.Server(1) as server:
+        server.start()
+        client = rendezvous.Client(server.path, 0, 1)
+        with pytest.raises(ShmtopoValueError, match=f"at most {rendezvous.MAX_PART}"):
+            client.exchange(b"x" * (rendezvous.MAX_PART + 1))
+        assert client.exchange(b"still in step") == b"still in step"
+        client.sock.close()
+
+
+def test_an_empty_rendezvous_variable_is_unset():
+    """As every SHMTOPO_* variable: empty counts as unset."""
+    assert not rendezvous.in_environment({rendezvous.SOCKET_VARIABLE: ""})
+    assert rendezvous.in_environment({rendezvous.SOCKET_VARIABLE: "/x/rendezvous"})
