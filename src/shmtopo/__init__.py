@@ -8,6 +8,7 @@ from .errors import (
     BackendUnavailableError,
     BrokenWindowError,
     CallbackError,
+    ForkedProcessError,
     FreedError,
     PeerAbortedError,
     PeerDeadError,
@@ -28,6 +29,6 @@ __all__ = [
     "Comm", "Window", "spawn", "accelerate", "AcceleratedComm", "Topology", "share_topology", "Bitmap", "Placement", "pair_dtype", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
     "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
-    "BackendUnavailableError",
+    "BackendUnavailableError", "ForkedProcessError",
     "AcceleratedPrequest", "AcceleratedWin", "ShmtopoArgumentError",
 ]
