@@ -353,11 +353,7 @@ int shmtopo_seg_populate(void *addr, size_t length, int fd, size_t offset);
 #define SHMTOPO_TOPO_PREFIX "shmtopo-topo."
 /* How many fresh names a creation tries when each is taken (EEXIST). */
 #define SHMTOPO_NAME_TRIES 8
-/* This process's origin: a nonzero hash of the kernel's boot id and the
- * PID namespace it runs in, or 0 when that cannot be known for sure (then
- * the sweep removes nothing). A name carries it beside the creator's pid,
- * so that a sweep judges by pid only names of its own namespace. */
-uint64_t shmtopo_origin(void);
+/* (shmtopo_origin, in shmtopo.h: the origin a name carries.) */
 /* Write head "<pid>.<origin>.<digits random hex digits>" tail into name
  * (len bytes), from getrandom: 0, or -1 (ENAMETOOLONG, or getrandom's
  * errno). The caller creates it with O_CREAT | O_EXCL and tries another

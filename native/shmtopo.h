@@ -634,6 +634,13 @@ int shmtopo_backend_probe(int backend);
  * comm_create, when a wait finds a dead peer, and by the launcher
  * (python -m shmtopo run) once a job's ranks are gone. */
 int shmtopo_sweep_stale_files(const char *topo_dir);
+/* The origin this process's names carry, as 16 hex digits after the pid
+ * (shmtopo.<pid>.<origin>.<random>, shmtopo-topo.<pid>.<origin>.<random>.
+ * hwloc-<version>): a nonzero hash of this kernel's boot id and the PID
+ * namespace the process runs in, or 0 when that cannot be known for sure
+ * (then the sweep removes nothing). The sweep judges by pid only names of
+ * its own origin. */
+uint64_t shmtopo_origin(void);
 /* CPUs in this process's affinity mask. */
 int shmtopo_affinity_ncpus(void);
 
