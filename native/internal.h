@@ -347,8 +347,20 @@ void shmtopo_seg_place(void *addr, size_t length, int placement, const uint64_t 
  * when this process holds none), so a lack of memory fails here: ENOSPC or
  * ENOMEM, never SIGBUS later. */
 int shmtopo_seg_populate(void *addr, size_t length, int fd, size_t offset);
-/* Topology files are named SHMTOPO_TOPO_PREFIX "<pid>.<n>.hwloc-<version>". */
+/* What shmtopo names in shared directories for a moment, made by
+ * shmtopo_name_make: posix segments "/" SHMTOPO_SEG_PREFIX
+ * "<pid>.<origin>.<random>", topology files SHMTOPO_TOPO_PREFIX
+ * "<pid>.<origin>.<random>.hwloc-<version>". */
+#define SHMTOPO_SEG_PREFIX "shmtopo."
 #define SHMTOPO_TOPO_PREFIX "shmtopo-topo."
+/* How many fresh names a creation tries when each is taken (EEXIST). */
+#define SHMTOPO_NAME_TRIES 8
+/* (shmtopo_origin, in shmtopo.h: the origin a name carries.) */
+/* Write head "<pid>.<origin>.<digits random hex digits>" tail into name
+ * (len bytes), from getrandom: 0, or -1 (ENAMETOOLONG, or getrandom's
+ * errno). The caller creates it with O_CREAT | O_EXCL and tries another
+ * when it is taken. */
+int shmtopo_name_make(char *name, size_t len, const char *head, const char *tail, int digits);
 /* Create a segment of `length` bytes (a multiple of its page size), mapped
  * but not populated (shmtopo_seg_populate), with huge pages of kind `huge`. */
 int shmtopo_seg_create(int backend, size_t length, uint64_t win_id, int huge, shmtopo_seg_t *seg);

@@ -1,28 +1,34 @@
 /* Segment backends: how one rank's memory becomes mappable by its peers.
- * posix: a named shm_open file, unlinked as soon as all peers mapped it.
+ * posix: a named shm_open file, unlinked as soon as all peers mapped it;
+ *        its name is unpredictable and created exclusively.
  * memfd: no name at all; peers open /proc/PID/fd/N while the creator holds it.
  * sysv:  marked for removal right after creation (Linux lets peers attach a
  *        removed segment while it is attached); until then its key names the
  *        creator, so a creator killed in between leaves nothing the sweep
  *        does not find.
- * xpmem: needs the XPMEM kernel module; detected, not built here. */
+ * xpmem: needs the XPMEM kernel module; detected, not built here.
+ * Also here: the names of what shmtopo leaves in shared directories for a
+ * moment (whose they are), and the sweep of those whose creator is gone. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "state.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -34,6 +40,91 @@
 #define POLICY_PREFERRED 1
 #define POLICY_INTERLEAVE 3
 #define MPOL_F_MEMS_ALLOWED (1 << 2)
+
+/* ---- whose names these are ------------------------------------------------------ */
+
+/* A pid means something only in the PID namespace that gave it: containers
+ * sharing /dev/shm, and nodes sharing a topology directory, each have their
+ * own pid N. So a name carries, beside its creator's pid, the creator's
+ * origin: a hash of this kernel's boot id and of the PID namespace the
+ * creator runs in (the nsfs inode of /proc/self/ns/pid). The sweep judges by
+ * pid only the names of its own origin.
+ * 0 when it cannot be known for sure, which makes the sweep remove nothing:
+ * boot id or namespace unreadable, or a /proc that is not this namespace's
+ * (unshare -p without a /proc of its own: /proc/self names this process by
+ * another namespace's pid, and the pids the sweep reads there would be that
+ * namespace's). A process's own namespace only changes with a fork, so the
+ * value is kept per fork generation. */
+static _Atomic uint64_t origin_value;
+static _Atomic uint64_t origin_stamp; /* (fork generation << 1) | 1 it was computed in */
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t compute_origin(void)
+{
+    char boot[64], link[32], self[32];
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, boot, sizeof(boot));
+    close(fd);
+    ssize_t m = readlink("/proc/self", link, sizeof(link) - 1);
+    if (n < 32 || m <= 0)
+        return 0;
+    link[m] = '\0';
+    snprintf(self, sizeof(self), "%d", (int)getpid());
+    struct stat ns;
+    if (strcmp(link, self) != 0 || stat("/proc/self/ns/pid", &ns) < 0)
+        return 0;
+    uint64_t h = fnv1a(0xcbf29ce484222325ull, boot, (size_t)n);
+    h = fnv1a(h, &ns.st_dev, sizeof(ns.st_dev));
+    h = fnv1a(h, &ns.st_ino, sizeof(ns.st_ino));
+    return h ? h : 1;
+}
+
+uint64_t shmtopo_origin(void)
+{
+    const uint64_t stamp = (uint64_t)atomic_load_explicit(&shmtopo_fork_generation, memory_order_relaxed) << 1 | 1;
+    if (atomic_load_explicit(&origin_stamp, memory_order_acquire) == stamp)
+        return atomic_load_explicit(&origin_value, memory_order_relaxed);
+    /* threads racing here compute the same value */
+    const uint64_t value = compute_origin();
+    atomic_store_explicit(&origin_value, value, memory_order_relaxed);
+    atomic_store_explicit(&origin_stamp, stamp, memory_order_release);
+    return value;
+}
+
+int shmtopo_name_make(char *name, size_t len, const char *head, const char *tail, int digits)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char bytes[16];
+    char random[33];
+    if (digits < 1 || digits > 32)
+        return shmtopo_fail(EINVAL, -1, "a name's random part must have 1 to 32 digits, not %d", digits);
+    const size_t want = (size_t)(digits + 1) / 2;
+    size_t got = 0;
+    while (got < want) {
+        ssize_t n = getrandom(bytes + got, want - got, 0);
+        if (n < 0 && errno != EINTR)
+            return shmtopo_fail(errno, -1, "getrandom for a fresh name: %s", strerror(errno));
+        got += n > 0 ? (size_t)n : 0;
+    }
+    for (int i = 0; i < digits; i++)
+        random[i] = hex[(bytes[i / 2] >> (i % 2 ? 0 : 4)) & 0xf];
+    random[digits] = '\0';
+    const int n = snprintf(name, len, "%s%d.%016llx.%s%s", head, (int)getpid(),
+                           (unsigned long long)shmtopo_origin(), random, tail);
+    if (n < 0 || (size_t)n >= len)
+        return shmtopo_fail(ENAMETOOLONG, -1, "the name %s%d... does not fit in %zu bytes", head, (int)getpid(),
+                            len);
+    return 0;
+}
 
 int shmtopo_backend_probe(int backend)
 {
@@ -72,17 +163,21 @@ static int map_fd(int fd, size_t length, void **addrp)
     return 0;
 }
 
-static int create_posix(size_t length, uint64_t win_id, shmtopo_seg_t *seg)
+/* "/shmtopo.<pid>.<origin>.<12 random hex digits>": 46 bytes at most, in
+ * the key's 48. A name taken (someone placed a file or link there) is
+ * retried under another; O_EXCL|O_NOFOLLOW never opens what was there. */
+static int create_posix(size_t length, shmtopo_seg_t *seg)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    for (int tries = 0; tries < 16; tries++) {
-        snprintf(seg->key.name, sizeof(seg->key.name), "/shmtopo.%d.%llu.%lx", (int)getpid(),
-                 (unsigned long long)win_id, (unsigned long)(ts.tv_nsec + tries * 7919) & 0xfffff);
-        seg->fd = shm_open(seg->key.name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    for (int tries = 0; tries < SHMTOPO_NAME_TRIES; tries++) {
+        if (shmtopo_name_make(seg->key.name, sizeof(seg->key.name), "/" SHMTOPO_SEG_PREFIX, "", 12) < 0)
+            return -1;
+        seg->fd = shm_open(seg->key.name, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, 0600);
         if (seg->fd >= 0 || errno != EEXIST)
             break;
     }
+    if (seg->fd < 0 && errno == EEXIST)
+        return shmtopo_fail(EEXIST, -1, "shm_open: %d fresh names in /dev/shm were all taken already (files "
+                            "or links someone else placed there?)", SHMTOPO_NAME_TRIES);
     if (seg->fd < 0)
         return shmtopo_fail(errno, -1, "shm_open %s: %s", seg->key.name, strerror(errno));
     if (size_fd(seg->fd, length, "posix segment in /dev/shm") < 0 ||
@@ -139,7 +234,7 @@ static int create_sysv(size_t length, shmtopo_seg_t *seg)
     return 0;
 }
 
-static int create_any(int backend, size_t length, uint64_t win_id, int huge, shmtopo_seg_t *seg)
+static int create_any(int backend, size_t length, int huge, shmtopo_seg_t *seg)
 {
     memset(seg, 0, sizeof(*seg));
     seg->fd = -1;
@@ -150,7 +245,7 @@ static int create_any(int backend, size_t length, uint64_t win_id, int huge, shm
     seg->key.length = length;
     switch (backend) {
     case SHMTOPO_BACKEND_POSIX:
-        return create_posix(length, win_id, seg);
+        return create_posix(length, seg);
     case SHMTOPO_BACKEND_MEMFD:
         return create_memfd(length, huge, seg);
     case SHMTOPO_BACKEND_SYSV:
@@ -164,7 +259,8 @@ static int create_any(int backend, size_t length, uint64_t win_id, int huge, shm
 
 int shmtopo_seg_create(int backend, size_t length, uint64_t win_id, int huge, shmtopo_seg_t *seg)
 {
-    if (create_any(backend, length, win_id, huge, seg) == 0) {
+    (void)win_id; /* names are random: a window's id adds nothing to them */
+    if (create_any(backend, length, huge, seg) == 0) {
         seg->key.huge = huge;
         /* before any page exists: the kernel then faults huge ones */
         if (huge == SHMTOPO_HUGE_TRANSPARENT)
@@ -502,25 +598,38 @@ int shmtopo_mem_admit(int backend, uint64_t total, int huge, uint64_t hugetlb_fr
 
 /* ---- leftovers of dead processes ------------------------------------------------ */
 
-/* Remove the files in `dir` named prefix<pid>... whose creator process is
- * gone: a creator killed between creating a name and the unlink that
- * follows everyone's mapping (or adoption) leaves it behind, and only the
- * pid in the name tells whose it was. Unlinking a name never touches memory
- * that live processes still map. */
-static int sweep(const char *dir, const char *prefix)
+/* Remove the files in `dir` named prefix<pid>.<origin>.* that this sweep
+ * can prove abandoned: a creator killed between creating a name and the
+ * unlink that follows everyone's mapping (or adoption) leaves it behind.
+ * Proven means: made in this boot and PID namespace (the origin in the name
+ * is this process's, so the pid is this namespace's pid), a regular file of
+ * this user (never a link, never another user's: root sweeps only root's),
+ * and no process runs with that pid. Anything else may belong to a live
+ * process elsewhere (another container, another node of a shared
+ * directory) and stays. Unlinking a name never touches memory that live
+ * processes still map. */
+static int sweep(const char *dir, const char *prefix, uint64_t origin)
 {
     DIR *d = opendir(dir);
     if (!d)
         return 0;
+    char mark[24];
+    snprintf(mark, sizeof(mark), ".%016llx.", (unsigned long long)origin);
+    const size_t n = strlen(prefix), marklen = strlen(mark);
+    const uid_t euid = geteuid();
     int removed = 0;
-    const size_t n = strlen(prefix);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, prefix, n) != 0)
+        const char *s = e->d_name + n;
+        if (strncmp(e->d_name, prefix, n) != 0 || !isdigit((unsigned char)*s))
             continue;
         char *end;
-        long pid = strtol(e->d_name + n, &end, 10);
-        if (pid <= 0 || *end != '.' || shmtopo_pid_running((pid_t)pid))
+        long pid = strtol(s, &end, 10);
+        if (pid <= 0 || pid > INT_MAX || strncmp(end, mark, marklen) != 0)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != euid || shmtopo_pid_running((pid_t)pid))
             continue;
         if (unlinkat(dirfd(d), e->d_name, 0) == 0)
             removed++;
@@ -529,41 +638,84 @@ static int sweep(const char *dir, const char *prefix)
     return removed;
 }
 
+/* The columns of /proc/sysvipc/shm the sweep reads, found by their names in
+ * the header (their order is the kernel's to choose). */
+enum { COL_KEY, COL_SHMID, COL_CPID, COL_NATTCH, COL_UID, COL_CUID, NCOLS };
+static const char *const col_names[NCOLS] = {"key", "shmid", "cpid", "nattch", "uid", "cuid"};
+
+/* The kernel's own word, just before the removal (the table's line may be
+ * old): the same key and creator (IPC_STAT gives its pid in this process's
+ * namespace), still attached by nobody, still this user's, not yet marked
+ * for removal. */
+static int sysv_abandoned(int id, uint32_t key, pid_t cpid, uid_t euid)
+{
+    struct shmid_ds ds;
+    return shmctl(id, IPC_STAT, &ds) == 0 && (uint32_t)ds.shm_perm.__key == key && ds.shm_cpid == cpid &&
+           ds.shm_nattch == 0 && ds.shm_perm.uid == euid && ds.shm_perm.cuid == euid &&
+           !(ds.shm_perm.mode & SHM_DEST);
+}
+
 /* Remove the sysv segments still keyed by a creator that is gone (killed
- * between shmget and IPC_RMID): the key names the pid, and the kernel's
- * creator pid must agree. */
+ * between shmget and IPC_RMID). Only those attached by nobody, owned and
+ * created by this user, and whose creator the kernel shows in this PID
+ * namespace (cpid 0: not visible here, so not judged) with the pid the key
+ * names, and no process runs with it. A segment a live process keeps
+ * attached keeps its key. */
 static int sweep_sysv(void)
 {
-    FILE *f = fopen("/proc/sysvipc/shm", "r");
+    FILE *f = fopen("/proc/sysvipc/shm", "re");
     if (!f)
         return 0;
-    char line[512];
-    int removed = 0;
-    if (!fgets(line, sizeof line, f)) { /* the header */
-        fclose(f);
-        return 0;
-    }
-    while (fgets(line, sizeof line, f)) {
-        long long key, id, cpid;
-        unsigned perms;
-        unsigned long long size;
-        if (sscanf(line, "%lld %lld %o %llu %lld", &key, &id, &perms, &size, &cpid) != 5)
+    char line[512], *save, *t;
+    int at[NCOLS], removed = 0, i;
+    for (int c = 0; c < NCOLS; c++)
+        at[c] = -1;
+    if (!fgets(line, sizeof(line), f))
+        goto out;
+    for (i = 0, t = strtok_r(line, " \t\n", &save); t; i++, t = strtok_r(NULL, " \t\n", &save))
+        for (int c = 0; c < NCOLS; c++)
+            if (strcmp(t, col_names[c]) == 0)
+                at[c] = i;
+    for (int c = 0; c < NCOLS; c++)
+        if (at[c] < 0)
+            goto out; /* a table this code cannot read: remove nothing */
+    const uid_t euid = geteuid();
+    while (fgets(line, sizeof(line), f)) {
+        long long v[NCOLS];
+        int got = 0;
+        for (i = 0, t = strtok_r(line, " \t\n", &save); t; i++, t = strtok_r(NULL, " \t\n", &save))
+            for (int c = 0; c < NCOLS; c++) {
+                char *end;
+                if (at[c] != i)
+                    continue;
+                v[c] = strtoll(t, &end, 10);
+                got += *end == '\0';
+            }
+        if (got != NCOLS)
             continue;
-        if (((uint32_t)key & 0xc0000000u) != SYSV_TAG || SYSV_KEY_PID(key) != (pid_t)cpid ||
-            shmtopo_pid_running((pid_t)cpid))
+        const uint32_t key = (uint32_t)v[COL_KEY];
+        const pid_t cpid = (pid_t)v[COL_CPID];
+        if ((key & 0xc0000000u) != SYSV_TAG || cpid <= 0 || SYSV_KEY_PID(key) != cpid || v[COL_NATTCH] != 0 ||
+            v[COL_UID] != (long long)euid || v[COL_CUID] != (long long)euid || shmtopo_pid_running(cpid))
             continue;
-        if (shmctl((int)id, IPC_RMID, NULL) == 0)
+        if (sysv_abandoned((int)v[COL_SHMID], key, cpid, euid) && shmctl((int)v[COL_SHMID], IPC_RMID, NULL) == 0)
             removed++;
     }
+out:
     fclose(f);
     return removed;
 }
 
 int shmtopo_sweep_stale_files(const char *topo_dir)
 {
-    int removed = sweep("/dev/shm", "shmtopo.") + sweep("/dev/shm", SHMTOPO_TOPO_PREFIX) + sweep_sysv();
+    /* whose pids this process cannot judge, it removes nothing of */
+    const uint64_t origin = shmtopo_origin();
+    if (!origin)
+        return 0;
+    int removed = sweep("/dev/shm", SHMTOPO_SEG_PREFIX, origin) + sweep("/dev/shm", SHMTOPO_TOPO_PREFIX, origin) +
+                  sweep_sysv();
     if (topo_dir && *topo_dir && strcmp(topo_dir, "/dev/shm") != 0)
-        removed += sweep(topo_dir, SHMTOPO_TOPO_PREFIX);
+        removed += sweep(topo_dir, SHMTOPO_TOPO_PREFIX, origin);
     return removed;
 }
 

@@ -638,12 +638,22 @@ const char *shmtopo_topo_source_name(int source);
 /* 0 when the backend can be used on this machine, else -1 with the reason. */
 int shmtopo_backend_probe(int backend);
 /* Unlink the posix segment names and topology files (in /dev/shm and
- * topo_dir, NULL: /dev/shm only) whose creator process no longer exists
- * (left by a kill during allocation or sharing), and the System V segments
- * such a creator had not yet marked for removal; returns how many. Run by
+ * topo_dir, NULL: /dev/shm only) that are provably abandoned: this user's
+ * regular files, made in this boot and PID namespace by a process that no
+ * longer runs (left by a kill during allocation or sharing); and the System
+ * V segments of this user such a creator had not yet marked for removal,
+ * attached by nobody. Whatever another namespace, host or user made stays.
+ * Returns how many. Run by
  * comm_create, when a wait finds a dead peer, and by the launcher
  * (python -m shmtopo run) once a job's ranks are gone. */
 int shmtopo_sweep_stale_files(const char *topo_dir);
+/* The origin this process's names carry, as 16 hex digits after the pid
+ * (shmtopo.<pid>.<origin>.<random>, shmtopo-topo.<pid>.<origin>.<random>.
+ * hwloc-<version>): a nonzero hash of this kernel's boot id and the PID
+ * namespace the process runs in, or 0 when that cannot be known for sure
+ * (then the sweep removes nothing). The sweep judges by pid only names of
+ * its own origin. */
+uint64_t shmtopo_origin(void);
 /* CPUs in this process's affinity mask. */
 int shmtopo_affinity_ncpus(void);
 

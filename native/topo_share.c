@@ -7,7 +7,8 @@
  * (the range got taken meanwhile) all retry at the next address, then fall
  * back to an XML broadcast, then to a local load. A rank that dies midway
  * fails the others' agreement within the liveness period, and the
- * survivors remove the dead leader's file (the creator-pid sweep). */
+ * survivors remove the dead leader's file (the sweep of names whose
+ * creator, of this namespace and user, is gone: segment.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,32 @@ static int gave_up(const share_t *sh)
     return sh->comm->broken;
 }
 
+/* The leader's write of its topology into a new file of the topology
+ * directory, under a name nobody can tell in advance (shmtopo_name_make): a
+ * name taken already (a file or link someone placed there) is never opened
+ * (O_CREAT | O_EXCL) and another is tried. The name reaches the other ranks
+ * through the next agreement, never recomputed. */
+static int write_file(share_t *sh, uintptr_t addr, size_t length, char path[PATH_BYTES])
+{
+    char head[PATH_BYTES], tail[64];
+    const char *dir = sh->comm->config.topo_dir;
+    snprintf(head, sizeof(head), "%s/" SHMTOPO_TOPO_PREFIX, dir);
+    snprintf(tail, sizeof(tail), ".hwloc-%s", shmtopo_hwloc_version());
+    for (int tries = 0; tries < SHMTOPO_NAME_TRIES; tries++) {
+        if (shmtopo_name_make(path, PATH_BYTES, head, tail, 16) < 0)
+            break;
+        if (shmtopo_topo_shmem_write(sh->base, path, addr, length) == 0)
+            return 0;
+        if (errno != EEXIST)
+            break;
+        if (tries == SHMTOPO_NAME_TRIES - 1)
+            shmtopo_fail(EEXIST, -1, "cannot create a topology file in %s: %d fresh names were all taken "
+                         "already (files or links someone else placed there?)", dir, SHMTOPO_NAME_TRIES);
+    }
+    path[0] = '\0';
+    return -1;
+}
+
 /* One try at `attempt`: every rank's free ranges (and the leader's length),
  * the address, the leader's write, every rank's adopt. */
 static int try_shmem(share_t *sh, unsigned attempt, void **topop, shmtopo_topo_share_info_t *info)
@@ -103,13 +130,8 @@ static int try_shmem(share_t *sh, unsigned attempt, void **topop, shmtopo_topo_s
 
     char path[PATH_BYTES] = "";
     err = 0;
-    if (sh->leader) {
-        static unsigned counter;
-        snprintf(path, sizeof(path), "%s/" SHMTOPO_TOPO_PREFIX "%d.%u.hwloc-%s", comm->config.topo_dir,
-                 (int)getpid(), counter++, shmtopo_hwloc_version());
-        if (shmtopo_topo_shmem_write(sh->base, path, addr, length) < 0)
-            err = errno; /* a failed write leaves no file */
-    }
+    if (sh->leader && write_file(sh, addr, length, path) < 0)
+        err = errno; /* a failed write leaves no file */
     char *paths = malloc((size_t)comm->size * PATH_BYTES);
     if (!paths)
         err = ENOMEM, shmtopo_fail(ENOMEM, -1, "out of memory");

@@ -260,15 +260,18 @@ def _falls_back(comm, shared_dir, local):
 def test_stale_files_of_dead_leaders_are_removed(comm, shared_dir, monkeypatch):
     """A leader killed between writing its file and unlinking it leaves the
     file; the next comm made on the node removes it (the name carries the
-    creator's pid), and leaves files of live processes alone."""
+    creator's pid and origin: its boot and PID namespace, here this one's),
+    and leaves files of live processes alone."""
     monkeypatch.setenv("SHMTOPO_TOPO_DIR", shared_dir)
     if comm.rank == 0:
         dead = subprocess.Popen(["true"])
         dead.wait()
         pids = (dead.pid, os.getppid())
     dead_pid, live_pid = comm.mpi.bcast(pids if comm.rank == 0 else None, root=0)
-    stale = os.path.join(shared_dir, f"shmtopo-topo.{dead_pid}.0.hwloc-0.0.0")
-    alive = os.path.join(shared_dir, f"shmtopo-topo.{live_pid}.0.hwloc-0.0.0")
+    from shmtopo._native import lib
+    origin = f"{lib.shmtopo_origin():016x}"
+    stale = os.path.join(shared_dir, f"shmtopo-topo.{dead_pid}.{origin}.00000000deadbeef.hwloc-0.0.0")
+    alive = os.path.join(shared_dir, f"shmtopo-topo.{live_pid}.{origin}.00000000deadbeef.hwloc-0.0.0")
     if comm.rank == 0:
         for path in (stale, alive):
             open(path, "w").close()
