@@ -336,7 +336,7 @@ int shmtopo_topo_shmem_adopt(const char *path, uintptr_t addr, size_t length,
         return shmtopo_fail(EINVAL, -1, "shmem adopt: NULL argument");
     if (check_range("shmem adopt", addr, length) < 0)
         return -1;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         err = errno;
         return shmtopo_fail(err, -1, "shmem adopt: open %s: %s", path,

@@ -72,8 +72,8 @@ def share_topology(comm: CommLike, *, source: str | None = None, attempts: int =
     """Collective over ``comm``: this node's topology, read-only.
 
     The leader (rank 0) loads it and writes it to a shared file under
-    ``/dev/shm`` (or ``$SHMTOPO_TOPO_DIR``), named after its pid and the
-    hwloc version; every rank maps it at one common address and the leader
+    ``/dev/shm`` (or ``$SHMTOPO_TOPO_DIR``), under a fresh name no one can
+    take in advance (docs/security.md); every rank maps it at one common address and the leader
     removes the name at once. On failure on any rank, all ranks retry at
     another address (``attempts`` in all), then share XML, then load
     locally. The protocol runs in the native core, each step an agreement of
