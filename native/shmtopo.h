@@ -100,6 +100,15 @@ int shmtopo_comm_abandon(shmtopo_comm_t *comm);
  * the comm becomes unusable here and peers waiting on it fail with
  * ECONNABORTED; free or abandon it afterwards. */
 int shmtopo_comm_leave(shmtopo_comm_t *comm);
+/* Local: drop this rank's side of the comm without waiting for the others,
+ * as MPI_Comm_free does in practice (release its windows first, with
+ * shmtopo_win_release). A clean departure, not an error: peers still
+ * finishing an earlier call are not disturbed (their own mappings keep the
+ * memory, which goes when the last rank has left), and their waits never
+ * count this rank as dead once its process exits; only a peer waiting for
+ * a step this rank never posts fails, with ECONNABORTED naming it. A comm
+ * broken by an earlier failure is abandoned instead. */
+int shmtopo_comm_release(shmtopo_comm_t *comm);
 /* Local: as shmtopo_comm_leave, because job rank `job_rank` died (on another
  * node, as this rank heard through MPI, or on this one): peers waiting on
  * the comm fail with EOWNERDEAD naming that rank, as if they had seen the
@@ -377,6 +386,10 @@ int shmtopo_win_abandon_because(shmtopo_win_t *win, int origin);
  * naming this rank, at once. The memory stays mapped until the window is
  * freed or abandoned. */
 int shmtopo_win_depart(shmtopo_win_t *win);
+/* Local: as shmtopo_comm_release, for a window: this rank's side goes
+ * without an agreement, as a clean departure (a broken window: as
+ * shmtopo_win_abandon). */
+int shmtopo_win_release(shmtopo_win_t *win);
 
 /* ---- collectives -------------------------------------------------------- */
 

@@ -200,32 +200,30 @@ class AcceleratedComm:
 
     # -- lifetime ---------------------------------------------------------
     def shm_free(self) -> None:
-        """Collective: free the shmtopo comm; afterwards every collective goes
-        to the wrapped communicator. Freeing twice is a no-op."""
-        shm = self._shm
-        if shm is None:
-            return
-        try:
-            shm.free()
-        finally:
-            if shm.freed:  # a mismatch leaves the comm (as Comm.free)
-                self._shm = None
+        """Local: drop the shmtopo comm without waiting for the other ranks
+        (as ``MPI_Comm_free`` does in practice); afterwards every collective
+        goes to the wrapped communicator, so call it on every rank before
+        the next collective on this comm. Freeing twice is a no-op."""
+        self._release()
 
     def Free(self) -> None:
-        """Collective: free the shmtopo comm, then the MPI communicator
-        (mpi4py's ``Free()``: MPI refuses to free COMM_WORLD; :meth:`shm_free`
-        releases only shmtopo's part). Like every mpi4py copy of a handle,
-        :attr:`mpi_comm` then holds a freed handle."""
-        self.shm_free()
+        """Local, as MPI's in practice: drop the shmtopo comm (as
+        :meth:`shm_free`), then free the MPI communicator (mpi4py's
+        ``Free()``: MPI refuses to free COMM_WORLD). Ranks may free in any
+        order, also from ``__del__`` at whatever moment each rank's garbage
+        collector runs. Like every mpi4py copy of a handle, :attr:`mpi_comm`
+        then holds a freed handle."""
+        self._release()
         self._mpi().Free()
 
     def _release(self) -> None:
-        """Local: drop the shmtopo comm without an agreement (at exit, at
-        MPI_Finalize, or when MPI frees the wrapped communicator); the calls
-        go to that communicator afterwards."""
+        """Local: drop the shmtopo comm without an agreement, as a clean
+        departure (Comm.release: a peer still finishing the call before is
+        not disturbed); at exit, at MPI_Finalize, or when MPI frees the
+        wrapped communicator too. The calls go to that communicator afterwards."""
         shm, self._shm = self._shm, None
         if shm is not None:
-            shm.abandon()
+            shm.release()
 
     # -- taking one path on every rank ------------------------------------
     def _plan(self, kind: int, name: str, normalise: Callable[..., Call], *args: Any) -> Call | str:

@@ -602,12 +602,15 @@ class AcceleratedWin:
 
     # -- lifetime -----------------------------------------------------------
     def Free(self) -> None:
-        """Collective: free shmtopo's part, then the MPI window."""
+        """Collective, as MPI's: drop shmtopo's part (locally, as
+        :meth:`shm_free`), then free the MPI window (``MPI_Win_free``)."""
         self.shm_free()
         self._mpi().Free()
 
     def shm_free(self) -> None:
-        """Collective: free shmtopo's part (later calls all go to MPI). Twice is a no-op."""
+        """Local: drop shmtopo's part without waiting for the other ranks
+        (later calls all go to MPI; call it on every rank before the next
+        synchronisation). Twice is a no-op."""
         shm, ctrl, comm = self._shm, self._ctrl, self._comm
         held = [ctrl.address] if ctrl is not None and not ctrl.freed else []
         if shm is not None:
@@ -616,10 +619,8 @@ class AcceleratedWin:
         self._rs.release()
         self._ctrl_h = ffi.NULL
         try:
-            if held:
-                ctrl.free()
             if shm is not None:
-                shm.free()  # the holds go with what they held
+                shm.release()  # its windows (the control window) with it; the holds go with what they held
         except BaseException:
             if shm is not None and shm.address:
                 release_all(shm.address, [ctrl.address] if held and ctrl.address else [])
