@@ -3076,8 +3076,12 @@ static PyObject *accel_general(int call, PyObject *self, PyObject *const *args, 
 static int first_count(PyObject *self, const char *name)
 {
     PyObject *stats = slot_value(self, &af.stats);
-    PyObject *entry = stats && PyDict_Check(stats) ? PyDict_GetItemString(stats, name) : NULL;
-    return entry && !PyList_Check(entry) ? PyObject_SetItem(entry, cm.zero, cm.zero) : 0;
+    if (!stats || !PyDict_Check(stats) || PyDict_GetItemString(stats, name))
+        return 0;
+    PyObject *counts = Py_BuildValue("[ii]", 0, 0);
+    const int rc = counts ? PyDict_SetItemString(stats, name, counts) : -1;
+    Py_XDECREF(counts);
+    return rc;
 }
 
 static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,

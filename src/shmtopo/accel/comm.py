@@ -49,7 +49,7 @@ from . import plans
 from .buffers import Array
 from .plans import Call
 from .tables import SUM_DEFAULT, LeftToMPI, Tables, get_tables
-from .window import accelerate_window, copies_state
+from .window import accelerate_window, copies_state, mpi_new
 
 STRICT_VARIABLE = "SHMTOPO_ACCEL_STRICT"
 
@@ -97,28 +97,48 @@ FAST_CALLS = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall"
 
 # ---- the communicator ----------------------------------------------------------------
 
-class _Unseen:
-    """A collective's entry in an accelerated comm's stats until its first
-    count, which (``stats[name][i] += 1``, as every count is) puts the
-    name's [accelerated, went to MPI] list in its place, at the end: so the
-    stats keep the order of the first calls, and each later count is a
-    plain dict's and a plain list's, in C."""
+class _Stats(dict):  # type: ignore[type-arg]
+    """An accelerated comm's {collective: [accelerated, went to MPI]}: a
+    name's entry appears at its first count (``stats[name][i] += 1``, as
+    every count is), so the stats keep the order of the first calls, and
+    each later count is a plain dict's and a plain list's, in C."""
 
-    __slots__ = ("_stats", "_name")
+    __slots__ = ()
 
-    def __init__(self, stats: dict[str, "list[int] | _Unseen"], name: str) -> None:
-        self._stats, self._name = stats, name
-
-    def __getitem__(self, i: int) -> int:
-        return 0
-
-    def __setitem__(self, i: int, value: int) -> None:
-        del self._stats[self._name]
-        counts = self._stats[self._name] = [0, 0]
-        counts[i] = value
+    def __missing__(self, name: str) -> list[int]:
+        counts = self[name] = [0, 0]
+        return counts
 
 
-_OWN = ("_comm", "_shm", "_tables", "_strict", "_stats", "_fast_counts", "_options")
+class _Side:
+    """An accelerated comm's shmtopo side, which its copies (``copy.copy``,
+    ``type(c)(c)``) share: the shmtopo comm once made, and whether it is
+    still to be made (a derived comm makes it at its first call that shmtopo
+    would run). Dropped (locally) by Free(), shm_free(), at exit, at
+    MPI_Finalize, when MPI frees the handle, or when the last copy is gone."""
+
+    __slots__ = ("shm", "lazy", "__weakref__")
+
+    def __init__(self, shm: Comm | None, lazy: bool) -> None:
+        self.shm, self.lazy = shm, lazy
+
+    def _release(self) -> None:
+        """Local: drop the shmtopo comm, as a clean departure (Comm.release)."""
+        shm, self.shm, self.lazy = self.shm, None, False
+        if shm is not None:
+            shm.release()
+
+    def __del__(self) -> None:
+        # dropped without Free(), as mpi4py programs drop communicators: the
+        # release is local, so the garbage collector may do it
+        if self.shm is not None:
+            try:
+                self._release()
+            except Exception:  # noqa: BLE001 - nothing to tell from a collector
+                pass
+
+
+_OWN = ("_comm", "_shm", "_side", "_tables", "_strict", "_stats", "_fast_counts", "_options")
 
 
 class AcceleratedComm:
@@ -140,21 +160,22 @@ class AcceleratedComm:
         __slots__ = ()  # the concrete classes hold _OWN
 
     _comm: Any
-    _shm: Comm | None
+    _shm: Comm | None  # what CommFast's C methods read: _side.shm, as last seen here
+    _side: _Side
     _tables: Tables
     _strict: bool
-    _stats: dict[str, "list[int] | _Unseen"]
+    _stats: _Stats
     _fast_counts: Any  # shmtopo._fastpath.CallCounts: the calls CommFast's C methods ran
     _options: dict[str, Any]
 
-    def _attach(self, comm: Any, shm: Comm, tables: Tables, strict: bool, options: dict[str, Any]) -> None:
+    def _attach(self, comm: Any | None, side: _Side, tables: Tables, strict: bool, options: dict[str, Any]) -> None:
         self._options = options  # accelerate()'s, for the comms Dup() and the like make
         self._comm = comm
-        self._shm = shm
+        self._side = side
+        self._shm = side.shm
         self._tables = tables
         self._strict = strict
-        self._stats = {}
-        self._stats.update((name, _Unseen(self._stats, name)) for name in ACCELERATED + LOWER_CASE + MPI_ONLY)
+        self._stats = _Stats()
         self._fast_counts = _fastpath.CallCounts()
 
     if TYPE_CHECKING:  # for type checkers only: at run time these are the mpi4py base class's
@@ -173,15 +194,22 @@ class AcceleratedComm:
     # -- what it is -------------------------------------------------------
     @property
     def mpi_comm(self) -> Any:
-        """The mpi4py communicator this comm was made from (the same MPI handle)."""
-        return self._comm
+        """The mpi4py communicator this comm was made from (the same MPI
+        handle; for a derived comm, a plain one made when first asked)."""
+        comm = self._comm
+        if comm is None:
+            comm = self._comm = _PLAIN[type(self)](self)
+        return comm
 
     @property
     def shm_comm(self) -> Comm:
-        """The shmtopo comm the collectives run on (made by ``Comm.from_mpi``)."""
-        if self._shm is None:
-            raise FreedError("the accelerated comm's shmtopo comm has been freed", 9)
-        return self._shm
+        """The shmtopo comm the collectives run on (made by ``Comm.from_mpi``;
+        a derived comm makes it at its first call that shmtopo runs)."""
+        shm = self._side.shm
+        if shm is None:
+            raise FreedError("the accelerated comm's shmtopo comm " + (
+                "is made at its first accelerated call" if self._side.lazy else "has been freed"), 9)
+        return shm
 
     @property
     def strict(self) -> bool:
@@ -196,7 +224,7 @@ class AcceleratedComm:
         return {name: n for name, n in counts.items() if n[0] or n[1]}
 
     def __repr__(self) -> str:
-        return f"<shmtopo.{type(self).__name__} of {self._comm!r}>"
+        return f"<shmtopo.{type(self).__name__} of {self.mpi_comm!r}>"
 
     # -- lifetime ---------------------------------------------------------
     def shm_free(self) -> None:
@@ -219,18 +247,28 @@ class AcceleratedComm:
     def _release(self) -> None:
         """Local: drop the shmtopo comm without an agreement, as a clean
         departure (Comm.release: a peer still finishing the call before is
-        not disturbed); at exit, at MPI_Finalize, or when MPI frees the
-        wrapped communicator too. The calls go to that communicator afterwards."""
-        shm, self._shm = self._shm, None
-        if shm is not None:
-            shm.release()
+        not disturbed). The calls go to the MPI communicator afterwards."""
+        self._shm = None
+        self._side._release()
+
+    def _shm_now(self) -> Comm | None:
+        """The shmtopo comm this call runs on, None once freed. A derived
+        comm still to be set up makes it here, at its first call that
+        shmtopo would run: collective, as that call is, over the same ranks."""
+        side = self._side
+        if side.lazy:
+            _set_up(side, self.mpi_comm, self._options)
+        shm = side.shm
+        if shm is not self._shm:  # made here, or freed through a copy
+            self._shm = shm
+        return shm
 
     # -- taking one path on every rank ------------------------------------
-    def _plan(self, kind: int, name: str, normalise: Callable[..., Call], *args: Any) -> Call | str:
+    def _plan(self, shm: Comm | None, kind: int, name: str, normalise: Callable[..., Call],
+              *args: Any) -> Call | str:
         """This rank's arguments, read and checked on this rank: what shmtopo
         runs, or why the call goes to MPI. Invalid arguments fail the call's
         agreement, so that every rank raises."""
-        shm = self._shm
         if shm is None:
             return "the shmtopo comm has been freed"
 
@@ -246,7 +284,7 @@ class AcceleratedComm:
     def _agree_on_mpi(self, kind: int, name: str, reason: str, root: Any = None) -> None:
         """Before a call goes to MPI: agree with every rank that it does (in
         strict mode, fail the call on every rank instead)."""
-        shm = self._shm
+        shm = self._shm_now()
         message = f"{name} is delegated to MPI ({reason}), and {STRICT_VARIABLE}=1"
         if shm is None:
             if self._strict:
@@ -268,8 +306,9 @@ class AcceleratedComm:
         """One accelerated collective: plan it on this rank, then run it in
         shared memory, or agree that it goes to MPI and hand MPI the caller's
         own arguments."""
+        shm = self._shm_now()
         try:
-            plan = self._plan(kind, name, planner, self._tables, *mpi_args)
+            plan = self._plan(shm, kind, name, planner, self._tables, *mpi_args)
             if isinstance(plan, str):
                 self._agree_on_mpi(kind, name, plan, root)
             else:
@@ -295,7 +334,7 @@ class AcceleratedComm:
     # -- the accelerated collectives --------------------------------------
     def Barrier(self) -> None:
         """Collective: as mpi4py's ``Barrier``, in shared memory."""
-        shm = self._shm
+        shm = self._shm_now()
         if shm is None:
             self._agree_on_mpi(BARRIER, "Barrier", "the shmtopo comm has been freed")
             self._mpi().Barrier()
@@ -477,24 +516,26 @@ class AcceleratedComm:
 
     # -- new communicators come back accelerated ----------------------------
     def _wrapped(self, comm: Any) -> Any:
-        """Collective over comm: it accelerated with this comm's options
-        (COMM_NULL, where a rank is in no new comm, and intercommunicators
-        as they are)."""
-        if comm == self._tables.MPI.COMM_NULL or not isinstance(comm, self._tables.MPI.Intracomm):
+        """Local: the new communicator ``comm`` as an accelerated comm with
+        this comm's options (COMM_NULL, where a rank is in no new comm, and
+        intercommunicators as they are). Its shmtopo side is made at its
+        first call that shmtopo runs, so that making it costs what MPI's
+        constructor costs, and a comm never used costs no shared memory."""
+        MPI = self._tables.MPI
+        if comm == MPI.COMM_NULL or not isinstance(comm, MPI.Intracomm):
             return comm
-        try:
-            return accelerate(comm, **self._options)
-        except BaseException:
-            comm.Free()  # raised on every rank: nobody keeps it
-            raise
+        if type(comm) not in _PLAIN:  # (Dup and Clone make one of this comm's own class, to attach)
+            comm = accelerated_class(type(comm))(comm)
+        comm._attach(None, _Side(None, True), self._tables, self._strict, self._options)
+        return comm
 
     def Dup(self, info: Any = None) -> Any:
         """Collective: mpi4py's ``Dup``, accelerated (free it with ``Free()``)."""
-        return self._wrapped(self._plain().Dup() if info is None else self._plain().Dup(info))
+        return self._wrapped(self._mpi().Dup() if info is None else self._mpi().Dup(info))
 
     def Dup_with_info(self, info: Any) -> Any:
         """Collective: mpi4py's ``Dup_with_info``, accelerated."""
-        return self._wrapped(self._plain().Dup_with_info(info))
+        return self._wrapped(self._mpi().Dup_with_info(info))
 
     def Idup(self, info: Any = None) -> Any:
         """Collective: mpi4py's ``Idup``. The new communicator is a plain
@@ -508,7 +549,7 @@ class AcceleratedComm:
 
     def Clone(self) -> Any:
         """Collective: mpi4py's ``Clone``, accelerated."""
-        return self._wrapped(self._plain().Clone())
+        return self._wrapped(self._mpi().Clone())
 
     def Split(self, color: int = 0, key: int = 0) -> Any:
         """Collective: mpi4py's ``Split``, accelerated (COMM_NULL as it is)."""
@@ -653,6 +694,7 @@ def accelerated_class(cls: type) -> type:
             namespace["Sub"] = _cart_sub
         # CommFast first: its C methods take the plain calls, AcceleratedComm's the others
         made = type(f"Accelerated{cls.__name__}", (_fastpath.CommFast, AcceleratedComm, cls), namespace)
+        mpi_new(made, cls)
         _ACCELERATED[cls] = made
         _PLAIN[made] = cls
     return made
@@ -702,16 +744,30 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
         shm.abandon()
         raise
     acomm = accelerated_class(type(comm))(comm)
-    acomm._attach(comm, shm, tables, strict, {"node_size": node_size, "timeout": timeout})
-    holds_comm(acomm)
-    release_at_finalize()
-    # freed behind its back (acomm.mpi_comm.Free()): the shmtopo comm goes
-    held = weakref.ref(acomm)
-    on_free(comm, lambda: _release_if_alive(held))
+    side = _Side(shm, False)
+    acomm._attach(comm, side, tables, strict, {"node_size": node_size, "timeout": timeout})
+    _hold(side, comm)
     return acomm
 
 
-def _release_if_alive(held: "weakref.ref[AcceleratedComm]") -> None:
-    acomm = held()
-    if acomm is not None:
-        acomm._release()
+def _set_up(side: _Side, comm: Any, options: dict[str, Any]) -> None:
+    """Collective over ``comm``: make a derived comm's shmtopo comm (a
+    failure raises on every rank, and the next call tries again)."""
+    side.shm = Comm.from_mpi(comm, **options)
+    side.lazy = False
+    _hold(side, comm)
+
+
+def _hold(side: _Side, comm: Any) -> None:
+    """Drop the side's shmtopo comm at exit and at MPI_Finalize, and when
+    MPI frees the handle through another copy (acomm.mpi_comm.Free())."""
+    holds_comm(side)
+    release_at_finalize()
+    held = weakref.ref(side)
+    on_free(comm, lambda: _release_if_alive(held))
+
+
+def _release_if_alive(held: "weakref.ref[_Side]") -> None:
+    side = held()
+    if side is not None:
+        side._release()

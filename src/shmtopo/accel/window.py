@@ -725,8 +725,8 @@ def copies_state(own: tuple[str, ...]) -> dict[str, Any]:
     same accelerated object: the same MPI handle, and the same shmtopo state
     (slots `own`), as mpi4py's copies share the handle's."""
 
-    def __new__(cls: type, *args: Any) -> Any:
-        new = super(cls.__mro__[1], cls).__new__(cls, *args)  # mpi4py's: the handle
+    def __new__(cls: Any, *args: Any) -> Any:
+        new = cls._mpi_new(cls, *args)  # mpi4py's: the handle
         if args and type(args[0]).__new__ is cls.__new__:
             for name in own:
                 if hasattr(args[0], name):
@@ -742,6 +742,13 @@ def copies_state(own: tuple[str, ...]) -> dict[str, Any]:
     return {"__new__": __new__, "__copy__": __copy__, "__deepcopy__": __deepcopy__}
 
 
+def mpi_new(made: Any, cls: type) -> None:
+    """Give `made`, the accelerated class of mpi4py's class `cls`, the
+    __new__ of mpi4py's under its own (copies_state's calls it: made once
+    per object, often, as derived comms are made)."""
+    made._mpi_new = cls.__new__
+
+
 def accelerated_win_class(cls: type) -> type:
     made = _CLASSES.get(cls)
     if made is None:
@@ -749,6 +756,7 @@ def accelerated_win_class(cls: type) -> type:
         made = type("AcceleratedWin", (_fastpath.WinFast, AcceleratedWin, cls),
                     {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedWin.__doc__,
                      **copies_state(_OWN)})
+        mpi_new(made, cls)
         _CLASSES[cls] = made
     return made
 
