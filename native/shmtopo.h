@@ -12,6 +12,7 @@
 #ifndef SHMTOPO_H
 #define SHMTOPO_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -199,10 +200,16 @@ enum shmtopo_sig_flags {
     SHMTOPO_SIG_COUNTS = 32,    /* extra is shmtopo_counts_digest of a counts array every
                                    rank passes (allgatherv, reduce_scatter with counts) */
     SHMTOPO_SIG_DELEGATED = 64, /* the caller hands the call to another library (shmtopo.accelerate's
-                                   MPI path): described as such; other fields unused */
+                                   MPI path): described as such; kind, root and (extra) the op compared,
+                                   other fields unused. Where other ranks would run the call here, the
+                                   agreement fails every rank with SHMTOPO_EDELEGATED: all hand it over */
     SHMTOPO_SIG_RUN_AHEAD = 128 /* a small bcast or reduce that need not meet every rank
                                    (SHMTOPO_RUN_AHEAD=1): judged at a later step */
 };
+
+/* A delegated signature's extra: the reduction's op, as 1 + the core's op,
+ * or this for an op the program made (MPI.Op.Create); 0: none, or unknown. */
+#define SHMTOPO_SIG_USER_OP 0x10000
 
 /* Collective: agree on a call before doing it by other means (the
  * across-nodes half of a collective): checks the signature (known kind,
@@ -661,6 +668,10 @@ int shmtopo_sweep_stale_files(const char *topo_dir);
 int shmtopo_affinity_ncpus(void);
 
 /* CDEF END */
+
+/* The errno of an agreement whose verdict is that every rank hands the call
+ * to MPI (SHMTOPO_SIG_DELEGATED); Python reads it as errno.ECANCELED. */
+#define SHMTOPO_EDELEGATED ECANCELED
 
 #ifdef __cplusplus
 }

@@ -51,3 +51,12 @@ def test_derived_comms_cost_no_shared_memory_until_used():
     made, added = int(line.split()[1]), int(line.split()[3])
     assert made >= 10000 and added <= 64 << 20, proc.stdout
 
+
+@pytest.mark.parametrize("n, node_size", [(2, 0), (3, 0), (4, 2)])
+def test_matching_signatures_in_different_forms(n, node_size):
+    """One rank (or the root alone) passes [buf, count, derived type], the
+    others plain arrays, in Bcast, Scatter, Gather, Allreduce, Alltoall and
+    more: legal MPI, which gives MPI's result on every rank; ranks that
+    disagree in what can be known (roots) still raise on every rank."""
+    proc = run_script(n, "dropin_mixed_forms.py", node_size)
+    assert proc.stdout.startswith("checked "), proc.stdout + proc.stderr

@@ -3058,6 +3058,8 @@ static PyTypeObject CallCountsType;
 
 static struct {
     PyObject *general[NA];  /* AcceleratedComm's Python methods, by call */
+    PyObject *to_mpi[NA];   /* by call: MPI's method on the caller's arguments, counted as handed to MPI */
+    PyObject *delegated;    /* the exception of an agreement whose verdict is "every rank hands it to MPI" */
     PyObject *sum_default;  /* the op parameters' default (the drop-in's SUM_DEFAULT) */
     slot_t shm;             /* "_shm" */
     slot_t counts;          /* "_fast_counts" */
@@ -3107,6 +3109,12 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
         if (c->exclusive >= 0)
             e[n++] = c->exclusive ? Py_True : Py_False;
         PyObject *r = c->entry(NULL, e, n);
+        if (!r && af.delegated && PyErr_ExceptionMatches(af.delegated)) {
+            /* another rank's arguments are MPI's alone: every rank hands the
+             * call to MPI, this one with its very arguments */
+            PyErr_Clear();
+            return call_general(af.to_mpi[call], "bind_comm_fast", self, args, nargs, kwnames);
+        }
         if (r != Py_None) {
             if (r == Py_True) { /* done */
                 Py_SETREF(r, new_ref(Py_None));
@@ -3198,19 +3206,25 @@ static PyTypeObject CallCountsType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* bind_comm_fast({"Barrier": f, ...}, sum_default): AcceleratedComm's
- * methods, the general path of CommFast's, and the op parameters' default */
+/* bind_comm_fast({"Barrier": f, ...}, sum_default, {"Barrier": to_mpi, ...},
+ * delegated): AcceleratedComm's methods, the general path of CommFast's;
+ * the op parameters' default; by call, what hands the caller's arguments
+ * to MPI, and the exception that says every rank does */
 static PyObject *bind_comm_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyDict_Check(args[0]))
-        return PyErr_Format(PyExc_TypeError, "bind_comm_fast(general: dict, sum_default)"), NULL;
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[2]))
+        return PyErr_Format(PyExc_TypeError, "bind_comm_fast(general: dict, sum_default, to_mpi: dict, delegated)"),
+               NULL;
     for (int i = 0; i < NA; i++) {
         PyObject *f = PyDict_GetItemString(args[0], accel_calls[i].name);
-        if (!f || !PyCallable_Check(f))
+        PyObject *m = PyDict_GetItemString(args[2], accel_calls[i].name);
+        if (!f || !PyCallable_Check(f) || !m || !PyCallable_Check(m))
             return PyErr_Format(PyExc_TypeError, "bind_comm_fast: no method for %s", accel_calls[i].name), NULL;
         Py_XSETREF(af.general[i], new_ref(f));
+        Py_XSETREF(af.to_mpi[i], new_ref(m));
     }
     Py_XSETREF(af.sum_default, new_ref(args[1]));
+    Py_XSETREF(af.delegated, new_ref(args[3]));
     if (!af.shm.name && !(af.shm.name = PyUnicode_InternFromString("_shm")))
         return NULL;
     if (!af.counts.name && !(af.counts.name = PyUnicode_InternFromString("_fast_counts")))

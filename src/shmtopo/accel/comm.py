@@ -17,15 +17,23 @@ the core's lower-case calls. The persistent ``..._init`` calls return
 requests whose ``Start`` makes the blocking call. Dup, Split, Create_cart and
 the other constructors return accelerated comms of their own class.
 
-Every rank must take the same path: a rank on shmtopo's path waits in
-shmtopo, a rank on MPI's waits in MPI. So each call reads its arguments on
-its own rank, as mpi4py reads them, and a rank that hands the call to MPI
-first takes part in the call's agreement with a signature that says so (no
-element type, count 0, the root of rooted calls). Where every rank
-delegates, they agree and all call MPI; where ranks chose differently, the
-signatures differ and every rank raises the same ShmtopoValueError, naming
-a rank that chose otherwise, before any data moves. Arguments mpi4py would
-refuse make this rank invalid in that agreement: every rank raises.
+Every rank takes the same path: a rank on shmtopo's path waits in shmtopo,
+a rank on MPI's waits in MPI. So each call reads its arguments on its own
+rank, as mpi4py reads them, and a rank whose arguments only MPI takes
+posts, in the call's own agreement, a signature that says so (the
+operation, the root of rooted calls, the op of reductions). MPI requires
+matching type signatures, not the same buffer forms, so where the other
+ranks would run the call here, the verdict is that every rank hands it to
+MPI, each with its own arguments (DelegatedToMPI, caught here and in
+CommFast's C methods); ranks that disagree in the operation, root or op
+raise the same ShmtopoValueError on every rank, before any data moves.
+Arguments mpi4py would refuse make this rank invalid in that agreement:
+every rank raises.
+
+A comm derived from an accelerated one (Dup, Split, Create_cart, Sub...)
+makes its shmtopo comm at its first call that shmtopo would run, so that
+making one costs what MPI's constructor costs. Free() and shm_free() are
+local, as MPI_Comm_free is in practice (Comm.release: a clean departure).
 """
 from __future__ import annotations
 
@@ -39,12 +47,12 @@ import numpy as np
 from .. import _fastpath, agreement
 from ..coll import api
 from .._base import holds_comm
-from .._types import (ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
+from .._types import (OPS, ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
                       REDUCE, REDUCE_SCATTER, SCAN, SCATTER, SCATTERV)
 from .._native import lib
 from ..comm import Comm
 from ..job import on_free, release_at_finalize
-from ..errors import FreedError, ShmtopoArgumentError, ShmtopoValueError
+from ..errors import DelegatedToMPI, FreedError, ShmtopoArgumentError, ShmtopoValueError
 from . import plans
 from .buffers import Array
 from .plans import Call
@@ -281,7 +289,19 @@ class AcceleratedComm:
                 raise ShmtopoValueError(f"{name}: {exc}") from None
         return agreement.normalised(shm, kind, plan)
 
-    def _agree_on_mpi(self, kind: int, name: str, reason: str, root: Any = None) -> None:
+    def _op_word(self, op: Any) -> int:
+        """The op of a delegated reduction as its signature carries it (the
+        agreement compares it with the others' where both are known): 1 + the
+        core's code, SHMTOPO_SIG_USER_OP for an op the program made, else 0."""
+        t = self._tables
+        if not isinstance(op, t.Op):
+            return 0
+        name = t.ops.get(t.handle(op))
+        if name is not None:
+            return 1 + int(OPS[name])
+        return 0 if op.is_predefined else int(lib.SHMTOPO_SIG_USER_OP)
+
+    def _agree_on_mpi(self, kind: int, name: str, reason: str, root: Any = None, op: Any = None) -> None:
         """Before a call goes to MPI: agree with every rank that it does (in
         strict mode, fail the call on every rank instead)."""
         shm = self._shm_now()
@@ -294,7 +314,7 @@ class AcceleratedComm:
             agreement.refuse(shm, kind, ShmtopoValueError(message))
         # a rooted call has been through _root_rank, so this is a rank of the comm
         r = -1 if root is None else operator.index(root)
-        agreement.agree(shm, kind, root=r, flags=_SIG_TO_MPI)
+        agreement.agree(shm, kind, root=r, extra=self._op_word(op), flags=_SIG_TO_MPI)
 
     def _run_plan(self, call: Callable[..., Any], plan: Call, *args: Any, **kwargs: Any) -> None:
         call(self._shm, *args, **kwargs)
@@ -302,7 +322,7 @@ class AcceleratedComm:
             plan.back[...] = plan.out.reshape(plan.back.shape)
 
     def _shm_or_mpi(self, kind: int, name: str, planner: Callable[..., Call], mpi_args: tuple[Any, ...],
-                    run: Callable[[Call], None], root: Any = None) -> None:
+                    run: Callable[[Call], None], root: Any = None, op: Any = None) -> None:
         """One accelerated collective: plan it on this rank, then run it in
         shared memory, or agree that it goes to MPI and hand MPI the caller's
         own arguments."""
@@ -310,9 +330,11 @@ class AcceleratedComm:
         try:
             plan = self._plan(shm, kind, name, planner, self._tables, *mpi_args)
             if isinstance(plan, str):
-                self._agree_on_mpi(kind, name, plan, root)
+                self._agree_on_mpi(kind, name, plan, root, op)
             else:
                 run(plan)
+        except DelegatedToMPI:  # another rank's arguments are MPI's alone: every rank hands the call over
+            plan = "another rank's arguments"
         except ShmtopoValueError as exc:  # bad or disagreeing arguments, the same on every rank
             raise ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank) from None
         if isinstance(plan, str):
@@ -352,13 +374,13 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Reduce``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(REDUCE, "Reduce", plans.reduce, (sendbuf, recvbuf, op, root),
-                         lambda p: self._run_plan(Comm.reduce, p, p.send, p.op, p.root, out=p.out), root)
+                         lambda p: self._run_plan(Comm.reduce, p, p.send, p.op, p.root, out=p.out), root, op)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Allreduce``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(ALLREDUCE, "Allreduce", plans.allreduce, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(Comm.allreduce, p, p.send, p.op, out=p.out))
+                         lambda p: self._run_plan(Comm.allreduce, p, p.send, p.op, out=p.out), op=op)
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgather``."""
@@ -374,7 +396,7 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Reduce_scatter_block``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter_block", plans.reduce_scatter_block, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, out=p.out))
+                         lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, out=p.out), op=op)
 
     # -- through the lower-case calls -------------------------------------
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
@@ -416,19 +438,19 @@ class AcceleratedComm:
         self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter", plans.reduce_scatter,
                          (sendbuf, recvbuf, recvcounts, op),
                          lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, counts=self._counts(p),
-                                                  out=p.out))
+                                                  out=p.out), op=op)
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Scan``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(SCAN, "Scan", plans.scan, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(api.scan, p, p.send, p.op, out=p.out))
+                         lambda p: self._run_plan(api.scan, p, p.send, p.op, out=p.out), op=op)
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Exscan`` (rank 0's recvbuf is left as it is)."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(EXSCAN, "Exscan", plans.scan, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(api.exscan, p, p.send, p.op, out=p.out))
+                         lambda p: self._run_plan(api.exscan, p, p.send, p.op, out=p.out), op=op)
 
     def _root_only(self, p: Call) -> Array | None:
         """A rooted call's input, which only the root has."""
@@ -675,7 +697,18 @@ def _cart_sub(self: AcceleratedComm, remain_dims: Any) -> Any:
     return self._wrapped(self._mpi().Sub(remain_dims))
 
 
-_fastpath.bind_comm_fast({name: getattr(AcceleratedComm, name) for name in FAST_CALLS}, SUM_DEFAULT)
+def _handed_to_mpi(name: str) -> Callable[..., None]:
+    """CommFast's way on after an agreement whose verdict was that every
+    rank hands the call to MPI: MPI's method, with the caller's arguments."""
+    def to_mpi(self: AcceleratedComm, *args: Any, **kwargs: Any) -> None:
+        getattr(self._mpi(), name)(*args, **kwargs)
+        self._stats[name][1] += 1
+    to_mpi.__name__ = to_mpi.__qualname__ = f"{name}_to_mpi"
+    return to_mpi
+
+
+_fastpath.bind_comm_fast({name: getattr(AcceleratedComm, name) for name in FAST_CALLS}, SUM_DEFAULT,
+                         {name: _handed_to_mpi(name) for name in FAST_CALLS}, DelegatedToMPI)
 
 # The accelerated class of each mpi4py communicator class, and back.
 _ACCELERATED: dict[type, type] = {}

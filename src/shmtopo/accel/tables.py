@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _fastpath, _types
 from .._native import lib
-from ..errors import ShmtopoArgumentError, ShmtopoValueError, last_error
+from ..errors import DelegatedToMPI, ShmtopoArgumentError, ShmtopoValueError, last_error
 
 # The ops MPI defines on each kind of type (MPI-4.0, 6.9.2), by the core's
 # names; a type keeps those the core has (_types.OPS).
@@ -198,6 +198,8 @@ def _fast_failure(err: int) -> BaseException:
     """The exception of a collective that failed in a fast entry, worded as
     the planner's path words it."""
     exc = last_error(err)
+    if isinstance(exc, DelegatedToMPI):  # every rank hands the call to MPI: CommFast does
+        return exc
     if isinstance(exc, ShmtopoValueError):  # bad or disagreeing arguments, as the planner's path raises them
         return ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank)
     return exc
