@@ -616,18 +616,31 @@ def test_one_rank_delegating_hands_the_call_to_mpi_on_every_rank(acomm):
         pair.Free()
 
 
-def test_one_rank_with_a_user_op_raises_on_every_rank(acomm):
+def test_different_ops_raise_on_every_rank(acomm):
     """Ranks that pass different ops (MPI calls it erroneous) raise on every
-    rank, also where one rank's op makes it hand the call to MPI."""
+    rank, where the ops are known: also where another rank's derived
+    datatype makes it hand the call to MPI. (A rank with an op the program
+    made hands the call to MPI without asking the others, as every rank of a
+    correct program does: MPI requires the same op everywhere.)"""
     n = WORLD.size
     if n == 1:
         pytest.skip("one rank takes one path")
-    op = MPI.Op.Create(lambda a, b, t: None, commute=True)
+    last = WORLD.rank == n - 1
+    with pytest.raises(shmtopo.ShmtopoValueError, match="disagree"):
+        acomm.Allreduce(np.ones(4), np.zeros(4), MPI.MAX if last else MPI.SUM)
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()
     try:
-        with pytest.raises(shmtopo.ShmtopoValueError, match="disagree.*delegated to MPI"):
-            acomm.Allreduce(np.ones(3), np.zeros(3), op if WORLD.rank == n - 1 else MPI.SUM)
+        for call in (acomm.Allreduce, acomm.Scan):
+            with pytest.raises(shmtopo.ShmtopoValueError, match="disagree.*delegated to MPI"):
+                if last:
+                    call([np.ones(4), 2, pair], [np.zeros(4), 2, pair], MPI.MAX)
+                else:
+                    call(np.ones(4), np.zeros(4), MPI.SUM)
     finally:
-        op.Free()
+        pair.Free()
+    out = np.zeros(2)
+    acomm.Allreduce(np.ones(2), out)
+    same_bits(out, np.full(2, float(n)))
 
 
 # ---- bad arguments raise on every rank ----------------------------------------------------

@@ -3052,7 +3052,8 @@ static const accel_call_t accel_calls[NA] = {
 
 typedef struct {
     PyObject_HEAD
-    unsigned long long counts[NA]; /* the calls CommFast's methods ran in shared memory, by call */
+    unsigned long long counts[NA];    /* the calls CommFast's methods ran in shared memory, by call */
+    unsigned long long delegated[NA]; /* ... and handed to MPI at once (accel_mpi_only), by call */
 } CallCounts;
 static PyTypeObject CallCountsType;
 
@@ -3064,7 +3065,91 @@ static struct {
     slot_t shm;             /* "_shm" */
     slot_t counts;          /* "_fast_counts" */
     slot_t stats;           /* "_stats" */
+    slot_t strict;          /* "_strict" */
+    /* what every rank hands to MPI by MPI's own rules (plans.mpi_only), bound by bind_mpi_only */
+    PyObject *mpi[NA];      /* by call: mpi4py's own method (of MPI.Intracomm) */
+    PyObject *unmoved;      /* the predefined Datatypes shmtopo never moves (long double...), by identity */
+    PyObject *unmoved_formats; /* {format: True} of the buffers mpi4py types as one of those */
+    PyObject *op_class;     /* MPI.Op */
+    PyObject *is_predefined; /* "is_predefined" */
 } af;
+
+/* Whether `spec`, a message MPI reads, holds entries of a predefined type
+ * shmtopo never moves (the forms of accel_split, the datatype matched by
+ * identity; a buffer alone, by its format): 1, else 0 (not known here:
+ * the Python method decides, plans.mpi_only, the same way where this does). */
+static int holds_unmoved(PyObject *spec)
+{
+    PyObject *buf = spec, *datatype = NULL, *count = NULL;
+    if (PyList_CheckExact(spec) || PyTuple_CheckExact(spec)) {
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(spec);
+        PyObject **item = PySequence_Fast_ITEMS(spec);
+        if (n < 2 || n > 4)
+            return 0;
+        buf = item[0];
+        datatype = item[n - 1];
+        count = n == 2 ? NULL : item[1];
+        if (count && n == 3 && PyTuple_CheckExact(count)) /* (count, displ) */
+            count = PyTuple_GET_SIZE(count) == 2 ? PyTuple_GET_ITEM(count, 0) : NULL;
+        int unmoved = 0;
+        for (Py_ssize_t i = 0; af.unmoved && i < PyTuple_GET_SIZE(af.unmoved) && !unmoved; i++)
+            unmoved = PyTuple_GET_ITEM(af.unmoved, i) == datatype;
+        if (!unmoved)
+            return 0;
+        if (count)
+            return PyLong_CheckExact(count) && index_of(count) > 0;
+    }
+    if (!accel_data(buf))
+        return 0;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, datatype ? PyBUF_SIMPLE : PyBUF_FORMAT | PyBUF_ND) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int unmoved = view.len > 0;
+    if (unmoved && !datatype) {
+        PyObject *key = PyUnicode_FromString(view.format ? view.format : "B");
+        unmoved = key && af.unmoved_formats && PyDict_GetItemWithError(af.unmoved_formats, key);
+        Py_XDECREF(key);
+        PyErr_Clear();
+    }
+    PyBuffer_Release(&view);
+    return unmoved;
+}
+
+/* plans.mpi_only for the plain forms: 1 where every rank hands the call to
+ * MPI by MPI's own rules (a user-defined op; a message MPI reads on every
+ * rank that holds a type shmtopo never moves, for the calls whose counts are
+ * the same everywhere), 0 where this cannot tell. `v`: the call's parameters. */
+static int accel_mpi_only(int call, PyObject *const *v)
+{
+    PyObject *op = v[P_OP];
+    if (op && op != af.sum_default && af.op_class && PyObject_TypeCheck(op, (PyTypeObject *)af.op_class)) {
+        int known = 0;
+        for (Py_ssize_t i = 0; accel.ops && i < PyTuple_GET_SIZE(accel.ops) && !known; i++)
+            known = PyTuple_GET_ITEM(PyTuple_GET_ITEM(accel.ops, i), 0) == op;
+        if (!known) {
+            PyObject *predefined = PyObject_GetAttr(op, af.is_predefined);
+            const int user = predefined == Py_False;
+            Py_XDECREF(predefined);
+            PyErr_Clear();
+            if (user)
+                return 1;
+        }
+    }
+    switch (call) {
+    case A_GATHERV: case A_SCATTERV: case A_ALLGATHERV: case A_ALLTOALLV: case A_REDUCE_SCATTER:
+        return 0; /* counts may be 0 on some ranks */
+    case A_BARRIER:
+        return 0;
+    case A_BCAST:
+        return holds_unmoved(v[P_BUF]);
+    case A_SCATTER:
+        return holds_unmoved(accel_in_place(v[P_RECVBUF]) ? v[P_SENDBUF] : v[P_RECVBUF]);
+    default:
+        return holds_unmoved(accel_in_place(v[P_SENDBUF]) ? v[P_RECVBUF] : v[P_SENDBUF]);
+    }
+}
 
 static PyObject *accel_general(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
@@ -3124,6 +3209,14 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
             return r; /* or NULL: the collective failed */
         }
         Py_DECREF(r);
+        PyObject *strict = slot_value(self, &af.strict);
+        if (strict == Py_False && af.mpi[call] && accel_mpi_only(call, v)) {
+            /* every rank knows it from its own arguments: MPI's call, at once */
+            PyObject *done = call_general(af.mpi[call], "bind_mpi_only", self, args, nargs, kwnames);
+            if (done && ++((CallCounts *)counts)->delegated[call] == 1 && first_count(self, c->name) < 0)
+                Py_CLEAR(done);
+            return done;
+        }
     }
     return accel_general(call, self, args, nargs, kwnames);
 }
@@ -3191,8 +3284,19 @@ static PyObject *call_counts_count_of(PyObject *self, PyObject *name)
     return PyLong_FromLong(0);
 }
 
+/* delegated_of(name): the calls of that name CommFast's methods handed to MPI at once */
+static PyObject *call_counts_delegated_of(PyObject *self, PyObject *name)
+{
+    for (int i = 0; i < NA; i++)
+        if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, accel_calls[i].name) == 0)
+            return PyLong_FromUnsignedLongLong(((CallCounts *)self)->delegated[i]);
+    return PyLong_FromLong(0);
+}
+
 static PyMethodDef call_counts_methods[] = {
     {"count_of", call_counts_count_of, METH_O, "count_of(name) -> the calls of that name run in C"},
+    {"delegated_of", call_counts_delegated_of, METH_O,
+     "delegated_of(name) -> the calls of that name handed to MPI from C"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -3230,6 +3334,34 @@ static PyObject *bind_comm_fast(PyObject *self, PyObject *const *args, Py_ssize_
     if (!af.counts.name && !(af.counts.name = PyUnicode_InternFromString("_fast_counts")))
         return NULL;
     if (!af.stats.name && !(af.stats.name = PyUnicode_InternFromString("_stats")))
+        return NULL;
+    if (!af.strict.name && !(af.strict.name = PyUnicode_InternFromString("_strict")))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* bind_mpi_only(unmoved, unmoved_formats, op_class, mpi_class): what
+ * accel_mpi_only decides by (the predefined Datatypes and buffer formats
+ * shmtopo never moves, MPI.Op), and the class whose methods it then calls
+ * (MPI.Intracomm: mpi4py's own collectives). */
+static PyObject *bind_mpi_only(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1]) || !PyType_Check(args[2]))
+        return PyErr_Format(PyExc_TypeError, "bind_mpi_only(unmoved: tuple, formats: dict, op_class, mpi_class)"),
+               NULL;
+    PyObject *methods[NA];
+    for (int i = 0; i < NA; i++)
+        if (!(methods[i] = PyObject_GetAttrString(args[3], accel_calls[i].name))) {
+            for (int j = 0; j < i; j++)
+                Py_DECREF(methods[j]);
+            return NULL;
+        }
+    for (int i = 0; i < NA; i++)
+        Py_XSETREF(af.mpi[i], methods[i]);
+    Py_XSETREF(af.unmoved, new_ref(args[0]));
+    Py_XSETREF(af.unmoved_formats, new_ref(args[1]));
+    Py_XSETREF(af.op_class, new_ref(args[2]));
+    if (!af.is_predefined && !(af.is_predefined = PyUnicode_InternFromString("is_predefined")))
         return NULL;
     Py_RETURN_NONE;
 }
@@ -3297,6 +3429,8 @@ static PyMethodDef methods[] = {
     {"bind_comm", bind_comm, METH_O, "Bind the general functions of NativeComm's methods (shmtopo.Comm internal)."},
     {"bind_comm_fast", (PyCFunction)(void (*)(void))bind_comm_fast, METH_FASTCALL,
      "Bind AcceleratedComm's methods and the op default for CommFast's (shmtopo.accelerate internal)."},
+    {"bind_mpi_only", (PyCFunction)(void (*)(void))bind_mpi_only, METH_FASTCALL,
+     "Bind what CommFast hands to MPI at once, and mpi4py's methods it calls (shmtopo.accelerate internal)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -103,6 +103,10 @@ _SIG_TO_MPI = lib.SHMTOPO_SIG_DELEGATED
 FAST_CALLS = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall", "Reduce_scatter_block", "Gather",
               "Scatter", "Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter", "Scan", "Exscan")
 
+# The calls whose counts may differ by rank (and be 0 on some): a type
+# shmtopo does not move in one rank's message says nothing of another's.
+_V_CALLS = frozenset(["Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter"])
+
 # ---- the communicator ----------------------------------------------------------------
 
 class _Stats(dict):  # type: ignore[type-arg]
@@ -127,7 +131,7 @@ class _Side:
 
     __slots__ = ("shm", "lazy", "__weakref__")
 
-    def __init__(self, shm: Comm | None, lazy: bool) -> None:
+    def __init__(self, shm: Comm | None = None, lazy: bool = True) -> None:
         self.shm, self.lazy = shm, lazy
 
     def _release(self) -> None:
@@ -227,8 +231,8 @@ class AcceleratedComm:
     def shm_stats(self) -> dict[str, tuple[int, int]]:
         """Local: {operation: (accelerated calls, delegated calls)} for each
         collective called at least once, in the order of the first calls."""
-        fast = self._fast_counts.count_of
-        counts = {name: (n[0] + fast(name), n[1]) for name, n in self._stats.items()}
+        fast, handed = self._fast_counts.count_of, self._fast_counts.delegated_of
+        counts = {name: (n[0] + fast(name), n[1] + handed(name)) for name, n in self._stats.items()}
         return {name: n for name, n in counts.items() if n[0] or n[1]}
 
     def __repr__(self) -> str:
@@ -326,6 +330,13 @@ class AcceleratedComm:
         """One accelerated collective: plan it on this rank, then run it in
         shared memory, or agree that it goes to MPI and hand MPI the caller's
         own arguments."""
+        why = plans.mpi_only(self._tables, name, mpi_args, op, name in _V_CALLS)
+        if why is not None:  # every rank knows it from its own arguments: no agreement, no set-up
+            if self._strict:
+                raise ShmtopoArgumentError(f"{name} is delegated to MPI ({why}), and {STRICT_VARIABLE}=1")
+            getattr(self._mpi(), name)(*mpi_args)
+            self._stats[name][1] += 1
+            return
         shm = self._shm_now()
         try:
             plan = self._plan(shm, kind, name, planner, self._tables, *mpi_args)
@@ -540,20 +551,34 @@ class AcceleratedComm:
     def _wrapped(self, comm: Any) -> Any:
         """Local: the new communicator ``comm`` as an accelerated comm with
         this comm's options (COMM_NULL, where a rank is in no new comm, and
-        intercommunicators as they are). Its shmtopo side is made at its
-        first call that shmtopo runs, so that making it costs what MPI's
-        constructor costs, and a comm never used costs no shared memory."""
+        intercommunicators as they are)."""
         MPI = self._tables.MPI
         if comm == MPI.COMM_NULL or not isinstance(comm, MPI.Intracomm):
             return comm
         if type(comm) not in _PLAIN:  # (Dup and Clone make one of this comm's own class, to attach)
             comm = accelerated_class(type(comm))(comm)
-        comm._attach(None, _Side(None, True), self._tables, self._strict, self._options)
-        return comm
+        return self._derived(comm)
+
+    def _derived(self, made: Any) -> Any:
+        """Local: `made`, a new comm of an accelerated class, with this comm's
+        options. Its shmtopo side is made at its first call that shmtopo
+        runs, so that making it costs what MPI's constructor costs (made
+        once per plan or per array by some libraries: each line here
+        counts), and a comm never used costs no shared memory."""
+        made._options = self._options
+        made._comm = made._shm = None
+        made._side = _Side()
+        made._tables = self._tables
+        made._strict = self._strict
+        made._stats = _Stats()
+        made._fast_counts = _fastpath.CallCounts()
+        return made
 
     def Dup(self, info: Any = None) -> Any:
         """Collective: mpi4py's ``Dup``, accelerated (free it with ``Free()``)."""
-        return self._wrapped(self._mpi().Dup() if info is None else self._mpi().Dup(info))
+        # mpi4py's Dup makes an object of this comm's own class: attached, never COMM_NULL
+        mpi = _PLAIN[type(self)]
+        return self._derived(mpi.Dup(self) if info is None else mpi.Dup(self, info))
 
     def Dup_with_info(self, info: Any) -> Any:
         """Collective: mpi4py's ``Dup_with_info``, accelerated."""
