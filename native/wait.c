@@ -117,6 +117,7 @@ typedef struct win_waiting {
     shmtopo_win_t *win;
     int peer;
     const char *what;
+    int peer_writes; /* the awaited word is the peer's own to write (else: shmtopo_wait_shared) */
 } win_waiting_t;
 
 static int win_gone(const void *ctx, int full, int *originp)
@@ -130,7 +131,7 @@ static int win_gone(const void *ctx, int full, int *originp)
     }
     /* a peer that released its side cleanly is gone only for the words it
      * never wrote: the one awaited here (a post it made first is found) */
-    if (atomic_load_explicit(&w->win->ctrl[w->peer]->departed, memory_order_acquire)) {
+    if (w->peer_writes && atomic_load_explicit(&w->win->ctrl[w->peer]->departed, memory_order_acquire)) {
         *originp = w->peer;
         return shmtopo_fail_left(w->win, w->peer, w->what, "waited");
     }
@@ -147,17 +148,29 @@ static int win_gone(const void *ctx, int full, int *originp)
     return 0;
 }
 
-int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
-                      uint64_t target, int peer, const char *what, int *originp)
+static int wait_on(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t target, int peer,
+                   const char *what, int peer_writes, int *originp)
 {
     const shmtopo_comm_t *comm = win->comm;
-    const win_waiting_t ctx = {win, peer, what};
+    const win_waiting_t ctx = {win, peer, what, peer_writes};
     shmtopo_wait_rule_t rule = {
         .gone = win_gone, .ctx = &ctx, .timeout = win->timeout, .me = shmtopo_world(comm, comm->rank),
         .peer = shmtopo_world(comm, peer), .what = what, .release = shmtopo_armed_release(win),
     };
     shmtopo_wait_spin_of(comm, &rule);
     return shmtopo_wait_for(seq, waiters, target, &rule, originp);
+}
+
+int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
+                      uint64_t target, int peer, const char *what, int *originp)
+{
+    return wait_on(win, seq, waiters, target, peer, what, 1, originp);
+}
+
+int shmtopo_wait_shared_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
+                             uint64_t target, int peer, const char *what, int *originp)
+{
+    return wait_on(win, seq, waiters, target, peer, what, 0, originp);
 }
 
 void shmtopo_wait_spin_of(const shmtopo_comm_t *comm, shmtopo_wait_rule_t *rule)
