@@ -3057,6 +3057,8 @@ typedef struct {
 } CallCounts;
 static PyTypeObject CallCountsType;
 
+#define UNMOVED_DESCRS 4
+
 static struct {
     PyObject *general[NA];  /* AcceleratedComm's Python methods, by call */
     PyObject *to_mpi[NA];   /* by call: MPI's method on the caller's arguments, counted as handed to MPI */
@@ -3072,6 +3074,7 @@ static struct {
     PyObject *unmoved_formats; /* {format: True} of the buffers mpi4py types as one of those */
     PyObject *op_class;     /* MPI.Op */
     PyObject *is_predefined; /* "is_predefined" */
+    PyObject *unmoved_descrs[UNMOVED_DESCRS]; /* numpy dtypes whose arrays mpi4py types as one of those */
 } af;
 
 /* Whether `spec`, a message MPI reads, holds entries of a predefined type
@@ -3101,6 +3104,18 @@ static int holds_unmoved(PyObject *spec)
     }
     if (!accel_data(buf))
         return 0;
+    /* an ndarray alone of a dtype found unmoved before (numpy's are singletons): its fields say */
+    const int array = !datatype && fields_checked > 0 && Py_TYPE(buf) == (PyTypeObject *)bound.ndarray;
+    if (array) {
+        const ArrayFields *a = (const ArrayFields *)buf;
+        for (int i = 0; i < UNMOVED_DESCRS; i++)
+            if (af.unmoved_descrs[i] == a->descr) {
+                Py_ssize_t n = 1;
+                for (int d = 0; d < a->nd; d++)
+                    n *= a->dimensions[d];
+                return n > 0;
+            }
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(buf, &view, datatype ? PyBUF_SIMPLE : PyBUF_FORMAT | PyBUF_ND) < 0) {
         PyErr_Clear();
@@ -3112,6 +3127,11 @@ static int holds_unmoved(PyObject *spec)
         unmoved = key && af.unmoved_formats && PyDict_GetItemWithError(af.unmoved_formats, key);
         Py_XDECREF(key);
         PyErr_Clear();
+        if (unmoved && array) { /* kept, with a reference, so that the address stays its */
+            static int next;
+            Py_XSETREF(af.unmoved_descrs[next], new_ref(((const ArrayFields *)buf)->descr));
+            next = (next + 1) % UNMOVED_DESCRS;
+        }
     }
     PyBuffer_Release(&view);
     return unmoved;
