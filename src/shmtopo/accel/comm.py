@@ -577,7 +577,7 @@ class AcceleratedComm:
     def Dup(self, info: Any = None) -> Any:
         """Collective: mpi4py's ``Dup``, accelerated (free it with ``Free()``)."""
         # mpi4py's Dup makes an object of this comm's own class: attached, never COMM_NULL
-        mpi = _PLAIN[type(self)]
+        mpi: Any = _PLAIN[type(self)]
         return self._derived(mpi.Dup(self) if info is None else mpi.Dup(self, info))
 
     def Dup_with_info(self, info: Any) -> Any:
