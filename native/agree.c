@@ -207,15 +207,46 @@ static void summarize(const shmtopo_comm_t *comm, uint64_t s, summary_t *sum)
     }
 }
 
+/* Whether ranks whose signatures differ may all hand the call to MPI
+ * instead: some rank delegates it (SHMTOPO_SIG_DELEGATED: its arguments are
+ * MPI's alone, such as a derived datatype where the others pass arrays of
+ * the same type signature), every rank names the same operation and root,
+ * the ranks that would run it here agree among themselves, and none ran
+ * past the step (a rank that ran ahead cannot come back to MPI). */
+static int all_may_delegate(const summary_t *sum)
+{
+    int delegated = 0, here = 0;
+    uint64_t op = 0; /* the reduction's op where known: 1 + its code, or SHMTOPO_SIG_USER_OP */
+    for (int g = 0; g < sum->ngroups; g++) {
+        const shmtopo_sig_t *a = &sum->groups[g].sig, *first = &sum->groups[0].sig;
+        if ((a->flags & SHMTOPO_SIG_RUN_AHEAD) || a->kind != first->kind || a->root != first->root)
+            return 0;
+        const int by_mpi = (a->flags & SHMTOPO_SIG_DELEGATED) != 0;
+        const uint64_t its_op = by_mpi ? a->extra : a->op >= 0 ? (uint64_t)a->op + 1 : 0;
+        if (its_op && op && its_op != op) /* different ops: erroneous, in MPI too */
+            return 0;
+        op = its_op ? its_op : op;
+        delegated |= by_mpi;
+        here += !by_mpi;
+    }
+    return delegated && here <= 1;
+}
+
 /* The verdict of a summary, the same wherever it is computed: the failure;
  * or, when signatures differ, blame the lowest rank outside the signature
- * most ranks posted (ties: the one of the lowest rank), naming both calls. */
-static int verdict(const summary_t *sum)
+ * most ranks posted (ties: the one of the lowest rank), naming both calls.
+ * Judged at once (`at_once`: every rank is still in this call), ranks that
+ * differ only in that some hand the call to MPI all do: ECANCELED, "hand
+ * it to MPI", the same on every rank. */
+static int verdict(const summary_t *sum, int at_once)
 {
     if (sum->err)
         return shmtopo_fail(sum->err, sum->origin, "%.*s", MESSAGE, sum->message);
     if (sum->ngroups <= 1)
         return 0;
+    if (at_once && all_may_delegate(sum))
+        return shmtopo_fail(SHMTOPO_EDELEGATED, -1, "%s: a rank hands the call to MPI, and so does every rank",
+                            shmtopo_kind_name(sum->groups[0].sig.kind));
     int ref = 0;
     for (int g = 1; g < sum->ngroups; g++) {
         const sig_group_t *a = &sum->groups[g], *b = &sum->groups[ref];
@@ -229,14 +260,8 @@ static int verdict(const summary_t *sum)
     char a[160], b[160];
     describe(&sum->groups[odd].sig, a, sizeof(a));
     describe(&sum->groups[ref].sig, b, sizeof(b));
-    /* a rank on MPI's path and one on shmtopo's: say what makes ranks choose alike */
-    const int delegated = (sum->groups[odd].sig.flags | sum->groups[ref].sig.flags) & SHMTOPO_SIG_DELEGATED;
-    return shmtopo_fail(EINVAL, sum->groups[odd].first,
-                        "ranks disagree: rank %d called %s, but rank %d called %s%s",
-                        sum->groups[odd].first, a, sum->groups[ref].first, b,
-                        delegated ? " (every rank must take the same path: describe the buffers alike on "
-                                    "every rank, with the same kind of datatype and op, and MPI.IN_PLACE "
-                                    "on every rank or none)" : "");
+    return shmtopo_fail(EINVAL, sum->groups[odd].first, "ranks disagree: rank %d called %s, but rank %d called %s",
+                        sum->groups[odd].first, a, sum->groups[ref].first, b);
 }
 
 /* ---- running ahead: judging steps later ----------------------------------------- */
@@ -263,7 +288,7 @@ static int judge(const shmtopo_comm_t *comm, uint64_t s)
         return 0;
     summary_t sum;
     summarize(comm, s, &sum);
-    return verdict(&sum);
+    return verdict(&sum, 0); /* judged late: ranks may have gone on */
 }
 
 /* Whether a rank may have run past step s (it posted a call that runs
@@ -528,7 +553,7 @@ static __attribute__((noinline)) int judge_unclean(shmtopo_comm_t *comm, uint64_
 {
     summary_t sum;
     summarize_failed(comm, s, &sum);
-    return verdict(&sum);
+    return verdict(&sum, 1);
 }
 
 static __attribute__((noinline)) int step_general(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t hash, int err,
@@ -537,7 +562,7 @@ static __attribute__((noinline)) int step_general(shmtopo_comm_t *comm, const sh
     summary_t sum;
     if (step_summary(comm, sig, hash, err, 1, data, n, &sum) < 0)
         return -1;
-    return sum.err == 0 && sum.ngroups == 1 ? 0 : verdict(&sum);
+    return sum.err == 0 && sum.ngroups == 1 ? 0 : verdict(&sum, 1);
 }
 
 /* The rest of the common step this rank just posted, which did not find
@@ -645,7 +670,7 @@ static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *vo
                 for (int g = 0; g < all[i].ngroups; g++)
                     add_group(&job, all[i].groups[g].hash, all[i].groups[g].count, all[i].groups[g].first,
                               &all[i].groups[g].sig);
-            if (verdict(&job) < 0) {
+            if (verdict(&job, 1) < 0) {
                 err = errno;
                 origin = shmtopo_last_error_rank();
                 snprintf(message, sizeof(message), "%s", shmtopo_last_error());
@@ -662,7 +687,7 @@ static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *vo
         return -1;
     if (votep)
         *votep = sum.vote;
-    return verdict(&sum);
+    return verdict(&sum, 1);
 }
 
 /* ---- the agreement ------------------------------------------------------------------ */
@@ -701,7 +726,7 @@ static int agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, uint32
         return job_verdict(comm, &sum, votep);
     if (votep)
         *votep = sum.vote;
-    return verdict(&sum);
+    return verdict(&sum, 1);
 }
 
 int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine, void *all,

@@ -94,6 +94,18 @@ void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin)
         shmtopo_win_abandon_because(win, origin);
 }
 
+void shmtopo_chan_release(shmtopo_comm_t *comm)
+{
+    const int broken = comm->broken;
+    shmtopo_win_t *win = detach(comm);
+    if (!win)
+        return;
+    if (broken)
+        shmtopo_win_abandon_because(win, -1);
+    else
+        shmtopo_win_release(win);
+}
+
 void shmtopo_chan_leave(shmtopo_comm_t *comm, int origin)
 {
     shmtopo_win_leave(comm->chan.win, origin);

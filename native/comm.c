@@ -339,6 +339,17 @@ int shmtopo_comm_abandon(shmtopo_comm_t *comm)
     return 0;
 }
 
+int shmtopo_comm_release(shmtopo_comm_t *comm)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (shmtopo_comm_same_process(comm) < 0)
+        return -1;
+    shmtopo_chan_release(comm);
+    comm_delete(comm);
+    return 0;
+}
+
 int shmtopo_comm_leave(shmtopo_comm_t *comm)
 {
     if (!comm || !comm->chan.win)

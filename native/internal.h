@@ -75,6 +75,8 @@ typedef struct shmtopo_ctrl {
                                                            rank whose failure caused it */
     _Atomic int32_t died_elsewhere;                     /* set before abandoned: 1 + the job rank
                                                            on another node whose death it was */
+    _Atomic uint32_t departed;                          /* owner released its side cleanly (no
+                                                           error): set once, never cleared */
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t fence_waiters;
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t peer_waiters;
     _Alignas(SHMTOPO_LINE) _Atomic uint64_t peer_seq[]; /* [p]: peer fences done with p */
@@ -176,6 +178,9 @@ char *shmtopo_chan_buffer(const shmtopo_comm_t *comm, int rank, int which);
 int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange);
 int shmtopo_chan_free(shmtopo_comm_t *comm);
 void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin);
+/* Local: drop this process's side of the channel as a clean departure
+ * (shmtopo_win_release), or, on a broken comm, as shmtopo_chan_abandon. */
+void shmtopo_chan_release(shmtopo_comm_t *comm);
 /* Leave the channel (origin: the rank whose failure caused it, -1 for this
  * one): peers waiting on it fail instead of hanging. */
 void shmtopo_chan_leave(shmtopo_comm_t *comm, int origin);

@@ -67,10 +67,18 @@ int shmtopo_pid_running(pid_t pid)
     return read_stat(pid, &state) == 0 || (state != 'Z' && state != 'X');
 }
 
+/* Whether rank r released its side of the comm cleanly (shmtopo_comm_release):
+ * its process may then exit at any time, and that is no death. */
+static int departed(const shmtopo_comm_t *comm, int r)
+{
+    const shmtopo_win_t *chan = comm->chan.win;
+    return chan && chan->ctrl[r] && atomic_load_explicit(&chan->ctrl[r]->departed, memory_order_acquire);
+}
+
 int shmtopo_comm_find_dead(const shmtopo_comm_t *comm)
 {
     for (int r = 0; r < comm->size; r++)
-        if (r != comm->rank && !shmtopo_process_alive(comm->pids[r], comm->starttimes[r]))
+        if (r != comm->rank && !shmtopo_process_alive(comm->pids[r], comm->starttimes[r]) && !departed(comm, r))
             return r;
     return -1;
 }

@@ -69,7 +69,7 @@ static int ticket_acquire(shmtopo_win_t *ctrl, int target, _Atomic uint64_t *nex
 {
     const uint64_t ticket = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
     int origin = -1;
-    if (shmtopo_wait(ctrl, serving, waiters, ticket, target, what, &origin) < 0)
+    if (shmtopo_wait_shared(ctrl, serving, waiters, ticket, target, what, &origin) < 0)
         return shmtopo_win_wait_failed(ctrl, origin);
     return 0;
 }
@@ -101,7 +101,7 @@ static int drained(shmtopo_win_t *ctrl, int rank, _Atomic uint64_t *in, _Atomic 
     for (;;) {
         const uint64_t holders = atomic_load_explicit(in, memory_order_seq_cst);
         int origin = -1;
-        if (shmtopo_wait(ctrl, out, waiters, holders, rank, "lock", &origin) < 0)
+        if (shmtopo_wait_shared(ctrl, out, waiters, holders, rank, "lock", &origin) < 0)
             return shmtopo_win_wait_failed(ctrl, origin);
         if (atomic_load_explicit(in, memory_order_seq_cst) == holders)
             return 0;

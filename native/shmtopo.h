@@ -12,6 +12,7 @@
 #ifndef SHMTOPO_H
 #define SHMTOPO_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -100,6 +101,15 @@ int shmtopo_comm_abandon(shmtopo_comm_t *comm);
  * the comm becomes unusable here and peers waiting on it fail with
  * ECONNABORTED; free or abandon it afterwards. */
 int shmtopo_comm_leave(shmtopo_comm_t *comm);
+/* Local: drop this rank's side of the comm without waiting for the others,
+ * as MPI_Comm_free does in practice (release its windows first, with
+ * shmtopo_win_release). A clean departure, not an error: peers still
+ * finishing an earlier call are not disturbed (their own mappings keep the
+ * memory, which goes when the last rank has left), and their waits never
+ * count this rank as dead once its process exits; only a peer waiting for
+ * a step this rank never posts fails, with ECONNABORTED naming it. A comm
+ * broken by an earlier failure is abandoned instead. */
+int shmtopo_comm_release(shmtopo_comm_t *comm);
 /* Local: as shmtopo_comm_leave, because job rank `job_rank` died (on another
  * node, as this rank heard through MPI, or on this one): peers waiting on
  * the comm fail with EOWNERDEAD naming that rank, as if they had seen the
@@ -190,10 +200,16 @@ enum shmtopo_sig_flags {
     SHMTOPO_SIG_COUNTS = 32,    /* extra is shmtopo_counts_digest of a counts array every
                                    rank passes (allgatherv, reduce_scatter with counts) */
     SHMTOPO_SIG_DELEGATED = 64, /* the caller hands the call to another library (shmtopo.accelerate's
-                                   MPI path): described as such; other fields unused */
+                                   MPI path): described as such; kind, root and (extra) the op compared,
+                                   other fields unused. Where other ranks would run the call here, the
+                                   agreement fails every rank with SHMTOPO_EDELEGATED: all hand it over */
     SHMTOPO_SIG_RUN_AHEAD = 128 /* a small bcast or reduce that need not meet every rank
                                    (SHMTOPO_RUN_AHEAD=1): judged at a later step */
 };
+
+/* A delegated signature's extra: the reduction's op, as 1 + the core's op,
+ * or this for an op the program made (MPI.Op.Create); 0: none, or unknown. */
+#define SHMTOPO_SIG_USER_OP 0x10000
 
 /* Collective: agree on a call before doing it by other means (the
  * across-nodes half of a collective): checks the signature (known kind,
@@ -377,6 +393,10 @@ int shmtopo_win_abandon_because(shmtopo_win_t *win, int origin);
  * naming this rank, at once. The memory stays mapped until the window is
  * freed or abandoned. */
 int shmtopo_win_depart(shmtopo_win_t *win);
+/* Local: as shmtopo_comm_release, for a window: this rank's side goes
+ * without an agreement, as a clean departure (a broken window: as
+ * shmtopo_win_abandon). */
+int shmtopo_win_release(shmtopo_win_t *win);
 
 /* ---- collectives -------------------------------------------------------- */
 
@@ -658,6 +678,10 @@ uint64_t shmtopo_origin(void);
 int shmtopo_affinity_ncpus(void);
 
 /* CDEF END */
+
+/* The errno of an agreement whose verdict is that every rank hands the call
+ * to MPI (SHMTOPO_SIG_DELEGATED); Python reads it as errno.ECANCELED. */
+#define SHMTOPO_EDELEGATED ECANCELED
 
 #ifdef __cplusplus
 }

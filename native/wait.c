@@ -90,6 +90,11 @@ int shmtopo_fail_left(const shmtopo_win_t *win, int origin, const char *what, co
      * SIGKILLed process shows as running for a few ms) or about to leave
      * after the same error (an exception naming it ends a with block):
      * which one shows within LEFT_OR_DEAD_MS. */
+    if (origin >= 0 && origin < comm->size && origin != comm->rank &&
+        atomic_load_explicit(&win->ctrl[origin]->departed, memory_order_acquire) &&
+        !atomic_load_explicit(&win->ctrl[origin]->abandoned, memory_order_relaxed))
+        return shmtopo_fail(ECONNABORTED, them, "rank %d freed %s while rank %d %s in %s", them, win->label, me,
+                            doing, what);
     for (int ms = 0; origin != comm->rank && ms <= LEFT_OR_DEAD_MS &&
                      !atomic_load_explicit(&win->ctrl[origin]->abandoned, memory_order_relaxed); ms++) {
         if (!shmtopo_process_alive(comm->pids[origin], comm->starttimes[origin]))
@@ -112,6 +117,7 @@ typedef struct win_waiting {
     shmtopo_win_t *win;
     int peer;
     const char *what;
+    int peer_writes; /* the awaited word is the peer's own to write (else: shmtopo_wait_shared) */
 } win_waiting_t;
 
 static int win_gone(const void *ctx, int full, int *originp)
@@ -123,7 +129,15 @@ static int win_gone(const void *ctx, int full, int *originp)
         *originp = gone;
         return shmtopo_fail_left(w->win, gone, w->what, "waited");
     }
+    /* a peer that released its side cleanly is gone only for the words it
+     * never wrote: the one awaited here (a post it made first is found) */
+    if (w->peer_writes && atomic_load_explicit(&w->win->ctrl[w->peer]->departed, memory_order_acquire)) {
+        *originp = w->peer;
+        return shmtopo_fail_left(w->win, w->peer, w->what, "waited");
+    }
     int dead = full ? shmtopo_comm_find_dead(comm) : -1;
+    if (dead >= 0 && w->win->ctrl[dead] && atomic_load_explicit(&w->win->ctrl[dead]->departed, memory_order_acquire))
+        dead = -1; /* released this window cleanly, then exited: no death */
     if (dead >= 0) {
         *originp = dead;
         return shmtopo_fail(EOWNERDEAD, shmtopo_world(comm, dead),
@@ -134,17 +148,29 @@ static int win_gone(const void *ctx, int full, int *originp)
     return 0;
 }
 
-int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
-                      uint64_t target, int peer, const char *what, int *originp)
+static int wait_on(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters, uint64_t target, int peer,
+                   const char *what, int peer_writes, int *originp)
 {
     const shmtopo_comm_t *comm = win->comm;
-    const win_waiting_t ctx = {win, peer, what};
+    const win_waiting_t ctx = {win, peer, what, peer_writes};
     shmtopo_wait_rule_t rule = {
         .gone = win_gone, .ctx = &ctx, .timeout = win->timeout, .me = shmtopo_world(comm, comm->rank),
         .peer = shmtopo_world(comm, peer), .what = what, .release = shmtopo_armed_release(win),
     };
     shmtopo_wait_spin_of(comm, &rule);
     return shmtopo_wait_for(seq, waiters, target, &rule, originp);
+}
+
+int shmtopo_wait_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
+                      uint64_t target, int peer, const char *what, int *originp)
+{
+    return wait_on(win, seq, waiters, target, peer, what, 1, originp);
+}
+
+int shmtopo_wait_shared_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
+                             uint64_t target, int peer, const char *what, int *originp)
+{
+    return wait_on(win, seq, waiters, target, peer, what, 0, originp);
 }
 
 void shmtopo_wait_spin_of(const shmtopo_comm_t *comm, shmtopo_wait_rule_t *rule)

@@ -89,6 +89,20 @@ static inline int shmtopo_wait(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomi
     return shmtopo_wait_slow(win, seq, waiters, target, peer, what, originp);
 }
 
+/* shmtopo_wait for a word of `peer`'s part that other ranks write (a lock's
+ * words): a peer that released its side cleanly (shmtopo_win_release) is
+ * no reason to stop waiting, since it is not the one who will write it. */
+int shmtopo_wait_shared_slow(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
+                             uint64_t target, int peer, const char *what, int *originp);
+
+static inline int shmtopo_wait_shared(shmtopo_win_t *win, _Atomic uint64_t *seq, _Atomic uint32_t *waiters,
+                                      uint64_t target, int peer, const char *what, int *originp)
+{
+    if (shmtopo_spin_until(seq, target))
+        return 0;
+    return shmtopo_wait_shared_slow(win, seq, waiters, target, peer, what, originp);
+}
+
 /* The rank whose failure made `rank` leave `win` (itself, or the peer it
  * named), or -1 while it has not left. */
 int shmtopo_left_because(const shmtopo_win_t *win, int rank);

@@ -464,6 +464,36 @@ int shmtopo_win_depart(shmtopo_win_t *win)
     return 0;
 }
 
+/* A clean departure: mark it (peers never count this rank as dead or
+ * failed from here on, only as gone for the steps it never posts), and
+ * wake the peers asleep on this rank's words, who look again. */
+static void depart_clean(shmtopo_win_t *win)
+{
+    shmtopo_ctrl_t *me = win->ctrl[win->rank];
+    if (!me)
+        return; /* set-up had not got that far */
+    atomic_store_explicit(&me->departed, 1, memory_order_seq_cst);
+    shmtopo_wake(&me->fence_seq);
+    for (int p = 0; p < win->size; p++)
+        shmtopo_wake(&me->peer_seq[p]);
+    if (win->on_leave)
+        win->on_leave(win);
+}
+
+int shmtopo_win_release(shmtopo_win_t *win)
+{
+    if (!win)
+        return shmtopo_fail(EBADF, -1, "window is NULL or freed");
+    if (shmtopo_comm_same_process(win->comm) < 0)
+        return -1;
+    if (win->broken || win->comm->broken)
+        shmtopo_win_leave(win, -1);
+    else
+        depart_clean(win);
+    shmtopo_win_delete(win);
+    return 0;
+}
+
 int shmtopo_win_abandon(shmtopo_win_t *win)
 {
     return shmtopo_win_abandon_because(win, -1);

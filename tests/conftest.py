@@ -5,6 +5,7 @@ Every rank runs every test in the same order. A failure on any rank prints
 its report and aborts the whole job, so one rank's failed assertion fails the
 run instead of leaving the others waiting in a fence.
 """
+import gc
 import os
 import socket
 import sys
@@ -69,11 +70,15 @@ class PythonCalls(list):
     Python leaves it empty."""
 
     def __enter__(self) -> "PythonCalls":
+        # what the collector runs (the __del__ of an earlier test's garbage)
+        # is not the block's: held off during it
+        gc.disable()
         sys.setprofile(self._profile)
         return self
 
     def __exit__(self, *exc) -> None:
         sys.setprofile(None)
+        gc.enable()
 
     def _profile(self, frame, event, arg) -> None:
         if event == "call" and frame.f_code is not PythonCalls.__exit__.__code__:

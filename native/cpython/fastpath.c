@@ -3061,17 +3061,124 @@ static const accel_call_t accel_calls[NA] = {
 
 typedef struct {
     PyObject_HEAD
-    unsigned long long counts[NA]; /* the calls CommFast's methods ran in shared memory, by call */
+    unsigned long long counts[NA];    /* the calls CommFast's methods ran in shared memory, by call */
+    unsigned long long delegated[NA]; /* ... and handed to MPI at once (accel_mpi_only), by call */
 } CallCounts;
 static PyTypeObject CallCountsType;
 
+#define UNMOVED_DESCRS 4
+
 static struct {
     PyObject *general[NA];  /* AcceleratedComm's Python methods, by call */
+    PyObject *to_mpi[NA];   /* by call: MPI's method on the caller's arguments, counted as handed to MPI */
+    PyObject *delegated;    /* the exception of an agreement whose verdict is "every rank hands it to MPI" */
     PyObject *sum_default;  /* the op parameters' default (the drop-in's SUM_DEFAULT) */
     slot_t shm;             /* "_shm" */
     slot_t counts;          /* "_fast_counts" */
     slot_t stats;           /* "_stats" */
+    slot_t strict;          /* "_strict" */
+    /* what every rank hands to MPI by MPI's own rules (plans.mpi_only), bound by bind_mpi_only */
+    PyObject *mpi[NA];      /* by call: mpi4py's own method (of MPI.Intracomm) */
+    PyObject *unmoved;      /* the predefined Datatypes shmtopo never moves (long double...), by identity */
+    PyObject *unmoved_formats; /* {format: True} of the buffers mpi4py types as one of those */
+    PyObject *op_class;     /* MPI.Op */
+    PyObject *is_predefined; /* "is_predefined" */
+    PyObject *unmoved_descrs[UNMOVED_DESCRS]; /* numpy dtypes whose arrays mpi4py types as one of those */
 } af;
+
+/* Whether `spec`, a message MPI reads, holds entries of a predefined type
+ * shmtopo never moves (the forms of accel_split, the datatype matched by
+ * identity; a buffer alone, by its format): 1, else 0 (not known here:
+ * the Python method decides, plans.mpi_only, the same way where this does). */
+static int holds_unmoved(PyObject *spec)
+{
+    PyObject *buf = spec, *datatype = NULL, *count = NULL;
+    if (PyList_CheckExact(spec) || PyTuple_CheckExact(spec)) {
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(spec);
+        PyObject **item = PySequence_Fast_ITEMS(spec);
+        if (n < 2 || n > 4)
+            return 0;
+        buf = item[0];
+        datatype = item[n - 1];
+        count = n == 2 ? NULL : item[1];
+        if (count && n == 3 && PyTuple_CheckExact(count)) /* (count, displ) */
+            count = PyTuple_GET_SIZE(count) == 2 ? PyTuple_GET_ITEM(count, 0) : NULL;
+        int unmoved = 0;
+        for (Py_ssize_t i = 0; af.unmoved && i < PyTuple_GET_SIZE(af.unmoved) && !unmoved; i++)
+            unmoved = PyTuple_GET_ITEM(af.unmoved, i) == datatype;
+        if (!unmoved)
+            return 0;
+        if (count)
+            return PyLong_CheckExact(count) && index_of(count) > 0;
+    }
+    if (!accel_data(buf))
+        return 0;
+    /* an ndarray alone of a dtype found unmoved before (numpy's are singletons): its fields say */
+    const int array = !datatype && fields_checked > 0 && Py_TYPE(buf) == (PyTypeObject *)bound.ndarray;
+    if (array) {
+        const ArrayFields *a = (const ArrayFields *)buf;
+        for (int i = 0; i < UNMOVED_DESCRS; i++)
+            if (af.unmoved_descrs[i] == a->descr) {
+                Py_ssize_t n = 1;
+                for (int d = 0; d < a->nd; d++)
+                    n *= a->dimensions[d];
+                return n > 0;
+            }
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, datatype ? PyBUF_SIMPLE : PyBUF_FORMAT | PyBUF_ND) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int unmoved = view.len > 0;
+    if (unmoved && !datatype) {
+        PyObject *key = PyUnicode_FromString(view.format ? view.format : "B");
+        unmoved = key && af.unmoved_formats && PyDict_GetItemWithError(af.unmoved_formats, key);
+        Py_XDECREF(key);
+        PyErr_Clear();
+        if (unmoved && array) { /* kept, with a reference, so that the address stays its */
+            static int next;
+            Py_XSETREF(af.unmoved_descrs[next], new_ref(((const ArrayFields *)buf)->descr));
+            next = (next + 1) % UNMOVED_DESCRS;
+        }
+    }
+    PyBuffer_Release(&view);
+    return unmoved;
+}
+
+/* plans.mpi_only for the plain forms: 1 where every rank hands the call to
+ * MPI by MPI's own rules (a user-defined op; a message MPI reads on every
+ * rank that holds a type shmtopo never moves, for the calls whose counts are
+ * the same everywhere), 0 where this cannot tell. `v`: the call's parameters. */
+static int accel_mpi_only(int call, PyObject *const *v)
+{
+    PyObject *op = v[P_OP];
+    if (op && op != af.sum_default && af.op_class && PyObject_TypeCheck(op, (PyTypeObject *)af.op_class)) {
+        int known = 0;
+        for (Py_ssize_t i = 0; accel.ops && i < PyTuple_GET_SIZE(accel.ops) && !known; i++)
+            known = PyTuple_GET_ITEM(PyTuple_GET_ITEM(accel.ops, i), 0) == op;
+        if (!known) {
+            PyObject *predefined = PyObject_GetAttr(op, af.is_predefined);
+            const int user = predefined == Py_False;
+            Py_XDECREF(predefined);
+            PyErr_Clear();
+            if (user)
+                return 1;
+        }
+    }
+    switch (call) {
+    case A_GATHERV: case A_SCATTERV: case A_ALLGATHERV: case A_ALLTOALLV: case A_REDUCE_SCATTER:
+        return 0; /* counts may be 0 on some ranks */
+    case A_BARRIER:
+        return 0;
+    case A_BCAST:
+        return holds_unmoved(v[P_BUF]);
+    case A_SCATTER:
+        return holds_unmoved(accel_in_place(v[P_RECVBUF]) ? v[P_SENDBUF] : v[P_RECVBUF]);
+    default:
+        return holds_unmoved(accel_in_place(v[P_SENDBUF]) ? v[P_RECVBUF] : v[P_SENDBUF]);
+    }
+}
 
 static PyObject *accel_general(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
@@ -3085,8 +3192,12 @@ static PyObject *accel_general(int call, PyObject *self, PyObject *const *args, 
 static int first_count(PyObject *self, const char *name)
 {
     PyObject *stats = slot_value(self, &af.stats);
-    PyObject *entry = stats && PyDict_Check(stats) ? PyDict_GetItemString(stats, name) : NULL;
-    return entry && !PyList_Check(entry) ? PyObject_SetItem(entry, cm.zero, cm.zero) : 0;
+    if (!stats || !PyDict_Check(stats) || PyDict_GetItemString(stats, name))
+        return 0;
+    PyObject *counts = Py_BuildValue("[ii]", 0, 0);
+    const int rc = counts ? PyDict_SetItemString(stats, name, counts) : -1;
+    Py_XDECREF(counts);
+    return rc;
 }
 
 static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -3112,6 +3223,12 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
         if (c->exclusive >= 0)
             e[n++] = c->exclusive ? Py_True : Py_False;
         PyObject *r = c->entry(NULL, e, n);
+        if (!r && af.delegated && PyErr_ExceptionMatches(af.delegated)) {
+            /* another rank's arguments are MPI's alone: every rank hands the
+             * call to MPI, this one with its very arguments */
+            PyErr_Clear();
+            return call_general(af.to_mpi[call], "bind_comm_fast", self, args, nargs, kwnames);
+        }
         if (r != Py_None) {
             if (r == Py_True) { /* done */
                 Py_SETREF(r, new_ref(Py_None));
@@ -3121,6 +3238,14 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
             return r; /* or NULL: the collective failed */
         }
         Py_DECREF(r);
+        PyObject *strict = slot_value(self, &af.strict);
+        if (strict == Py_False && af.mpi[call] && accel_mpi_only(call, v)) {
+            /* every rank knows it from its own arguments: MPI's call, at once */
+            PyObject *done = call_general(af.mpi[call], "bind_mpi_only", self, args, nargs, kwnames);
+            if (done && ++((CallCounts *)counts)->delegated[call] == 1 && first_count(self, c->name) < 0)
+                Py_CLEAR(done);
+            return done;
+        }
     }
     return accel_general(call, self, args, nargs, kwnames);
 }
@@ -3188,8 +3313,19 @@ static PyObject *call_counts_count_of(PyObject *self, PyObject *name)
     return PyLong_FromLong(0);
 }
 
+/* delegated_of(name): the calls of that name CommFast's methods handed to MPI at once */
+static PyObject *call_counts_delegated_of(PyObject *self, PyObject *name)
+{
+    for (int i = 0; i < NA; i++)
+        if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, accel_calls[i].name) == 0)
+            return PyLong_FromUnsignedLongLong(((CallCounts *)self)->delegated[i]);
+    return PyLong_FromLong(0);
+}
+
 static PyMethodDef call_counts_methods[] = {
     {"count_of", call_counts_count_of, METH_O, "count_of(name) -> the calls of that name run in C"},
+    {"delegated_of", call_counts_delegated_of, METH_O,
+     "delegated_of(name) -> the calls of that name handed to MPI from C"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -3203,24 +3339,58 @@ static PyTypeObject CallCountsType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* bind_comm_fast({"Barrier": f, ...}, sum_default): AcceleratedComm's
- * methods, the general path of CommFast's, and the op parameters' default */
+/* bind_comm_fast({"Barrier": f, ...}, sum_default, {"Barrier": to_mpi, ...},
+ * delegated): AcceleratedComm's methods, the general path of CommFast's;
+ * the op parameters' default; by call, what hands the caller's arguments
+ * to MPI, and the exception that says every rank does */
 static PyObject *bind_comm_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyDict_Check(args[0]))
-        return PyErr_Format(PyExc_TypeError, "bind_comm_fast(general: dict, sum_default)"), NULL;
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[2]))
+        return PyErr_Format(PyExc_TypeError, "bind_comm_fast(general: dict, sum_default, to_mpi: dict, delegated)"),
+               NULL;
     for (int i = 0; i < NA; i++) {
         PyObject *f = PyDict_GetItemString(args[0], accel_calls[i].name);
-        if (!f || !PyCallable_Check(f))
+        PyObject *m = PyDict_GetItemString(args[2], accel_calls[i].name);
+        if (!f || !PyCallable_Check(f) || !m || !PyCallable_Check(m))
             return PyErr_Format(PyExc_TypeError, "bind_comm_fast: no method for %s", accel_calls[i].name), NULL;
         Py_XSETREF(af.general[i], new_ref(f));
+        Py_XSETREF(af.to_mpi[i], new_ref(m));
     }
     Py_XSETREF(af.sum_default, new_ref(args[1]));
+    Py_XSETREF(af.delegated, new_ref(args[3]));
     if (!af.shm.name && !(af.shm.name = PyUnicode_InternFromString("_shm")))
         return NULL;
     if (!af.counts.name && !(af.counts.name = PyUnicode_InternFromString("_fast_counts")))
         return NULL;
     if (!af.stats.name && !(af.stats.name = PyUnicode_InternFromString("_stats")))
+        return NULL;
+    if (!af.strict.name && !(af.strict.name = PyUnicode_InternFromString("_strict")))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* bind_mpi_only(unmoved, unmoved_formats, op_class, mpi_class): what
+ * accel_mpi_only decides by (the predefined Datatypes and buffer formats
+ * shmtopo never moves, MPI.Op), and the class whose methods it then calls
+ * (MPI.Intracomm: mpi4py's own collectives). */
+static PyObject *bind_mpi_only(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1]) || !PyType_Check(args[2]))
+        return PyErr_Format(PyExc_TypeError, "bind_mpi_only(unmoved: tuple, formats: dict, op_class, mpi_class)"),
+               NULL;
+    PyObject *methods[NA];
+    for (int i = 0; i < NA; i++)
+        if (!(methods[i] = PyObject_GetAttrString(args[3], accel_calls[i].name))) {
+            for (int j = 0; j < i; j++)
+                Py_DECREF(methods[j]);
+            return NULL;
+        }
+    for (int i = 0; i < NA; i++)
+        Py_XSETREF(af.mpi[i], methods[i]);
+    Py_XSETREF(af.unmoved, new_ref(args[0]));
+    Py_XSETREF(af.unmoved_formats, new_ref(args[1]));
+    Py_XSETREF(af.op_class, new_ref(args[2]));
+    if (!af.is_predefined && !(af.is_predefined = PyUnicode_InternFromString("is_predefined")))
         return NULL;
     Py_RETURN_NONE;
 }
@@ -3288,6 +3458,8 @@ static PyMethodDef methods[] = {
     {"bind_comm", bind_comm, METH_O, "Bind the general functions of NativeComm's methods (shmtopo.Comm internal)."},
     {"bind_comm_fast", (PyCFunction)(void (*)(void))bind_comm_fast, METH_FASTCALL,
      "Bind AcceleratedComm's methods and the op default for CommFast's (shmtopo.accelerate internal)."},
+    {"bind_mpi_only", (PyCFunction)(void (*)(void))bind_mpi_only, METH_FASTCALL,
+     "Bind what CommFast hands to MPI at once, and mpi4py's methods it calls (shmtopo.accelerate internal)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,7 +21,7 @@ import functools
 import warnings
 import weakref
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, TypeVar, cast
 
 from . import _fastpath
 from ._native import ffi, lib
@@ -168,6 +168,9 @@ def number_of_name(parse: Callable[[bytes, Any], int], name: Any, what: str, exp
     return int(out[0])
 
 
+_Callback = Optional[Callable[[Any], None]]
+
+
 class Attributes:
     """Data a higher layer hangs on a comm, by key, with what to do with it
     when the comm is freed (collective) or abandoned (local): MPI's attribute
@@ -175,12 +178,14 @@ class Attributes:
     is the only one that reads it."""
 
     def __init__(self) -> None:
-        self._values: dict[object, tuple[Any, Callable[[Any], None] | None, Callable[[Any], None] | None]] = {}
+        self._values: dict[object, tuple[Any, _Callback, _Callback, _Callback]] = {}
 
     def set(self, key: object, value: Any, *, free: Callable[[Any], None] | None = None,
-            abandon: Callable[[Any], None] | None = None) -> None:
-        """Attach value under key (replacing what was there, without its callbacks)."""
-        self._values[key] = (value, free, abandon)
+            abandon: Callable[[Any], None] | None = None, release: Callable[[Any], None] | None = None) -> None:
+        """Attach value under key (replacing what was there, without its
+        callbacks). release: for the comm's local clean release; abandon
+        stands in where it is not given."""
+        self._values[key] = (value, free, abandon, release or abandon)
 
     def get(self, key: object, default: Any = None) -> Any:
         entry = self._values.get(key)
@@ -189,17 +194,22 @@ class Attributes:
     def free_all(self) -> None:
         """Collective, from the comm's free: each value's free callback, the
         last attached first."""
-        held, self._values = self._values, {}
-        for value, free, _ in reversed(list(held.values())):
-            if free is not None:
-                free(value)
+        self._run(1)
 
     def abandon_all(self) -> None:
         """Local, from the comm's abandon: each value's abandon callback."""
+        self._run(2)
+
+    def release_all(self) -> None:
+        """Local, from the comm's release: each value's release callback."""
+        self._run(3)
+
+    def _run(self, which: int) -> None:
         held, self._values = self._values, {}
-        for value, _, abandon in reversed(list(held.values())):
-            if abandon is not None:
-                abandon(value)
+        for entry in reversed(list(held.values())):
+            callback = entry[which]
+            if callback is not None:
+                callback(entry[0])
 
 
 class CommLike(Protocol):
@@ -237,3 +247,4 @@ class CommLike(Protocol):
     def allow_fast_windows(self, allowed: bool) -> None: ...
     def free(self) -> None: ...
     def abandon(self, _origin: int | None = None) -> None: ...
+    def release(self) -> None: ...

@@ -457,6 +457,31 @@ class Comm(_fastpath.NativeComm, Collective):
         self.plan.free()
         self._free_mpi()
 
+    def release(self) -> None:
+        """Local: drop this rank's side of the comm and its open windows
+        without waiting for the others, as MPI_Comm_free does in practice
+        (the drop-in's ``Free()`` is this). A clean departure, not an error:
+        peers still finishing an earlier call are not disturbed (the shared
+        memory stays mapped in their processes, and goes when the last rank
+        has left), and a peer that waits for this rank in a later call raises
+        PeerAbortedError saying that it freed the comm. No-op once freed; a
+        comm broken by an earlier failure is abandoned instead."""
+        if self._h == ffi.NULL:
+            return
+        hold_all(self.address, [win.address for win in self.windows])  # not while another thread is inside
+        try:
+            for win in list(self.windows):
+                win.release()
+            self.attributes.release_all()
+        except BaseException:
+            release_all(self.address, [win.address for win in self.windows])
+            raise
+        handle = self._h
+        self._set_handle(ffi.NULL)
+        check(lib.shmtopo_comm_release(handle))
+        self.plan.free()
+        self._free_mpi()
+
     def depart(self) -> None:
         """Local, for a process about to exit with the comm open: leave its
         windows and the comm, so that peers waiting on any of them raise

@@ -71,6 +71,14 @@ class ForkedProcessError(ShmtopoError, RuntimeError):
     the process that made them can act as the rank."""
 
 
+class DelegatedToMPI(ShmtopoValueError):
+    """The verdict of a call's agreement when a rank hands the call to MPI
+    (the drop-in, for arguments only MPI takes) and the others would have
+    run it in shared memory: every rank hands it to MPI. The drop-in catches
+    it; it reaches a program only where one rank called the shmtopo comm's
+    own method and another the drop-in's with such arguments."""
+
+
 class ShmtopoMemoryError(ShmtopoError, MemoryError):
     """Not enough memory for a segment."""
 
@@ -102,6 +110,7 @@ _BY_ERRNO = {
     _errno.ENODEV: BackendUnavailableError,
     _errno.ENOTSUP: BackendUnavailableError,
     _errno.ESRCH: ForkedProcessError,
+    _errno.ECANCELED: DelegatedToMPI,  # SHMTOPO_EDELEGATED
 }
 
 _kept = threading.local()

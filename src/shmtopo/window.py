@@ -313,6 +313,23 @@ class Window(NativeWindow, Collective):
         finally:
             _fastpath.unclaim(comm, 0)  # the window's claim went with it
 
+    def release(self) -> None:
+        """Local: drop this rank's side of the window without waiting for
+        the others (a clean departure, not an error: peers still finishing
+        an earlier fence are not disturbed; a peer that waits for this rank
+        later raises PeerAbortedError saying it freed the window). No-op on a
+        freed window."""
+        if self._h == ffi.NULL:
+            return
+        comm = self.comm.address
+        _fastpath.claim(comm, self._fast)
+        handle = self._h
+        self._forget()
+        try:
+            check(lib.shmtopo_win_release(handle))
+        finally:
+            _fastpath.unclaim(comm, 0)
+
     def _forget(self) -> None:
         self._h, self._fast = ffi.NULL, 0
         self._on_release(self)

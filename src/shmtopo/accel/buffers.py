@@ -24,7 +24,7 @@ class Message(NamedTuple):
     type: KnownType | None      # None: a datatype shmtopo does not move
 
 
-def _split(t: Tables, spec: Any, what: str) -> tuple[Any, Any, Any, Any]:
+def split_spec(t: Tables, spec: Any, what: str) -> tuple[Any, Any, Any, Any]:
     """(buffer, count, displacement, datatype) of a buffer argument: a
     buffer, [buf, type], [buf, count], [buf, (count, displ)],
     [buf, count, type], [buf, (count, displ), type] or
@@ -97,7 +97,7 @@ def message(t: Tables, spec: Any, what: str, *, writable: bool, blocks: int = 0)
     valid but not shmtopo's (device buffers, MPI.BOTTOM)."""
     if spec is None or spec is t.IN_PLACE:
         raise TypeError(f"{what}: expecting a buffer or a list or tuple, not {spec!r}")
-    buf, count, displ, datatype = _split(t, spec, what)
+    buf, count, displ, datatype = split_spec(t, spec, what)
     raw = _byte_view(t, buf, what, writable)
     if datatype is None:
         datatype = format_type(t, buf, what)

@@ -17,15 +17,23 @@ the core's lower-case calls. The persistent ``..._init`` calls return
 requests whose ``Start`` makes the blocking call. Dup, Split, Create_cart and
 the other constructors return accelerated comms of their own class.
 
-Every rank must take the same path: a rank on shmtopo's path waits in
-shmtopo, a rank on MPI's waits in MPI. So each call reads its arguments on
-its own rank, as mpi4py reads them, and a rank that hands the call to MPI
-first takes part in the call's agreement with a signature that says so (no
-element type, count 0, the root of rooted calls). Where every rank
-delegates, they agree and all call MPI; where ranks chose differently, the
-signatures differ and every rank raises the same ShmtopoValueError, naming
-a rank that chose otherwise, before any data moves. Arguments mpi4py would
-refuse make this rank invalid in that agreement: every rank raises.
+Every rank takes the same path: a rank on shmtopo's path waits in shmtopo,
+a rank on MPI's waits in MPI. So each call reads its arguments on its own
+rank, as mpi4py reads them, and a rank whose arguments only MPI takes
+posts, in the call's own agreement, a signature that says so (the
+operation, the root of rooted calls, the op of reductions). MPI requires
+matching type signatures, not the same buffer forms, so where the other
+ranks would run the call here, the verdict is that every rank hands it to
+MPI, each with its own arguments (DelegatedToMPI, caught here and in
+CommFast's C methods); ranks that disagree in the operation, root or op
+raise the same ShmtopoValueError on every rank, before any data moves.
+Arguments mpi4py would refuse make this rank invalid in that agreement:
+every rank raises.
+
+A comm derived from an accelerated one (Dup, Split, Create_cart, Sub...)
+makes its shmtopo comm at its first call that shmtopo would run, so that
+making one costs what MPI's constructor costs. Free() and shm_free() are
+local, as MPI_Comm_free is in practice (Comm.release: a clean departure).
 """
 from __future__ import annotations
 
@@ -39,17 +47,17 @@ import numpy as np
 from .. import _fastpath, agreement
 from ..coll import api
 from .._base import holds_comm
-from .._types import (ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
+from .._types import (OPS, ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
                       REDUCE, REDUCE_SCATTER, SCAN, SCATTER, SCATTERV)
 from .._native import lib
 from ..comm import Comm
 from ..job import on_free, release_at_finalize
-from ..errors import FreedError, ShmtopoArgumentError, ShmtopoValueError
+from ..errors import DelegatedToMPI, FreedError, ShmtopoArgumentError, ShmtopoValueError
 from . import plans
 from .buffers import Array
 from .plans import Call
 from .tables import SUM_DEFAULT, LeftToMPI, Tables, get_tables
-from .window import accelerate_window, copies_state
+from .window import accelerate_window, copies_state, mpi_new
 
 STRICT_VARIABLE = "SHMTOPO_ACCEL_STRICT"
 
@@ -95,30 +103,54 @@ _SIG_TO_MPI = lib.SHMTOPO_SIG_DELEGATED
 FAST_CALLS = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall", "Reduce_scatter_block", "Gather",
               "Scatter", "Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter", "Scan", "Exscan")
 
+# The calls whose counts may differ by rank (and be 0 on some): a type
+# shmtopo does not move in one rank's message says nothing of another's.
+_V_CALLS = frozenset(["Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter"])
+
 # ---- the communicator ----------------------------------------------------------------
 
-class _Unseen:
-    """A collective's entry in an accelerated comm's stats until its first
-    count, which (``stats[name][i] += 1``, as every count is) puts the
-    name's [accelerated, went to MPI] list in its place, at the end: so the
-    stats keep the order of the first calls, and each later count is a
-    plain dict's and a plain list's, in C."""
+class _Stats(dict):  # type: ignore[type-arg]
+    """An accelerated comm's {collective: [accelerated, went to MPI]}: a
+    name's entry appears at its first count (``stats[name][i] += 1``, as
+    every count is), so the stats keep the order of the first calls, and
+    each later count is a plain dict's and a plain list's, in C."""
 
-    __slots__ = ("_stats", "_name")
+    __slots__ = ()
 
-    def __init__(self, stats: dict[str, "list[int] | _Unseen"], name: str) -> None:
-        self._stats, self._name = stats, name
-
-    def __getitem__(self, i: int) -> int:
-        return 0
-
-    def __setitem__(self, i: int, value: int) -> None:
-        del self._stats[self._name]
-        counts = self._stats[self._name] = [0, 0]
-        counts[i] = value
+    def __missing__(self, name: str) -> list[int]:
+        counts = self[name] = [0, 0]
+        return counts
 
 
-_OWN = ("_comm", "_shm", "_tables", "_strict", "_stats", "_fast_counts", "_options")
+class _Side:
+    """An accelerated comm's shmtopo side, which its copies (``copy.copy``,
+    ``type(c)(c)``) share: the shmtopo comm once made, and whether it is
+    still to be made (a derived comm makes it at its first call that shmtopo
+    would run). Dropped (locally) by Free(), shm_free(), at exit, at
+    MPI_Finalize, when MPI frees the handle, or when the last copy is gone."""
+
+    __slots__ = ("shm", "lazy", "__weakref__")
+
+    def __init__(self, shm: Comm | None = None, lazy: bool = True) -> None:
+        self.shm, self.lazy = shm, lazy
+
+    def _release(self) -> None:
+        """Local: drop the shmtopo comm, as a clean departure (Comm.release)."""
+        shm, self.shm, self.lazy = self.shm, None, False
+        if shm is not None:
+            shm.release()
+
+    def __del__(self) -> None:
+        # dropped without Free(), as mpi4py programs drop communicators: the
+        # release is local, so the garbage collector may do it
+        if self.shm is not None:
+            try:
+                self._release()
+            except Exception:  # noqa: BLE001 - nothing to tell from a collector
+                pass
+
+
+_OWN = ("_comm", "_shm", "_side", "_tables", "_strict", "_stats", "_fast_counts", "_options")
 
 
 class AcceleratedComm:
@@ -140,21 +172,22 @@ class AcceleratedComm:
         __slots__ = ()  # the concrete classes hold _OWN
 
     _comm: Any
-    _shm: Comm | None
+    _shm: Comm | None  # what CommFast's C methods read: _side.shm, as last seen here
+    _side: _Side
     _tables: Tables
     _strict: bool
-    _stats: dict[str, "list[int] | _Unseen"]
+    _stats: _Stats
     _fast_counts: Any  # shmtopo._fastpath.CallCounts: the calls CommFast's C methods ran
     _options: dict[str, Any]
 
-    def _attach(self, comm: Any, shm: Comm, tables: Tables, strict: bool, options: dict[str, Any]) -> None:
+    def _attach(self, comm: Any | None, side: _Side, tables: Tables, strict: bool, options: dict[str, Any]) -> None:
         self._options = options  # accelerate()'s, for the comms Dup() and the like make
         self._comm = comm
-        self._shm = shm
+        self._side = side
+        self._shm = side.shm
         self._tables = tables
         self._strict = strict
-        self._stats = {}
-        self._stats.update((name, _Unseen(self._stats, name)) for name in ACCELERATED + LOWER_CASE + MPI_ONLY)
+        self._stats = _Stats()
         self._fast_counts = _fastpath.CallCounts()
 
     if TYPE_CHECKING:  # for type checkers only: at run time these are the mpi4py base class's
@@ -173,15 +206,22 @@ class AcceleratedComm:
     # -- what it is -------------------------------------------------------
     @property
     def mpi_comm(self) -> Any:
-        """The mpi4py communicator this comm was made from (the same MPI handle)."""
-        return self._comm
+        """The mpi4py communicator this comm was made from (the same MPI
+        handle; for a derived comm, a plain one made when first asked)."""
+        comm = self._comm
+        if comm is None:
+            comm = self._comm = _PLAIN[type(self)](self)
+        return comm
 
     @property
     def shm_comm(self) -> Comm:
-        """The shmtopo comm the collectives run on (made by ``Comm.from_mpi``)."""
-        if self._shm is None:
-            raise FreedError("the accelerated comm's shmtopo comm has been freed", 9)
-        return self._shm
+        """The shmtopo comm the collectives run on (made by ``Comm.from_mpi``;
+        a derived comm makes it at its first call that shmtopo runs)."""
+        shm = self._side.shm
+        if shm is None:
+            raise FreedError("the accelerated comm's shmtopo comm " + (
+                "is made at its first accelerated call" if self._side.lazy else "has been freed"), 9)
+        return shm
 
     @property
     def strict(self) -> bool:
@@ -191,48 +231,56 @@ class AcceleratedComm:
     def shm_stats(self) -> dict[str, tuple[int, int]]:
         """Local: {operation: (accelerated calls, delegated calls)} for each
         collective called at least once, in the order of the first calls."""
-        fast = self._fast_counts.count_of
-        counts = {name: (n[0] + fast(name), n[1]) for name, n in self._stats.items()}
+        fast, handed = self._fast_counts.count_of, self._fast_counts.delegated_of
+        counts = {name: (n[0] + fast(name), n[1] + handed(name)) for name, n in self._stats.items()}
         return {name: n for name, n in counts.items() if n[0] or n[1]}
 
     def __repr__(self) -> str:
-        return f"<shmtopo.{type(self).__name__} of {self._comm!r}>"
+        return f"<shmtopo.{type(self).__name__} of {self.mpi_comm!r}>"
 
     # -- lifetime ---------------------------------------------------------
     def shm_free(self) -> None:
-        """Collective: free the shmtopo comm; afterwards every collective goes
-        to the wrapped communicator. Freeing twice is a no-op."""
-        shm = self._shm
-        if shm is None:
-            return
-        try:
-            shm.free()
-        finally:
-            if shm.freed:  # a mismatch leaves the comm (as Comm.free)
-                self._shm = None
+        """Local: drop the shmtopo comm without waiting for the other ranks
+        (as ``MPI_Comm_free`` does in practice); afterwards every collective
+        goes to the wrapped communicator, so call it on every rank before
+        the next collective on this comm. Freeing twice is a no-op."""
+        self._release()
 
     def Free(self) -> None:
-        """Collective: free the shmtopo comm, then the MPI communicator
-        (mpi4py's ``Free()``: MPI refuses to free COMM_WORLD; :meth:`shm_free`
-        releases only shmtopo's part). Like every mpi4py copy of a handle,
-        :attr:`mpi_comm` then holds a freed handle."""
-        self.shm_free()
+        """Local, as MPI's in practice: drop the shmtopo comm (as
+        :meth:`shm_free`), then free the MPI communicator (mpi4py's
+        ``Free()``: MPI refuses to free COMM_WORLD). Ranks may free in any
+        order, also from ``__del__`` at whatever moment each rank's garbage
+        collector runs. Like every mpi4py copy of a handle, :attr:`mpi_comm`
+        then holds a freed handle."""
+        self._release()
         self._mpi().Free()
 
     def _release(self) -> None:
-        """Local: drop the shmtopo comm without an agreement (at exit, at
-        MPI_Finalize, or when MPI frees the wrapped communicator); the calls
-        go to that communicator afterwards."""
-        shm, self._shm = self._shm, None
-        if shm is not None:
-            shm.abandon()
+        """Local: drop the shmtopo comm without an agreement, as a clean
+        departure (Comm.release: a peer still finishing the call before is
+        not disturbed). The calls go to the MPI communicator afterwards."""
+        self._shm = None
+        self._side._release()
+
+    def _shm_now(self) -> Comm | None:
+        """The shmtopo comm this call runs on, None once freed. A derived
+        comm still to be set up makes it here, at its first call that
+        shmtopo would run: collective, as that call is, over the same ranks."""
+        side = self._side
+        if side.lazy:
+            _set_up(side, self.mpi_comm, self._options)
+        shm = side.shm
+        if shm is not self._shm:  # made here, or freed through a copy
+            self._shm = shm
+        return shm
 
     # -- taking one path on every rank ------------------------------------
-    def _plan(self, kind: int, name: str, normalise: Callable[..., Call], *args: Any) -> Call | str:
+    def _plan(self, shm: Comm | None, kind: int, name: str, normalise: Callable[..., Call],
+              *args: Any) -> Call | str:
         """This rank's arguments, read and checked on this rank: what shmtopo
         runs, or why the call goes to MPI. Invalid arguments fail the call's
         agreement, so that every rank raises."""
-        shm = self._shm
         if shm is None:
             return "the shmtopo comm has been freed"
 
@@ -245,10 +293,22 @@ class AcceleratedComm:
                 raise ShmtopoValueError(f"{name}: {exc}") from None
         return agreement.normalised(shm, kind, plan)
 
-    def _agree_on_mpi(self, kind: int, name: str, reason: str, root: Any = None) -> None:
+    def _op_word(self, op: Any) -> int:
+        """The op of a delegated reduction as its signature carries it (the
+        agreement compares it with the others' where both are known): 1 + the
+        core's code, SHMTOPO_SIG_USER_OP for an op the program made, else 0."""
+        t = self._tables
+        if not isinstance(op, t.Op):
+            return 0
+        name = t.ops.get(t.handle(op))
+        if name is not None:
+            return 1 + int(OPS[name])
+        return 0 if op.is_predefined else int(lib.SHMTOPO_SIG_USER_OP)
+
+    def _agree_on_mpi(self, kind: int, name: str, reason: str, root: Any = None, op: Any = None) -> None:
         """Before a call goes to MPI: agree with every rank that it does (in
         strict mode, fail the call on every rank instead)."""
-        shm = self._shm
+        shm = self._shm_now()
         message = f"{name} is delegated to MPI ({reason}), and {STRICT_VARIABLE}=1"
         if shm is None:
             if self._strict:
@@ -258,7 +318,7 @@ class AcceleratedComm:
             agreement.refuse(shm, kind, ShmtopoValueError(message))
         # a rooted call has been through _root_rank, so this is a rank of the comm
         r = -1 if root is None else operator.index(root)
-        agreement.agree(shm, kind, root=r, flags=_SIG_TO_MPI)
+        agreement.agree(shm, kind, root=r, extra=self._op_word(op), flags=_SIG_TO_MPI)
 
     def _run_plan(self, call: Callable[..., Any], plan: Call, *args: Any, **kwargs: Any) -> None:
         call(self._shm, *args, **kwargs)
@@ -266,16 +326,26 @@ class AcceleratedComm:
             plan.back[...] = plan.out.reshape(plan.back.shape)
 
     def _shm_or_mpi(self, kind: int, name: str, planner: Callable[..., Call], mpi_args: tuple[Any, ...],
-                    run: Callable[[Call], None], root: Any = None) -> None:
+                    run: Callable[[Call], None], root: Any = None, op: Any = None) -> None:
         """One accelerated collective: plan it on this rank, then run it in
         shared memory, or agree that it goes to MPI and hand MPI the caller's
         own arguments."""
+        why = plans.mpi_only(self._tables, name, mpi_args, op, name in _V_CALLS)
+        if why is not None:  # every rank knows it from its own arguments: no agreement, no set-up
+            if self._strict:
+                raise ShmtopoArgumentError(f"{name} is delegated to MPI ({why}), and {STRICT_VARIABLE}=1")
+            getattr(self._mpi(), name)(*mpi_args)
+            self._stats[name][1] += 1
+            return
+        shm = self._shm_now()
         try:
-            plan = self._plan(kind, name, planner, self._tables, *mpi_args)
+            plan = self._plan(shm, kind, name, planner, self._tables, *mpi_args)
             if isinstance(plan, str):
-                self._agree_on_mpi(kind, name, plan, root)
+                self._agree_on_mpi(kind, name, plan, root, op)
             else:
                 run(plan)
+        except DelegatedToMPI:  # another rank's arguments are MPI's alone: every rank hands the call over
+            plan = "another rank's arguments"
         except ShmtopoValueError as exc:  # bad or disagreeing arguments, the same on every rank
             raise ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank) from None
         if isinstance(plan, str):
@@ -297,7 +367,7 @@ class AcceleratedComm:
     # -- the accelerated collectives --------------------------------------
     def Barrier(self) -> None:
         """Collective: as mpi4py's ``Barrier``, in shared memory."""
-        shm = self._shm
+        shm = self._shm_now()
         if shm is None:
             self._agree_on_mpi(BARRIER, "Barrier", "the shmtopo comm has been freed")
             self._mpi().Barrier()
@@ -315,13 +385,13 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Reduce``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(REDUCE, "Reduce", plans.reduce, (sendbuf, recvbuf, op, root),
-                         lambda p: self._run_plan(Comm.reduce, p, p.send, p.op, p.root, out=p.out), root)
+                         lambda p: self._run_plan(Comm.reduce, p, p.send, p.op, p.root, out=p.out), root, op)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Allreduce``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(ALLREDUCE, "Allreduce", plans.allreduce, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(Comm.allreduce, p, p.send, p.op, out=p.out))
+                         lambda p: self._run_plan(Comm.allreduce, p, p.send, p.op, out=p.out), op=op)
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgather``."""
@@ -337,7 +407,7 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Reduce_scatter_block``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter_block", plans.reduce_scatter_block, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, out=p.out))
+                         lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, out=p.out), op=op)
 
     # -- through the lower-case calls -------------------------------------
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
@@ -379,19 +449,19 @@ class AcceleratedComm:
         self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter", plans.reduce_scatter,
                          (sendbuf, recvbuf, recvcounts, op),
                          lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, counts=self._counts(p),
-                                                  out=p.out))
+                                                  out=p.out), op=op)
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Scan``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(SCAN, "Scan", plans.scan, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(api.scan, p, p.send, p.op, out=p.out))
+                         lambda p: self._run_plan(api.scan, p, p.send, p.op, out=p.out), op=op)
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Exscan`` (rank 0's recvbuf is left as it is)."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(EXSCAN, "Exscan", plans.scan, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(api.exscan, p, p.send, p.op, out=p.out))
+                         lambda p: self._run_plan(api.exscan, p, p.send, p.op, out=p.out), op=op)
 
     def _root_only(self, p: Call) -> Array | None:
         """A rooted call's input, which only the root has."""
@@ -479,24 +549,40 @@ class AcceleratedComm:
 
     # -- new communicators come back accelerated ----------------------------
     def _wrapped(self, comm: Any) -> Any:
-        """Collective over comm: it accelerated with this comm's options
-        (COMM_NULL, where a rank is in no new comm, and intercommunicators
-        as they are)."""
-        if comm == self._tables.MPI.COMM_NULL or not isinstance(comm, self._tables.MPI.Intracomm):
+        """Local: the new communicator ``comm`` as an accelerated comm with
+        this comm's options (COMM_NULL, where a rank is in no new comm, and
+        intercommunicators as they are)."""
+        MPI = self._tables.MPI
+        if comm == MPI.COMM_NULL or not isinstance(comm, MPI.Intracomm):
             return comm
-        try:
-            return accelerate(comm, **self._options)
-        except BaseException:
-            comm.Free()  # raised on every rank: nobody keeps it
-            raise
+        if type(comm) not in _PLAIN:  # (Dup and Clone make one of this comm's own class, to attach)
+            comm = accelerated_class(type(comm))(comm)
+        return self._derived(comm)
+
+    def _derived(self, made: Any) -> Any:
+        """Local: `made`, a new comm of an accelerated class, with this comm's
+        options. Its shmtopo side is made at its first call that shmtopo
+        runs, so that making it costs what MPI's constructor costs (made
+        once per plan or per array by some libraries: each line here
+        counts), and a comm never used costs no shared memory."""
+        made._options = self._options
+        made._comm = made._shm = None
+        made._side = _Side()
+        made._tables = self._tables
+        made._strict = self._strict
+        made._stats = _Stats()
+        made._fast_counts = _fastpath.CallCounts()
+        return made
 
     def Dup(self, info: Any = None) -> Any:
         """Collective: mpi4py's ``Dup``, accelerated (free it with ``Free()``)."""
-        return self._wrapped(self._plain().Dup() if info is None else self._plain().Dup(info))
+        # mpi4py's Dup makes an object of this comm's own class: attached, never COMM_NULL
+        mpi: Any = _PLAIN[type(self)]
+        return self._derived(mpi.Dup(self) if info is None else mpi.Dup(self, info))
 
     def Dup_with_info(self, info: Any) -> Any:
         """Collective: mpi4py's ``Dup_with_info``, accelerated."""
-        return self._wrapped(self._plain().Dup_with_info(info))
+        return self._wrapped(self._mpi().Dup_with_info(info))
 
     def Idup(self, info: Any = None) -> Any:
         """Collective: mpi4py's ``Idup``. The new communicator is a plain
@@ -510,7 +596,7 @@ class AcceleratedComm:
 
     def Clone(self) -> Any:
         """Collective: mpi4py's ``Clone``, accelerated."""
-        return self._wrapped(self._plain().Clone())
+        return self._wrapped(self._mpi().Clone())
 
     def Split(self, color: int = 0, key: int = 0) -> Any:
         """Collective: mpi4py's ``Split``, accelerated (COMM_NULL as it is)."""
@@ -636,7 +722,18 @@ def _cart_sub(self: AcceleratedComm, remain_dims: Any) -> Any:
     return self._wrapped(self._mpi().Sub(remain_dims))
 
 
-_fastpath.bind_comm_fast({name: getattr(AcceleratedComm, name) for name in FAST_CALLS}, SUM_DEFAULT)
+def _handed_to_mpi(name: str) -> Callable[..., None]:
+    """CommFast's way on after an agreement whose verdict was that every
+    rank hands the call to MPI: MPI's method, with the caller's arguments."""
+    def to_mpi(self: AcceleratedComm, *args: Any, **kwargs: Any) -> None:
+        getattr(self._mpi(), name)(*args, **kwargs)
+        self._stats[name][1] += 1
+    to_mpi.__name__ = to_mpi.__qualname__ = f"{name}_to_mpi"
+    return to_mpi
+
+
+_fastpath.bind_comm_fast({name: getattr(AcceleratedComm, name) for name in FAST_CALLS}, SUM_DEFAULT,
+                         {name: _handed_to_mpi(name) for name in FAST_CALLS}, DelegatedToMPI)
 
 # The accelerated class of each mpi4py communicator class, and back.
 _ACCELERATED: dict[type, type] = {}
@@ -650,11 +747,12 @@ def accelerated_class(cls: type) -> type:
     made = _ACCELERATED.get(cls)
     if made is None:
         namespace: dict[str, Any] = {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedComm.__doc__,
-                                     **copies_state(_OWN, cls)}
+                                     **copies_state(_OWN)}
         if hasattr(cls, "Sub"):  # a Cartcomm's
             namespace["Sub"] = _cart_sub
         # CommFast first: its C methods take the plain calls, AcceleratedComm's the others
         made = type(f"Accelerated{cls.__name__}", (_fastpath.CommFast, AcceleratedComm, cls), namespace)
+        mpi_new(made, cls)
         _ACCELERATED[cls] = made
         _PLAIN[made] = cls
     return made
@@ -704,16 +802,30 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
         shm.abandon()
         raise
     acomm = accelerated_class(type(comm))(comm)
-    acomm._attach(comm, shm, tables, strict, {"node_size": node_size, "timeout": timeout})
-    holds_comm(acomm)
-    release_at_finalize()
-    # freed behind its back (acomm.mpi_comm.Free()): the shmtopo comm goes
-    held = weakref.ref(acomm)
-    on_free(comm, lambda: _release_if_alive(held))
+    side = _Side(shm, False)
+    acomm._attach(comm, side, tables, strict, {"node_size": node_size, "timeout": timeout})
+    _hold(side, comm)
     return acomm
 
 
-def _release_if_alive(held: "weakref.ref[AcceleratedComm]") -> None:
-    acomm = held()
-    if acomm is not None:
-        acomm._release()
+def _set_up(side: _Side, comm: Any, options: dict[str, Any]) -> None:
+    """Collective over ``comm``: make a derived comm's shmtopo comm (a
+    failure raises on every rank, and the next call tries again)."""
+    side.shm = Comm.from_mpi(comm, **options)
+    side.lazy = False
+    _hold(side, comm)
+
+
+def _hold(side: _Side, comm: Any) -> None:
+    """Drop the side's shmtopo comm at exit and at MPI_Finalize, and when
+    MPI frees the handle through another copy (acomm.mpi_comm.Free())."""
+    holds_comm(side)
+    release_at_finalize()
+    held = weakref.ref(side)
+    on_free(comm, lambda: _release_if_alive(held))
+
+
+def _release_if_alive(held: "weakref.ref[_Side]") -> None:
+    side = held()
+    if side is not None:
+        side._release()

@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..comm import Comm
-from .buffers import Array, Message, Vector, elements, in_place, int_list, message, moved_type, vector
+from .buffers import (Array, Message, Vector, elements, in_place, int_list, message, moved_type, split_spec,
+                      vector)
 from .tables import KnownType, LeftToMPI, Tables, check_op, op_name, type_name
 
 
@@ -322,3 +323,98 @@ def scan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     if plan.out is not None and np.may_share_memory(plan.send, plan.out):
         plan = plan._replace(send=plan.send.copy())  # in place: the scan reads a copy of the input
     return plan
+
+
+# ---- what every rank hands to MPI -----------------------------------------------------
+#
+# MPI requires every rank of a collective to pass the same op and matching
+# type signatures (for the calls below, of the same length: counts are the
+# same everywhere). So a call whose op shmtopo never reduces with (one the
+# program made), or whose message holds, somewhere in its type signature,
+# a type shmtopo never moves (long double, its complex...), goes to MPI on
+# every rank, each knowing it from its own arguments: no agreement needed,
+# and such a call costs what mpi4py's does. Only the messages MPI reads on
+# every rank are looked at (a Gather's receive buffer is the root's alone),
+# and only in non-empty ones, so that every rank decides alike; the
+# v-variants, whose counts may be 0 on some ranks, only by their op.
+# CommFast's C methods decide the plain forms alike (fastpath.c, accel_mpi_only).
+
+def read_everywhere(t: Tables, kind: str, args: tuple[Any, ...]) -> Any:
+    """The message of a call that MPI reads on every rank (a buffer spec), or None."""
+    if kind == "Bcast":
+        return args[0]
+    if kind == "Scatter":
+        return args[0] if in_place(t, args[1]) else args[1]
+    send = args[0]
+    return args[1] if in_place(t, send) else send
+
+
+def _nonempty(t: Tables, spec: Any) -> tuple[Any, bool]:
+    """(the datatype of a buffer spec, whether it holds any entry); (None, False) where unknown."""
+    try:
+        buf, count, _, datatype = split_spec(t, spec, "buffer")
+        if datatype is None:
+            datatype = format_type_of(t, buf)
+        elif isinstance(datatype, str):
+            datatype = t.typedict[datatype]
+        if count is not None:
+            return datatype, operator.index(count) > 0
+        return datatype, memoryview(buf).nbytes > 0
+    except Exception:  # noqa: BLE001 - not a form to decide by: the planner reads it
+        return None, False
+
+
+def format_type_of(t: Tables, buf: Any) -> Any:
+    from .tables import format_type
+
+    return format_type(t, buf, "buffer")
+
+
+# derived datatypes decoded: {handle: (the Datatype object, what unmoved_in found)};
+# the object itself is kept and compared, so that a handle MPI reuses for
+# another type after a Free is decoded again
+_decoded: dict[int, tuple[Any, Any]] = {}
+
+
+def unmoved_in(t: Tables, datatype: Any) -> Any:
+    """A named type in datatype's signature that shmtopo never moves, or None
+    (MPI.PACKED matches any data: it decides nothing)."""
+    if not isinstance(datatype, t.Datatype):
+        return None
+    key = t.handle(datatype)
+    if key in t.types or key in (t.null_type, t.packed):
+        return None
+    seen = _decoded.get(key)
+    if seen is not None and seen[0] is datatype:
+        return seen[1]
+    found = _unmoved_in(t, datatype)
+    if len(_decoded) >= 256:
+        _decoded.clear()
+    _decoded[key] = (datatype, found)
+    return found
+
+
+def _unmoved_in(t: Tables, datatype: Any) -> Any:
+    if datatype.is_named:
+        key = t.handle(datatype)
+        return None if key in t.types or key == t.packed else datatype
+    for base in datatype.Get_contents()[3]:
+        try:
+            found = _unmoved_in(t, base)
+            if found is not None:
+                return found
+        finally:
+            if not base.is_predefined:
+                base.Free()  # MPI_Type_get_contents made a new handle
+    return None
+
+
+def mpi_only(t: Tables, kind: str, args: tuple[Any, ...], op: Any, v: bool) -> str | None:
+    """Why every rank hands this call to MPI by MPI's own rules (see above), or None."""
+    if op is not None and isinstance(op, t.Op) and t.handle(op) not in t.ops and not op.is_predefined:
+        return "a user-defined op"
+    if v:
+        return None
+    datatype, nonempty = _nonempty(t, read_everywhere(t, kind, args))
+    found = unmoved_in(t, datatype) if nonempty else None
+    return None if found is None else f"{type_name(found)}, which shmtopo does not move"

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _fastpath, _types
 from .._native import lib
-from ..errors import ShmtopoArgumentError, ShmtopoValueError, last_error
+from ..errors import DelegatedToMPI, ShmtopoArgumentError, ShmtopoValueError, last_error
 
 # The ops MPI defines on each kind of type (MPI-4.0, 6.9.2), by the core's
 # names; a type keeps those the core has (_types.OPS).
@@ -102,6 +102,7 @@ class Tables:
                          ("LAND", "LOR", "LXOR", "MAXLOC", "MINLOC", "REPLACE", "NO_OP", "OP_NULL")
                          if (op := getattr(MPI, name, None)) is not None}
         self.null_type = self.handle(MPI.DATATYPE_NULL)
+        self.packed = self.handle(MPI.PACKED)
 
 
 _tables: Tables | None = None
@@ -192,12 +193,30 @@ def _bind_fast_entries(t: Tables) -> None:
             by_code[code] = i
     _fastpath.bind_accelerate(tuple(ops), tuple(types), tuple(by_code), formats, t.IN_PLACE, t.BOTTOM,
                                _fast_failure)
+    # what every rank hands to MPI by MPI's own rules (plans.mpi_only): the
+    # named datatypes shmtopo never moves, and the formats mpi4py types as one
+    unmoved = {}
+    for name in dir(t.MPI):
+        datatype = getattr(t.MPI, name)
+        if not isinstance(datatype, t.Datatype) or t.handle(datatype) in t.types or t.handle(datatype) in (
+                t.null_type, t.packed):
+            continue
+        try:
+            if datatype.is_named:
+                unmoved[t.handle(datatype)] = datatype
+        except t.MPI.Exception:  # one this MPI does not have
+            continue
+    unmoved_formats = {prefix + fmt: True for fmt, datatype in t.typedict.items()
+                       if t.handle(datatype) in unmoved for prefix in ("", "@", native)}
+    _fastpath.bind_mpi_only(tuple(unmoved.values()), unmoved_formats, t.Op, t.MPI.Intracomm)
 
 
 def _fast_failure(err: int) -> BaseException:
     """The exception of a collective that failed in a fast entry, worded as
     the planner's path words it."""
     exc = last_error(err)
+    if isinstance(exc, DelegatedToMPI):  # every rank hands the call to MPI: CommFast does
+        return exc
     if isinstance(exc, ShmtopoValueError):  # bad or disagreeing arguments, as the planner's path raises them
         return ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank)
     return exc

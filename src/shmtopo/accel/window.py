@@ -602,12 +602,15 @@ class AcceleratedWin:
 
     # -- lifetime -----------------------------------------------------------
     def Free(self) -> None:
-        """Collective: free shmtopo's part, then the MPI window."""
+        """Collective, as MPI's: drop shmtopo's part (locally, as
+        :meth:`shm_free`), then free the MPI window (``MPI_Win_free``)."""
         self.shm_free()
         self._mpi().Free()
 
     def shm_free(self) -> None:
-        """Collective: free shmtopo's part (later calls all go to MPI). Twice is a no-op."""
+        """Local: drop shmtopo's part without waiting for the other ranks
+        (later calls all go to MPI; call it on every rank before the next
+        synchronisation). Twice is a no-op."""
         shm, ctrl, comm = self._shm, self._ctrl, self._comm
         held = [ctrl.address] if ctrl is not None and not ctrl.freed else []
         if shm is not None:
@@ -616,10 +619,8 @@ class AcceleratedWin:
         self._rs.release()
         self._ctrl_h = ffi.NULL
         try:
-            if held:
-                ctrl.free()
             if shm is not None:
-                shm.free()  # the holds go with what they held
+                shm.release()  # its windows (the control window) with it; the holds go with what they held
         except BaseException:
             if shm is not None and shm.address:
                 release_all(shm.address, [ctrl.address] if held and ctrl.address else [])
@@ -718,15 +719,14 @@ _OWN = ("_t", "_shared", "_shm", "_ctrl", "_ctrl_h", "_comm", "_bases", "_sizes"
         "_strict", "_stats", "_rs", "_mpi_access")
 
 
-def copies_state(own: tuple[str, ...], mpi_base: Any) -> dict[str, Any]:
+def copies_state(own: tuple[str, ...]) -> dict[str, Any]:
     """The methods by which a copy of an accelerated object (``copy.copy``,
     ``copy.deepcopy``, ``type(obj)(obj)``, as mpi4py copies a handle) is the
     same accelerated object: the same MPI handle, and the same shmtopo state
-    (slots `own`), as mpi4py's copies share the handle's. mpi_base: the mpi4py
-class accelerated (its ``__new__`` copies the handle)."""
+    (slots `own`), as mpi4py's copies share the handle's."""
 
-    def __new__(cls: type, *args: Any) -> Any:
-        new = mpi_base.__new__(cls, *args)  # mpi4py's: the handle
+    def __new__(cls: Any, *args: Any) -> Any:
+        new = cls._mpi_new(cls, *args)  # mpi4py's: the handle
         if args and type(args[0]).__new__ is cls.__new__:
             for name in own:
                 if hasattr(args[0], name):
@@ -742,13 +742,21 @@ class accelerated (its ``__new__`` copies the handle)."""
     return {"__new__": __new__, "__copy__": __copy__, "__deepcopy__": __deepcopy__}
 
 
+def mpi_new(made: Any, cls: type) -> None:
+    """Give `made`, the accelerated class of mpi4py's class `cls`, the
+    __new__ of mpi4py's under its own (copies_state's calls it: made once
+    per object, often, as derived comms are made)."""
+    made._mpi_new = cls.__new__
+
+
 def accelerated_win_class(cls: type) -> type:
     made = _CLASSES.get(cls)
     if made is None:
         # WinFast first: its C methods take the plain calls, AcceleratedWin's the others
         made = type("AcceleratedWin", (_fastpath.WinFast, AcceleratedWin, cls),
                     {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedWin.__doc__,
-                     **copies_state(_OWN, cls)})
+                     **copies_state(_OWN)})
+        mpi_new(made, cls)
         _CLASSES[cls] = made
     return made
 

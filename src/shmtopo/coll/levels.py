@@ -270,6 +270,17 @@ class Levels:
                 sub.abandon()
         self.comms, self.chain, self.window = [], None, None
 
+    def release(self) -> None:
+        """Local: the comm's clean release (Comm.release), for each sub-comm."""
+        if self.window is not None:
+            self.window.release()
+        seen = set()
+        for sub in self.comms + [self.chain]:
+            if sub is not None and id(sub) not in seen:
+                seen.add(id(sub))
+                sub.release()
+        self.comms, self.chain, self.window = [], None, None
+
     # -- bcast -------------------------------------------------------------
     def bcast(self, me: int, buf: Array, root: int, dest: int | None = None) -> None:
         """In place: buf becomes root's buf on every rank (dest: on that
@@ -380,7 +391,7 @@ def _settle_flat(comm: CommLike) -> None:
 
 
 def _attach(comm: CommLike, made: "Levels") -> None:
-    comm.attributes.set(_LEVELS, made, free=Levels.free, abandon=Levels.abandon)
+    comm.attributes.set(_LEVELS, made, free=Levels.free, abandon=Levels.abandon, release=Levels.release)
 
 
 # ---- the hooks the collectives call ------------------------------------------------
