@@ -441,21 +441,7 @@ class Comm(_fastpath.NativeComm, Collective):
         """Local: after an error on this rank, abandon the open windows and
         drop the comm without the collective agreement; peers waiting on it
         raise PeerAbortedError. No-op once freed."""
-        if self._h == ffi.NULL:
-            return
-        hold_all(self.address, [win.address for win in self.windows])  # not while another thread is inside
-        try:
-            for win in list(self.windows):
-                win.abandon(_origin)
-            self.attributes.abandon_all()
-        except BaseException:
-            release_all(self.address, [win.address for win in self.windows])
-            raise
-        handle = self._h
-        self._set_handle(ffi.NULL)
-        check(lib.shmtopo_comm_abandon(handle))
-        self.plan.free()
-        self._free_mpi()
+        self._drop(lambda win: win.abandon(_origin), self.attributes.abandon_all, lib.shmtopo_comm_abandon)
 
     def release(self) -> None:
         """Local: drop this rank's side of the comm and its open windows
@@ -466,19 +452,25 @@ class Comm(_fastpath.NativeComm, Collective):
         has left), and a peer that waits for this rank in a later call raises
         PeerAbortedError saying that it freed the comm. No-op once freed; a
         comm broken by an earlier failure is abandoned instead."""
+        self._drop(Window.release, self.attributes.release_all, lib.shmtopo_comm_release)
+
+    def _drop(self, drop_window: Callable[[Window], None], drop_attributes: Callable[[], None],
+              native: Callable[[Any], int]) -> None:
+        """Leave the comm on this rank alone: each open window, what higher
+        layers attached, then the comm itself (the core's abandon or release)."""
         if self._h == ffi.NULL:
             return
         hold_all(self.address, [win.address for win in self.windows])  # not while another thread is inside
         try:
             for win in list(self.windows):
-                win.release()
-            self.attributes.release_all()
+                drop_window(win)
+            drop_attributes()
         except BaseException:
             release_all(self.address, [win.address for win in self.windows])
             raise
         handle = self._h
         self._set_handle(ffi.NULL)
-        check(lib.shmtopo_comm_release(handle))
+        check(native(handle))
         self.plan.free()
         self._free_mpi()
 

@@ -301,17 +301,8 @@ class Window(NativeWindow, Collective):
         """Local: leave the window after an error on this rank, without
         waiting for the others; their waits on it then raise PeerAbortedError
         instead of hanging. No-op on a freed window."""
-        if self._h == ffi.NULL:
-            return
-        comm = self.comm.address
-        _fastpath.claim(comm, self._fast)
-        handle = self._h
-        self._forget()
         origin = _origin if isinstance(_origin, int) else -1
-        try:
-            check(lib.shmtopo_win_abandon_because(handle, origin))
-        finally:
-            _fastpath.unclaim(comm, 0)  # the window's claim went with it
+        self._drop(lambda handle: lib.shmtopo_win_abandon_because(handle, origin))
 
     def release(self) -> None:
         """Local: drop this rank's side of the window without waiting for
@@ -319,6 +310,11 @@ class Window(NativeWindow, Collective):
         an earlier fence are not disturbed; a peer that waits for this rank
         later raises PeerAbortedError saying it freed the window). No-op on a
         freed window."""
+        self._drop(lib.shmtopo_win_release)
+
+    def _drop(self, native: Callable[[Any], int]) -> None:
+        """Leave the window on this rank alone, through `native` (the
+        core's abandon or release of the handle)."""
         if self._h == ffi.NULL:
             return
         comm = self.comm.address
@@ -326,9 +322,9 @@ class Window(NativeWindow, Collective):
         handle = self._h
         self._forget()
         try:
-            check(lib.shmtopo_win_release(handle))
+            check(native(handle))
         finally:
-            _fastpath.unclaim(comm, 0)
+            _fastpath.unclaim(comm, 0)  # the window's claim went with it
 
     def _forget(self) -> None:
         self._h, self._fast = ffi.NULL, 0
