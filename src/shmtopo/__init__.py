@@ -19,6 +19,8 @@ from .errors import (
     ShmtopoArgumentError,
 )
 from .launch import spawn
+from .anycomm import share, shared_array
+from .sharing import ShareInfo, share_info
 from .window import BACKENDS, FENCE_ALGORITHMS, Window
 from .topology import Topology, share_topology
 
@@ -30,4 +32,5 @@ __all__ = [
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",
     "AcceleratedPrequest", "AcceleratedWin", "ShmtopoArgumentError",
+    "share", "shared_array", "share_info", "ShareInfo",
 ]
