@@ -10,6 +10,7 @@ shares made on it live on, as long as their views do.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -28,10 +29,14 @@ class _Kept:
 
     def __init__(self, comm: Comm) -> None:
         self.comm: Comm | None = comm
+        self.pid = os.getpid()  # a fork child makes its own (its parent's is not its own)
+
+    def usable(self) -> bool:
+        return self.comm is not None and self.pid == os.getpid()
 
     def _release(self) -> None:
         comm, self.comm = self.comm, None
-        if comm is not None:
+        if comm is not None and self.pid == os.getpid():
             comm.abandon()
 
 
@@ -48,7 +53,7 @@ def comm_of(comm: Any = None) -> Comm:
     if isinstance(comm, AcceleratedComm):
         return comm.shm_comm
     if comm is None:
-        if _default is None or _default.comm is None:
+        if _default is None or not _default.usable():
             _default = _Kept(Comm.from_env())
             holds_comm(_default)
         assert _default.comm is not None
@@ -62,7 +67,7 @@ def comm_of(comm: Any = None) -> Comm:
                         f"not {type(comm).__name__}")
     handle = int(comm.handle)
     kept = _by_handle.get(handle)
-    if kept is None or kept.comm is None:
+    if kept is None or not kept.usable():
         kept = _by_handle[handle] = _Kept(Comm.from_mpi(comm))
         holds_comm(kept)
         release_at_finalize()

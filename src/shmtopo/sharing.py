@@ -38,6 +38,7 @@ import ctypes
 import math
 import mmap
 import pickle
+import struct
 import weakref
 import zlib
 from typing import Any, Callable, NamedTuple
@@ -49,15 +50,22 @@ from . import _oob
 from ._base import CommLike, Held
 from ._types import BCAST
 from ._native import lib
-from .agreement import agree, leave, normalised
+from .agreement import agree, heard_of, leave, normalised
 from .coll.across import run_across_nodes
-from .errors import ShmtopoArgumentError, ShmtopoOSError, ShmtopoValueError
+from .coll.node import node_bcast
+from .errors import PeerDeadError, ShmtopoArgumentError, ShmtopoOSError, ShmtopoValueError
 
 #: the header every share starts with: uint64 words (a count no other call
 #: of the library bcasts, so that a share facing a plain bcast on another
 #: rank fails their agreement)
 HEADER_WORDS = 263
-_FIXED = 8  # words of fields before the inline data
+#: the header's fields: tier, data bytes, description bytes (0: an array the
+#: header describes itself), shared_array number, error code, dtype (its
+#: numpy name, up to 8 bytes), ndim | F order << 8, unused; then up to
+#: _MAX_DIMS extents; then the inline data
+_FIELDS = struct.Struct("<8Q")
+_MAX_DIMS = 8
+_FIXED = 8 + _MAX_DIMS  # words before the inline data
 #: data up to this many bytes travels inside the header
 INLINE = (HEADER_WORDS - _FIXED) * 8
 #: data up to this many bytes is sent by a bcast into private memory; above,
@@ -68,8 +76,6 @@ CHUNK = 1 << 30
 #: alignment of every buffer inside the data (numpy needs at most 16)
 ALIGN = 64
 
-# header fields
-_TIER, _NBYTES, _DESCR, _ID, _CODE = range(5)
 # tiers
 _ERROR, _INLINE, _BCAST, _SEGMENT, _IN_PLACE = 1, 2, 3, 4, 5
 # error codes in an _ERROR header
@@ -155,7 +161,8 @@ def _round(n: int) -> int:
 class _Payload:
     """The data of one share, laid out as it will lie in memory: its buffers
     (each at an ALIGN-aligned offset), then the description that says how
-    to rebuild the object from them."""
+    to rebuild the object from them (none for an array the header
+    describes: its bytes alone)."""
 
     def __init__(self, descr: Any, sources: list[Callable[[npt.NDArray[np.uint8]], None]], lengths: list[int]):
         self.offsets: list[int] = []
@@ -163,34 +170,71 @@ class _Payload:
         for n in lengths:
             self.offsets.append(end)
             end = _round(end + n)
-        self.descr = pickle.dumps((descr, list(zip(self.offsets, lengths))), protocol=5)
-        self.nbytes = end + len(self.descr)
+        if descr is None:
+            self.descr, self.nbytes = b"", sum(lengths)
+        else:
+            self.descr = pickle.dumps((descr, list(zip(self.offsets, lengths))), protocol=5)
+            self.nbytes = end + len(self.descr)
         self.lengths, self.sources = lengths, sources
 
     def write(self, dest: npt.NDArray[np.uint8]) -> None:
         """Copy the data into dest (nbytes, uint8): one copy of each buffer."""
         for source, offset, n in zip(self.sources, self.offsets, self.lengths):
             source(dest[offset:offset + n])
-        dest[self.nbytes - len(self.descr):self.nbytes] = np.frombuffer(self.descr, np.uint8)
+        if self.descr:
+            dest[self.nbytes - len(self.descr):self.nbytes] = np.frombuffer(self.descr, np.uint8)
 
 
 def _plain_array(obj: Any) -> bool:
     return type(obj) in (np.ndarray, np.memmap) and not obj.dtype.hasobject
 
 
-def _array_payload(a: npt.NDArray[Any]) -> _Payload:
-    order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
-    dtype, shape = a.dtype, a.shape
+# dtype <-> the header's dtype word, for dtypes numpy names in 8 bytes or less
+_WORD_OF: dict[np.dtype[Any], int] = {}
+_DTYPE_OF: dict[int, np.dtype[Any]] = {}
+
+
+def _dtype_word(dt: np.dtype[Any]) -> int:
+    """The header's word for dt, or 0 when a description must say it."""
+    word = _WORD_OF.get(dt)
+    if word is None:
+        name = dt.str.encode()
+        simple = dt.fields is None and dt.subdtype is None and len(name) <= 8 and np.dtype(dt.str) == dt
+        word = _WORD_OF[dt] = int.from_bytes(name.ljust(8, b"\0"), "little") if simple else 0
+        if word:
+            _DTYPE_OF[word] = dt
+    return word
+
+
+def _dtype_of(word: int) -> np.dtype[Any]:
+    dt = _DTYPE_OF.get(word)
+    if dt is None:
+        dt = _DTYPE_OF[word] = np.dtype(word.to_bytes(8, "little").rstrip(b"\0").decode())
+    return dt
+
+
+def _order(a: npt.NDArray[Any]) -> str:
+    """How an array's bytes are laid out in a share: as it is when
+    F-contiguous only, else in C order."""
+    return "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+
+
+def _array_payload(a: npt.NDArray[Any], described: bool) -> _Payload:
+    dtype, shape, order = a.dtype, a.shape, _order(a)
 
     def write(dest: npt.NDArray[np.uint8]) -> None:
         np.copyto(_typed(dest, dtype, shape, order), a, casting="no")
-    return _Payload(("array", dtype, shape, order), [write], [a.nbytes])
+    return _Payload(("array", dtype, shape, order) if described else None, [write], [a.nbytes])
 
 
 def _object_payload(obj: Any) -> _Payload:
     buffers: list[pickle.PickleBuffer] = []
-    stream = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    raws = [b.raw() for b in buffers]
+    try:
+        stream = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        raws = [b.raw() for b in buffers]
+    except Exception as exc:  # noqa: BLE001 - every rank hears of it
+        raise ShmtopoArgumentError(f"share: the root's object cannot be pickled: {type(exc).__name__}: {exc}",
+                                   22) from None
 
     def copier(raw: memoryview) -> Callable[[npt.NDArray[np.uint8]], None]:
         def write(dest: npt.NDArray[np.uint8]) -> None:
@@ -200,30 +244,17 @@ def _object_payload(obj: Any) -> _Payload:
     return _Payload(("object",), [copier(r) for r in raws], [r.nbytes for r in raws])
 
 
-def _payload(obj: Any, root: int) -> _Payload:
-    """The root's object laid out for sharing; ShmtopoValueError (nothing
-    given) or ShmtopoArgumentError (it cannot be pickled) otherwise."""
-    if obj is None:
-        raise ShmtopoValueError(f"share: the root (rank {root}) passed None: nothing to share")
-    if _plain_array(obj):
-        return _array_payload(obj)
-    try:
-        return _object_payload(obj)
-    except Exception as exc:  # noqa: BLE001 - every rank hears of it
-        raise ShmtopoArgumentError(f"share: the root's object cannot be pickled: {type(exc).__name__}: {exc}",
-                                   22) from None
-
-
 def _typed(data: npt.NDArray[np.uint8], dtype: np.dtype[Any], shape: tuple[int, ...],
            order: str) -> npt.NDArray[Any]:
-    if dtype.itemsize == 0 or math.prod(shape) == 0:
-        return np.empty(shape, dtype, order="F" if order == "F" else "C")[...]
+    if dtype.itemsize == 0 or 0 in shape:
+        return np.empty(shape, dtype, order="F" if order == "F" else "C")
     return data.view(dtype).reshape(shape, order="F" if order == "F" else "C")
 
 
 def _rebuilt(data: npt.NDArray[np.uint8], nbytes: int, descr_len: int) -> Any:
-    """The object of a share from its data (read-only, nbytes long): an
-    array viewing it, or the unpickled object whose buffers view it."""
+    """The object of a share from its data (read-only, nbytes long) and its
+    description: an array viewing it, or the unpickled object whose buffers
+    view it."""
     descr, table = pickle.loads(memoryview(data[nbytes - descr_len:nbytes]))  # type: ignore[arg-type]
     if descr[0] == "array":
         _, dtype, shape, order = descr
@@ -303,63 +334,82 @@ def share(comm: CommLike, obj: Any, root: int = 0, *, placement: str | None = No
     on every survivor when a rank dies meanwhile.
     """
     with Held(comm.address):
-        header = np.zeros(HEADER_WORDS, np.uint64)
-        payload = None
-        if comm.world_rank == root:
-            payload = _root_header(comm, obj, root, header)
-        comm.bcast(header, root=root, out=header)  # type: ignore[attr-defined]
-        tier = int(header[_TIER])
-        if tier == _ERROR:
-            n = int(header[_NBYTES])
-            message = header[_FIXED:].view(np.uint8)[:n].tobytes().decode(errors="replace")
-            cls = ShmtopoArgumentError if header[_CODE] == _ARGUMENT else ShmtopoValueError
-            raise cls(message, 22, root)
-        nbytes, descr_len = int(header[_NBYTES]), int(header[_DESCR])
-        if tier == _IN_PLACE:
-            return _publish(comm, root, int(header[_ID]), nbytes)
-        if tier == _INLINE:
-            data = header[_FIXED:].view(np.uint8)[:nbytes]
-        elif tier == _BCAST:
-            data = np.empty(nbytes, np.uint8)
-            if payload is not None:
-                payload.write(data)
-            comm.bcast(data, root=root, out=data)  # type: ignore[attr-defined]
-        else:
-            data = _segment(comm, root, nbytes, payload, placement, huge_pages)
-        data.flags.writeable = False
+        try:
+            return _share(comm, obj, root, placement, huge_pages)
+        except PeerDeadError as exc:
+            heard_of(comm, exc)  # the other nodes may wait in MPI, where only news reaches
+            raise
+
+
+def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_pages: bool | str) -> Any:
+    """share's steps (this thread holds the comm)."""
+    header = np.empty(HEADER_WORDS, np.uint64)
+    payload = None
+    if comm.world_rank == root:
+        payload = _root_header(comm, obj, root, header)
+    comm.bcast(header, root=root, out=header)  # type: ignore[attr-defined]
+    tier, nbytes, descr_len, number, code, word, dims, _ = _FIELDS.unpack_from(header)
+    if tier == _ERROR:
+        message = header[_FIXED:].view(np.uint8)[:nbytes].tobytes().decode(errors="replace")
+        raise (ShmtopoArgumentError if code == _ARGUMENT else ShmtopoValueError)(message, 22, root)
+    if tier == _IN_PLACE:
+        return _publish(comm, root, number, nbytes)
+    if tier == _INLINE:
+        header.flags.writeable = False
+        data = header[_FIXED:].view(np.uint8)[:nbytes]
+    elif tier == _BCAST:
+        data = np.empty(nbytes, np.uint8)
+        if payload is not None:
+            payload.write(data)
+        comm.bcast(data, root=root, out=data)  # type: ignore[attr-defined]
+    else:
+        data = _segment(comm, root, nbytes, payload, placement, huge_pages)
+    data.flags.writeable = False
+    if descr_len:
         return _rebuilt(data, nbytes, descr_len)
+    shape = struct.unpack_from(f"<{dims & 0xFF}Q", header, 64)
+    out = _typed(data, _dtype_of(word), shape, "F" if dims >> 8 else "C")
+    out.flags.writeable = False
+    return out
 
 
 def _root_header(comm: CommLike, obj: Any, root: int, header: npt.NDArray[np.uint64]) -> _Payload | None:
-    """On the root: the header of its object (its data too when small),
-    or of why it cannot be shared; the payload still to send."""
-    number = 0
+    """On the root: the header of its object (its data too when small), or
+    of why it cannot be shared; what is still to send."""
+    word = dims = number = 0
     try:
-        state = comm.attributes.get(_KEY)
-        number = state.find(obj) if state is not None else 0
-        if not number:
-            payload = _payload(obj, root)
+        if obj is None:
+            raise ShmtopoValueError(f"share: the root (rank {root}) passed None: nothing to share")
+        if _plain_array(obj):
+            state = comm.attributes.get(_KEY)
+            number = state.find(obj) if state is not None else 0
+            word = _dtype_word(obj.dtype) if obj.ndim <= _MAX_DIMS else 0
+            payload = _array_payload(obj, not word)
+            if word:
+                dims = obj.ndim | (_order(obj) == "F") << 8
+                struct.pack_into(f"<{obj.ndim}Q", header, 64, *obj.shape)
+        else:
+            payload = _object_payload(obj)
     except Exception as exc:  # noqa: BLE001 - sent to every rank, raised there
         if not isinstance(exc, ShmtopoValueError):
             exc = ShmtopoValueError(f"share: the root failed: {type(exc).__name__}: {exc}")
         message = str(exc).encode()[:INLINE]
-        header[_TIER], header[_NBYTES] = _ERROR, len(message)
-        header[_CODE] = _ARGUMENT if isinstance(exc, ShmtopoArgumentError) else _VALUE
+        code = _ARGUMENT if isinstance(exc, ShmtopoArgumentError) else _VALUE
+        _FIELDS.pack_into(header, 0, _ERROR, len(message), 0, 0, code, 0, 0, 0)
         header[_FIXED:].view(np.uint8)[:len(message)] = np.frombuffer(message, np.uint8)
         return None
     except BaseException:
         leave(comm)  # Ctrl-C: the peers must not wait for this rank's header
         raise
     if number:
-        header[_TIER], header[_ID], header[_NBYTES] = _IN_PLACE, number, obj.nbytes
-        return None
-    header[_NBYTES], header[_DESCR] = payload.nbytes, len(payload.descr)
-    if payload.nbytes <= INLINE:
-        header[_TIER] = _INLINE
+        tier = _IN_PLACE
+    elif payload.nbytes <= INLINE:
+        tier = _INLINE
         payload.write(header[_FIXED:].view(np.uint8))
-        return None
-    header[_TIER] = _BCAST if payload.nbytes <= SMALL else _SEGMENT
-    return payload
+    else:
+        tier = _BCAST if payload.nbytes <= SMALL else _SEGMENT
+    _FIELDS.pack_into(header, 0, tier, payload.nbytes, len(payload.descr), number, 0, word, dims, 0)
+    return None if tier in (_INLINE, _IN_PLACE) else payload
 
 
 def _holder(comm: CommLike, root: int) -> int:
@@ -382,25 +432,36 @@ def _segment(comm: CommLike, root: int, nbytes: int, payload: _Payload | None, p
         if payload is not None:
             payload.write(part)
         if comm.nnodes > 1:
-            win.fence()  # the root's data there for its node's leader
+            _node_sync(comm, holder)  # the root's data there for its node's leader
             run_across_nodes(comm, _leaders_bcast, part, root)
-        win.fence()
+        _node_sync(comm, 0 if comm.nnodes > 1 else holder)  # the data there for every rank
         return _keep(comm, win, holder, part)
     except BaseException as exc:
-        win.abandon(getattr(exc, "rank", None))
+        win.abandon()
         raise
+
+
+def _node_sync(comm: CommLike, writer: int) -> None:
+    """Node-local: every rank of the node waits until `writer` (a rank of
+    the node) has come, and then sees its stores. A wait of the comm, not of
+    the window: news of a death on another node reaches it (NodePlan.news
+    leaves the comm naming the dead rank)."""
+    node_bcast(comm, np.zeros(1, np.uint8), writer)
 
 
 def _keep(comm: CommLike, win: Any, holder: int, part: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
     """Free the window (its memory stays, owned by the views), make this
-    rank's mapping read-only and note where the share lives."""
+    rank's mapping read-only, and return the part as a view of it that no
+    one can make writeable again (its base is a read-only buffer)."""
     info = ShareInfo(part.size, comm.nnodes, holder, win.backend, win.placement, win.placement_report[holder],
                      win.huge_pages, win.page_size)
     win.free()
     mapping = _mapping_of(part)
     _protect(mapping, mmap.PROT_READ)
-    _remember(mapping, info)
-    return part
+    frozen = np.frombuffer(memoryview(mapping.base).toreadonly(), np.uint8)  # type: ignore[arg-type]
+    _remember(frozen, info)
+    offset = _address(part) - _address(mapping)
+    return frozen[offset:offset + part.size]
 
 
 def _leaders_bcast(comm: CommLike, part: npt.NDArray[np.uint8], root: int) -> None:
@@ -477,10 +538,10 @@ def _publish(comm: CommLike, root: int, number: int, nbytes: int) -> npt.NDArray
         win.fence()  # every rank's stores done
         if comm.nnodes > 1:
             run_across_nodes(comm, _leaders_bcast, part, root)
-            win.fence()
+            _node_sync(comm, 0)
         data = _keep(comm, win, 0, part)
-    except BaseException as exc:
-        win.abandon(getattr(exc, "rank", None))
+    except BaseException:
+        win.abandon()
         raise
     data.flags.writeable = False
     return _typed(data, w.dtype, w.shape, w.order)
