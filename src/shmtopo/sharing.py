@@ -343,7 +343,7 @@ def share(comm: CommLike, obj: Any, root: int = 0, *, placement: str | None = No
 
 def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_pages: bool | str) -> Any:
     """share's steps (this thread holds the comm)."""
-    header = np.empty(HEADER_WORDS, np.uint64)
+    header: Any = np.empty(HEADER_WORDS, np.uint64)  # (numpy arrays are buffers; its stubs do not say so)
     payload = None
     if comm.world_rank == root:
         payload = _root_header(comm, obj, root, header)
@@ -373,7 +373,7 @@ def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_page
     return out
 
 
-def _root_header(comm: CommLike, obj: Any, root: int, header: npt.NDArray[np.uint64]) -> _Payload | None:
+def _root_header(comm: CommLike, obj: Any, root: int, header: Any) -> _Payload | None:
     """On the root: the header of its object (its data too when small), or
     of why it cannot be shared; what is still to send."""
     word = dims = number = 0
