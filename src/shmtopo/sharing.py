@@ -345,10 +345,15 @@ def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_page
     """share's steps (this thread holds the comm)."""
     header: Any = np.empty(HEADER_WORDS, np.uint64)  # (numpy arrays are buffers; its stubs do not say so)
     payload = None
-    if comm.world_rank == root:
+    if comm.world_rank == root and not _small_array_header(obj, header):
         payload = _root_header(comm, obj, root, header)
     comm.bcast(header, root=root, out=header)  # type: ignore[attr-defined]
     tier, nbytes, descr_len, number, code, word, dims, _ = _FIELDS.unpack_from(header)
+    if tier == _INLINE and not descr_len and not dims >> 8:  # a small C-ordered array: the common case
+        header.flags.writeable = False
+        dt = _dtype_of(word)
+        out = np.frombuffer(header, dt, nbytes // dt.itemsize, _FIXED * 8) if dt.itemsize else np.empty(0, dt)
+        return out.reshape(struct.unpack_from(f"<{dims}Q", header, 64))
     if tier == _ERROR:
         message = header[_FIXED:].view(np.uint8)[:nbytes].tobytes().decode(errors="replace")
         raise (ShmtopoArgumentError if code == _ARGUMENT else ShmtopoValueError)(message, 22, root)
@@ -371,6 +376,21 @@ def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_page
     out = _typed(data, _dtype_of(word), shape, "F" if dims >> 8 else "C")
     out.flags.writeable = False
     return out
+
+
+def _small_array_header(obj: Any, header: Any) -> bool:
+    """On the root: the header of a small C-contiguous array of a plain
+    dtype, its data inside (_root_header does it all, this faster); False
+    for anything else."""
+    if type(obj) is not np.ndarray or obj.nbytes > INLINE or not obj.flags.c_contiguous or obj.ndim > _MAX_DIMS:
+        return False
+    word = _WORD_OF.get(obj.dtype)
+    if not word:
+        return False
+    header.view(np.uint8)[_FIXED * 8:_FIXED * 8 + obj.nbytes] = obj.reshape(-1).view(np.uint8)
+    _FIELDS.pack_into(header, 0, _INLINE, obj.nbytes, 0, 0, 0, word, obj.ndim, 0)
+    struct.pack_into(f"<{obj.ndim}Q", header, 64, *obj.shape)
+    return True
 
 
 def _root_header(comm: CommLike, obj: Any, root: int, header: Any) -> _Payload | None:

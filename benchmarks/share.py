@@ -1,0 +1,161 @@
+"""shmtopo.share against its alternatives, side by side in one run: node
+memory and time of sharing one large array, and the cost of a small share.
+
+    mpiexec -n 4 python benchmarks/share.py [--gib 1] [--repeat 5] [--only memory,time,small]
+
+memory: the node's memory after every rank holds the root's array, less
+    before (the root's own array already made): /proc/meminfo's Shmem plus
+    the anonymous memory (smaps_rollup's Anonymous) of every rank, for shmtopo.share, MPI.COMM_WORLD.bcast (mpi4py's pickled
+    bcast) and Bcast into a buffer of each rank's own; one run each.
+time: seconds for shmtopo.share of the array, a numpy copy of it into new
+    memory on one rank (a memcpy, the floor), and mpi4py's Bcast into a new
+    buffer; the median of --repeat runs and the range.
+small: microseconds per call of a 1 KiB share, of comm.barrier() and of
+    mpi4py's bcast of the same 1 KiB array (medians over 7 runs of many
+    calls each).
+
+Ratios, not absolute times: this machine is shared, and its speed swings.
+"""
+import argparse
+import gc
+import os
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import shmtopo
+
+world = MPI.COMM_WORLD
+GIB = 1 << 30
+
+
+def meminfo(field: str) -> int:
+    for line in open("/proc/meminfo"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def private() -> int:
+    """This rank's anonymous (private) memory: smaps_rollup's Anonymous.
+    Not Private_*: a page of a shared segment that only one rank has
+    touched yet counts as private there, and is already in Shmem."""
+    for line in open("/proc/self/smaps_rollup"):
+        if line.startswith("Anonymous:"):
+            return int(line.split()[1]) * 1024
+    raise KeyError("Anonymous")
+
+
+def node_memory() -> int:
+    """Shmem plus every rank's private memory, as seen by all ranks at once."""
+    world.Barrier()
+    mine = np.array([private()], np.int64)
+    every = np.empty(world.size, np.int64)
+    world.Allgather(mine, every)
+    return meminfo("Shmem") + int(every.sum())
+
+
+def measure_memory(nbytes: int) -> None:
+    source = np.ones(nbytes // 8) if world.rank == 0 else None
+    rows = []
+    for name in ("shmtopo.share", "COMM_WORLD.bcast", "Bcast (own buffers)"):
+        gc.collect()
+        before = node_memory()
+        if name == "shmtopo.share":
+            got = shmtopo.share(source)
+        elif name == "COMM_WORLD.bcast":
+            got = world.bcast(source)
+        else:
+            got = source if world.rank == 0 else np.empty(nbytes // 8)
+            world.Bcast(got)
+        after = node_memory()
+        assert got[-1] == 1.0
+        del got
+        gc.collect()
+        world.Barrier()
+        rows.append((name, (after - before) / GIB))
+    if world.rank == 0:
+        print(f"\nnode memory for {nbytes / GIB:g} GiB held by each of {world.size} ranks "
+              f"(the root's own array excluded):")
+        for name, gib in rows:
+            print(f"  {name:22s} +{gib:6.2f} GiB")
+
+
+def timed(fn, repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        world.Barrier()
+        start = time.perf_counter()
+        out = fn()
+        world.Barrier()
+        times.append(time.perf_counter() - start)
+        del out
+    return times
+
+
+def measure_time(nbytes: int, repeat: int) -> None:
+    source = np.ones(nbytes // 8) if world.rank == 0 else None
+    share = timed(lambda: shmtopo.share(source), repeat)
+    memcpy = timed(lambda: source.copy() if world.rank == 0 else None, repeat)
+
+    def bcast():
+        buf = source if world.rank == 0 else np.empty(nbytes // 8)
+        world.Bcast(buf)
+        return buf
+    mpi = timed(bcast, repeat)
+    if world.rank == 0:
+        print(f"\ntime to give {world.size} ranks {nbytes / GIB:g} GiB (median of {repeat}, range):")
+        base = statistics.median(memcpy)
+        for name, t in (("shmtopo.share", share), ("numpy copy (memcpy)", memcpy), ("mpi4py Bcast", mpi)):
+            m = statistics.median(t)
+            print(f"  {name:22s} {m:7.3f} s ({min(t):.3f}-{max(t):.3f})  {m / base:5.2f}x the memcpy")
+        print(f"  share / Bcast: {statistics.median(share) / statistics.median(mpi):.2f}")
+
+
+def measure_small(calls: int) -> None:
+    comm = shmtopo.anycomm.comm_of(None)
+    x = np.arange(128, dtype=np.float64)  # 1 KiB
+
+    def per_call(fn) -> float:
+        world.Barrier()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls * 1e6
+    rows = {"shmtopo.share of 1 KiB": [], "comm.barrier()": [], "COMM_WORLD.bcast of 1 KiB": []}
+    for _ in range(7):
+        rows["shmtopo.share of 1 KiB"].append(per_call(lambda: comm.share(x if world.rank == 0 else None)))
+        rows["comm.barrier()"].append(per_call(comm.barrier))
+        rows["COMM_WORLD.bcast of 1 KiB"].append(per_call(lambda: world.bcast(x if world.rank == 0 else None)))
+    if world.rank == 0:
+        print(f"\nsmall calls at {world.size} ranks, us per call (median of 7 runs of {calls}, range):")
+        base = statistics.median(rows["comm.barrier()"])
+        for name, t in rows.items():
+            m = statistics.median(t)
+            print(f"  {name:26s} {m:8.2f} ({min(t):.2f}-{max(t):.2f})  {m / base:6.2f}x the barrier")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gib", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--only", default="memory,time,small")
+    args = parser.parse_args()
+    nbytes = int(args.gib * GIB) // 8 * 8
+    if world.rank == 0:
+        print(f"{world.size} ranks, load average {os.getloadavg()[0]:.2f}, shmtopo {shmtopo.__version__}")
+    parts = args.only.split(",")
+    if "memory" in parts:
+        measure_memory(nbytes)
+    if "time" in parts:
+        measure_time(nbytes, args.repeat)
+    if "small" in parts:
+        measure_small(args.calls)
+
+
+if __name__ == "__main__":
+    main()
