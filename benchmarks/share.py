@@ -5,11 +5,15 @@ memory and time of sharing one large array, and the cost of a small share.
 
 memory: the node's memory after every rank holds the root's array, less
     before (the root's own array already made): /proc/meminfo's Shmem plus
-    the anonymous memory (smaps_rollup's Anonymous) of every rank, for shmtopo.share, MPI.COMM_WORLD.bcast (mpi4py's pickled
-    bcast) and Bcast into a buffer of each rank's own; one run each.
-time: seconds for shmtopo.share of the array, a numpy copy of it into new
-    memory on one rank (a memcpy, the floor), and mpi4py's Bcast into a new
-    buffer; the median of --repeat runs and the range.
+    the anonymous memory (smaps_rollup's Anonymous) of every rank, for
+    shmtopo.share, mpi4py's Win.Allocate_shared recipe, pshmem's MPIShared
+    (where installed), MPI.COMM_WORLD.bcast (mpi4py's pickled bcast) and
+    Bcast into a buffer of each rank's own; one run each.
+time: seconds for the same ways (but the pickled bcast) and a numpy copy
+    of the array into new memory on one rank (a memcpy, the floor), each
+    from nothing to every rank holding the data (the Allocate_shared recipe
+    and pshmem include their communicator splits); the median of --repeat
+    runs and the range.
 small: microseconds per call of a 1 KiB share, of comm.barrier() and of
     mpi4py's bcast of the same 1 KiB array (medians over 7 runs of many
     calls each).
@@ -57,22 +61,70 @@ def node_memory() -> int:
     return meminfo("Shmem") + int(every.sum())
 
 
+def _allocate_shared(source, nbytes: int):
+    """mpi4py's recipe: a shared window on the node's communicator, rank 0's
+    part the whole array, every rank viewing it (one node: no leaders'
+    Bcast here), a barrier; the window freed collectively at the end."""
+    node = world.Split_type(MPI.COMM_TYPE_SHARED)
+    win = MPI.Win.Allocate_shared(nbytes if node.rank == 0 else 0, 8, comm=node)
+    buf, _ = win.Shared_query(0)
+    table = np.ndarray(buffer=buf, dtype=np.float64, shape=(nbytes // 8,))
+    if world.rank == 0:
+        table[:] = source
+    node.Barrier()
+
+    def free():
+        win.Free()
+        node.Free()
+    return table, free
+
+
+def _pshmem(source, nbytes: int):
+    from pshmem import MPIShared
+
+    shm = MPIShared((nbytes // 8,), np.float64, world)
+    shm.set(source if world.rank == 0 else None, fromrank=0)
+    return shm.data, shm.close
+
+
+def _bcast_own(source, nbytes: int):
+    buf = source if world.rank == 0 else np.empty(nbytes // 8)
+    world.Bcast(buf)
+    return buf, None
+
+
+WAYS = {
+    "shmtopo.share": lambda source, nbytes: (shmtopo.share(source), None),
+    "Win.Allocate_shared": _allocate_shared,
+    "pshmem MPIShared": _pshmem,
+    "COMM_WORLD.bcast": lambda source, nbytes: (world.bcast(source), None),
+    "Bcast (own buffers)": _bcast_own,
+}
+
+
+def available(name: str) -> bool:
+    if name.startswith("pshmem"):
+        try:
+            import pshmem  # noqa: F401
+        except ImportError:
+            return False
+    return True
+
+
 def measure_memory(nbytes: int) -> None:
     source = np.ones(nbytes // 8) if world.rank == 0 else None
     rows = []
-    for name in ("shmtopo.share", "COMM_WORLD.bcast", "Bcast (own buffers)"):
+    for name, way in WAYS.items():
+        if not available(name):
+            continue
         gc.collect()
         before = node_memory()
-        if name == "shmtopo.share":
-            got = shmtopo.share(source)
-        elif name == "COMM_WORLD.bcast":
-            got = world.bcast(source)
-        else:
-            got = source if world.rank == 0 else np.empty(nbytes // 8)
-            world.Bcast(got)
+        got, free = way(source, nbytes)
         after = node_memory()
         assert got[-1] == 1.0
         del got
+        if free is not None:
+            free()
         gc.collect()
         world.Barrier()
         rows.append((name, (after - before) / GIB))
@@ -92,27 +144,26 @@ def timed(fn, repeat: int) -> list[float]:
         out = fn()
         world.Barrier()
         times.append(time.perf_counter() - start)
+        if isinstance(out, tuple) and out[1] is not None:
+            out[1]()
         del out
     return times
 
 
 def measure_time(nbytes: int, repeat: int) -> None:
     source = np.ones(nbytes // 8) if world.rank == 0 else None
-    share = timed(lambda: shmtopo.share(source), repeat)
-    memcpy = timed(lambda: source.copy() if world.rank == 0 else None, repeat)
-
-    def bcast():
-        buf = source if world.rank == 0 else np.empty(nbytes // 8)
-        world.Bcast(buf)
-        return buf
-    mpi = timed(bcast, repeat)
+    rows = {"numpy copy (memcpy)": timed(lambda: source.copy() if world.rank == 0 else None, repeat)}
+    for name, way in WAYS.items():
+        if name != "COMM_WORLD.bcast" and available(name):
+            rows[name] = timed(lambda: way(source, nbytes), repeat)
     if world.rank == 0:
         print(f"\ntime to give {world.size} ranks {nbytes / GIB:g} GiB (median of {repeat}, range):")
-        base = statistics.median(memcpy)
-        for name, t in (("shmtopo.share", share), ("numpy copy (memcpy)", memcpy), ("mpi4py Bcast", mpi)):
+        base = statistics.median(rows["numpy copy (memcpy)"])
+        bcast = statistics.median(rows["Bcast (own buffers)"])
+        for name, t in rows.items():
             m = statistics.median(t)
-            print(f"  {name:22s} {m:7.3f} s ({min(t):.3f}-{max(t):.3f})  {m / base:5.2f}x the memcpy")
-        print(f"  share / Bcast: {statistics.median(share) / statistics.median(mpi):.2f}")
+            print(f"  {name:22s} {m:7.3f} s ({min(t):.3f}-{max(t):.3f})  {m / base:5.2f}x the memcpy, "
+                  f"{m / bcast:5.2f}x Bcast")
 
 
 def measure_small(calls: int) -> None:

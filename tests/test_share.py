@@ -244,6 +244,34 @@ def test_many_live_segment_shares(comm):
     assert len(maps_of_shares()) == maps
 
 
+def test_unshare_releases_the_node_memory_at_once(comm):
+    got = comm.share(reference((1 << 17,), np.float64) if comm.world_rank == 0 else None)
+    kept = {"inside": got[5:]}
+    address = got.__array_interface__["data"][0]
+    maps = len(maps_of_shares())
+    comm.unshare(kept["inside"])  # any view of it
+    assert len(maps_of_shares()) == maps - 1  # the segment is gone from this process
+    line = next(m for m in Path("/proc/self/maps").read_text().splitlines()
+                if int(m.split("-")[0], 16) <= address < int(m.split()[0].split("-")[1], 16))
+    assert line.split()[1] == "---p", line  # its range kept, inaccessible, until the views go
+    assert shmtopo.share_info(got) is None
+    del got, kept
+    small = comm.share(np.arange(4) if comm.world_rank == 0 else None)
+    comm.unshare(small)  # private: left to the garbage collector
+    assert small.tolist() == [0, 1, 2, 3]
+
+
+def test_unshare_of_different_shares_raises_everywhere(comm):
+    if comm.world_size == 1:
+        pytest.skip("needs a second rank")
+    a = comm.share(np.ones(1 << 15) if comm.world_rank == 0 else None)
+    b = comm.share(np.zeros(1 << 15) if comm.world_rank == 0 else None)
+    maps = len(maps_of_shares())
+    with pytest.raises(shmtopo.ShmtopoValueError):
+        comm.unshare(b if comm.world_rank == comm.world_size - 1 else a)
+    assert len(maps_of_shares()) == maps and a.sum() == a.size and b.sum() == 0
+
+
 # ---- building in place -------------------------------------------------------
 
 def test_shared_array_filled_by_every_rank_then_shared(comm):

@@ -19,7 +19,7 @@ from .errors import (
     ShmtopoArgumentError,
 )
 from .launch import spawn
-from .anycomm import share, shared_array
+from .anycomm import share, shared_array, unshare
 from .sharing import ShareInfo, share_info
 from .window import BACKENDS, FENCE_ALGORITHMS, Window
 from .topology import Topology, share_topology
@@ -32,5 +32,5 @@ __all__ = [
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError",
     "AcceleratedPrequest", "AcceleratedWin", "ShmtopoArgumentError",
-    "share", "shared_array", "share_info", "ShareInfo",
+    "share", "shared_array", "unshare", "share_info", "ShareInfo",
 ]

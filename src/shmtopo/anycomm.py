@@ -98,3 +98,9 @@ def shared_array(shape: Any, dtype: Any = np.float64, comm: Any = None, *, order
     place and then :func:`share`. See :meth:`shmtopo.Comm.shared_array`."""
     return sharing.shared_array(comm_of(comm), shape, dtype, order=order, placement=placement,
                                 huge_pages=huge_pages)
+
+
+def unshare(obj: Any, comm: Any = None) -> None:
+    """Collective over ``comm`` (as for :func:`share`): release the node
+    memory of the share ``obj`` views now. See :meth:`shmtopo.Comm.unshare`."""
+    sharing.unshare(comm_of(comm), obj)

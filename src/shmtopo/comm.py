@@ -390,9 +390,11 @@ class Comm(_fastpath.NativeComm, Collective):
     # -- one copy per node (sharing.py) ------------------------------------
     # share(obj, root=0): the root's array or object on every rank, read-only,
     # one copy of its data per node; shared_array(shape, dtype): a writable
-    # node-shared array to fill in place, then share.
+    # node-shared array to fill in place, then share; unshare(a): release a
+    # share's node memory now (collective), instead of with its last view.
     share = sharing.share
     shared_array = sharing.shared_array
+    unshare = sharing.unshare
 
     @holding_comm
     def allreduce_init(self, send: Any, recv: Any, op: str = "sum", *,

@@ -110,7 +110,7 @@ _libc.mmap.restype = ctypes.c_void_p
 
 # start address of a mapping -> (the mapping, the share's info); the entry
 # goes with the mapping (a weak reference's callback)
-_segments: dict[int, tuple[weakref.ref[Any], ShareInfo]] = {}
+_segments: dict[int, tuple[weakref.ref[Any], ShareInfo, int]] = {}
 
 
 def _address(a: npt.NDArray[Any]) -> int:
@@ -132,9 +132,21 @@ def _protect(mapping: npt.NDArray[np.uint8], prot: int) -> None:
         raise ShmtopoOSError(f"mprotect of a share's mapping failed", err)
 
 
-def _remember(mapping: npt.NDArray[np.uint8], info: ShareInfo) -> None:
+def _remember(mapping: npt.NDArray[np.uint8], info: ShareInfo, serial: int) -> None:
     start = _address(mapping)
-    _segments[start] = (weakref.ref(mapping, lambda _: _segments.pop(start, None)), info)
+    _segments[start] = (weakref.ref(mapping, lambda _: _segments.pop(start, None)), info, serial)
+
+
+def _entry(obj: Any) -> tuple[int, npt.NDArray[np.uint8], ShareInfo, int] | None:
+    """The mapping an array's data lies in: (start, mapping, info, serial)."""
+    if not isinstance(obj, np.ndarray) or obj.size == 0:
+        return None
+    where = _address(obj)
+    for start, (ref, info, serial) in list(_segments.items()):
+        mapping = ref()
+        if mapping is not None and start <= where < start + mapping.size:
+            return start, mapping, info, serial
+    return None
 
 
 def share_info(obj: Any) -> ShareInfo | None:
@@ -142,14 +154,8 @@ def share_info(obj: Any) -> ShareInfo | None:
     array inside an object it returned) lives: a :class:`ShareInfo` for
     data in node shared memory, None for data that is not (small shares
     come as private copies)."""
-    if not isinstance(obj, np.ndarray) or obj.size == 0:
-        return None
-    where = _address(obj)
-    for start, (ref, info) in list(_segments.items()):
-        mapping = ref()
-        if mapping is not None and start <= where < start + mapping.size:
-            return info
-    return None
+    entry = _entry(obj)
+    return None if entry is None else entry[2]
 
 
 # ---- what the root sends -----------------------------------------------------------
@@ -283,6 +289,7 @@ class _State:
     def __init__(self) -> None:
         self.next_id = 1
         self.writable: dict[int, _Writable] = {}
+        self.serial = 0  # segment shares made so far
 
     def find(self, a: Any) -> int:
         """The number of the writable array a is (all of it), or 0."""
@@ -479,7 +486,9 @@ def _keep(comm: CommLike, win: Any, holder: int, part: npt.NDArray[np.uint8]) ->
     mapping = _mapping_of(part)
     _protect(mapping, mmap.PROT_READ)
     frozen = np.frombuffer(memoryview(mapping.base).toreadonly(), np.uint8)  # type: ignore[arg-type]
-    _remember(frozen, info)
+    state = _state(comm)
+    state.serial += 1  # every rank of the job counts its segment shares alike
+    _remember(frozen, info, state.serial)
     offset = _address(part) - _address(mapping)
     return frozen[offset:offset + part.size]
 
@@ -565,3 +574,31 @@ def _publish(comm: CommLike, root: int, number: int, nbytes: int) -> npt.NDArray
         raise
     data.flags.writeable = False
     return _typed(data, w.dtype, w.shape, w.order)
+
+
+# ---- eager release ----------------------------------------------------------------
+
+def unshare(comm: CommLike, obj: Any) -> None:
+    """Collective over the comm's job: release a share's node memory now,
+    rather than when the last view goes. Every rank passes an array of the
+    same share (the one share returned, or any view of it, or an array
+    inside the object it returned). Each rank's mapping is replaced by an
+    inaccessible one: the node's memory is returned at once, and any view
+    still held must not be used again (a touch is a segmentation fault, as
+    using memory after MPI_Win_free is undefined). Ranks that pass arrays of
+    different shares raise ShmtopoValueError, all of them, and nothing is
+    released. A share that lies in private memory (small) is left to the
+    garbage collector."""
+    with Held(comm.address):
+        entry = normalised(comm, BCAST, _entry, obj)
+        agree(comm, BCAST, 0, root=0, extra=(1 << 62) | (entry[3] if entry else 0))
+        if entry is None:
+            return
+        start, mapping, _, _ = entry
+        _segments.pop(start, None)
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED | getattr(mmap, "MAP_NORESERVE", 0x4000)
+        if _libc.mmap(start, mapping.size, 0, flags, -1, 0) != start:  # PROT_NONE
+            raise ShmtopoOSError("unshare could not unmap a share", ctypes.get_errno())
+
+
+_MAP_FIXED = 0x10  # Linux

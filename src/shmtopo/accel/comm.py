@@ -493,6 +493,11 @@ class AcceleratedComm:
         return sharing.shared_array(self.shm_comm, shape, dtype, order=order, placement=placement,
                                     huge_pages=huge_pages)
 
+    def unshare(self, obj: Any) -> None:
+        """Collective: release a share's node memory now: as
+        :meth:`shmtopo.Comm.unshare`."""
+        sharing.unshare(self.shm_comm, obj)
+
     # -- new communicators come back accelerated ----------------------------
     def _wrapped(self, comm: Any) -> Any:
         """Collective over comm: it accelerated with this comm's options
