@@ -56,6 +56,8 @@ def comm_of(comm: Any = None) -> Comm:
         if _default is None or not _default.usable():
             _default = _Kept(Comm.from_env())
             holds_comm(_default)
+            if _default.comm is not None and _default.comm.mpi is not None:
+                release_at_finalize()  # dropped when MPI_Finalize runs, if the program calls it
         assert _default.comm is not None
         return _default.comm
     try:
