@@ -16,11 +16,11 @@ private memory: small shares cost no segment, no file descriptor and no
 mapping, so any number of them can live. Above, the data lives in one
 segment per node: a contiguous window of the comm (window.py: the same
 allocation, admission against free memory, placement and huge pages, the
-same names unlinked once every rank mapped them) whose only non-empty part
-is the holder's, the root on its node and the leader (node rank 0)
-elsewhere. The root copies its data into its part once; across nodes the
-leaders move it through MPI in chunks, each receiving straight into its
-node's part. The window is then freed at once: its mappings belong to
+same names unlinked once every rank mapped them) whose parts lie back to
+back and together hold the data: each rank faults its slice of the pages
+in at the allocation, in parallel. The root copies its data into the
+segment once; across nodes the leaders move it through MPI in chunks, each
+receiving straight into its node's segment. The window is then freed at once: its mappings belong to
 numpy (Window's disowned mappings), so the memory lives as long as any
 rank of the node holds a view of it, and goes with the last one; nothing
 is left to free collectively. Each rank makes its mapping read-only
@@ -86,17 +86,17 @@ class ShareInfo(NamedTuple):
     """Where a share's data lives (:func:`share_info`)."""
     nbytes: int                   #: bytes of the share's data on this node
     nnodes: int                   #: nodes of the job: one copy on each
-    holder: int                   #: the node's rank whose part holds the data
     backend: str                  #: "posix", "memfd", ...
     placement: str                #: "local" or "interleave"
-    placement_report: str         #: how the holder's pages were placed
+    placement_report: list[str]   #: per rank of the node, how its slice of the pages was placed
     huge_pages: str | None        #: None, "hugetlb" or "transparent"
     page_size: int                #: bytes per page of the segment
 
     def __str__(self) -> str:
         return (f"{self.nbytes} bytes in node shared memory (one copy on each of {self.nnodes} node"
-                f"{'s' if self.nnodes > 1 else ''}), {self.backend} segment of rank {self.holder}, "
-                f"{self.placement_report}, pages of {self.page_size} bytes"
+                f"{'s' if self.nnodes > 1 else ''}), a {self.backend} segment faulted in by the node's "
+                f"{len(self.placement_report)} rank{'s' if len(self.placement_report) > 1 else ''} "
+                f"({self.placement_report[0]}), pages of {self.page_size} bytes"
                 + (f" ({self.huge_pages} huge pages)" if self.huge_pages else ""))
 
 
@@ -296,7 +296,7 @@ class _State:
         if not isinstance(a, np.ndarray) or not (a.flags.c_contiguous or a.flags.f_contiguous):
             return 0
         for number, w in self.writable.items():
-            part = w.win.query(0, np.uint8)  # node rank 0's part holds it
+            part = _region(w.win)
             if a.nbytes and _address(part) == _address(a) and part.size == a.nbytes:
                 return number
         return 0
@@ -439,31 +439,37 @@ def _root_header(comm: CommLike, obj: Any, root: int, header: Any) -> _Payload |
     return None if tier in (_INLINE, _IN_PLACE) else payload
 
 
-def _holder(comm: CommLike, root: int) -> int:
-    """The rank of this node whose part holds the data: the root on its
-    node, the leader (node rank 0) on the others."""
-    plan = comm.plan
-    return int(plan.local_of[root]) if plan.node_of[root] == plan.node_index else 0
+def _slice(nbytes: int, rank: int, size: int) -> int:
+    """This rank's part of the node's segment: each rank faults its slice
+    of the pages in, in parallel (and near itself), at the allocation."""
+    return nbytes * (rank + 1) // size - nbytes * rank // size
+
+
+def _region(win: Any) -> npt.NDArray[np.uint8]:
+    """The data of a contiguous window whose parts lie back to back: all of it."""
+    return win.all.reshape(-1)  # type: ignore[no-any-return]
 
 
 def _segment(comm: CommLike, root: int, nbytes: int, payload: _Payload | None, placement: str | None,
              huge_pages: bool | str) -> npt.NDArray[np.uint8]:
     """The data in a segment of this node (the root writes it, the leaders
     carry it across nodes): this rank's read-only view of it."""
-    holder = _holder(comm, root)
     allocate: Any = comm.allocate
-    win = allocate(nbytes if comm.rank == holder else 0, contiguous=True, placement=placement,
+    win = allocate(_slice(nbytes, comm.rank, comm.size), contiguous=True, placement=placement,
                    huge_pages=huge_pages)
     try:
-        part = win.query(holder, np.uint8)
+        part = _region(win)
         if payload is not None:
             payload.write(part)
+        plan = comm.plan
+        writer = plan.local_of[root] if plan.node_of[root] == plan.node_index else 0
         if comm.nnodes > 1:
-            _node_sync(comm, holder)  # the root's data there for its node's leader
+            _node_sync(comm, writer)  # the root's data there for its node's leader
             run_across_nodes(comm, _leaders_bcast, part, root)
-        _node_sync(comm, 0 if comm.nnodes > 1 else holder)  # the data there for every rank
-        return _keep(comm, win, holder, part)
-    except BaseException as exc:
+            writer = 0
+        _node_sync(comm, writer)  # the data there for every rank
+        return _keep(comm, win, part)
+    except BaseException:
         win.abandon()
         raise
 
@@ -476,12 +482,12 @@ def _node_sync(comm: CommLike, writer: int) -> None:
     node_bcast(comm, np.zeros(1, np.uint8), writer)
 
 
-def _keep(comm: CommLike, win: Any, holder: int, part: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+def _keep(comm: CommLike, win: Any, part: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
     """Free the window (its memory stays, owned by the views), make this
     rank's mapping read-only, and return the part as a view of it that no
     one can make writeable again (its base is a read-only buffer)."""
-    info = ShareInfo(part.size, comm.nnodes, holder, win.backend, win.placement, win.placement_report[holder],
-                     win.huge_pages, win.page_size)
+    info = ShareInfo(part.size, comm.nnodes, win.backend, win.placement, win.placement_report, win.huge_pages,
+                     win.page_size)
     win.free()
     mapping = _mapping_of(part)
     _protect(mapping, mmap.PROT_READ)
@@ -539,12 +545,12 @@ def shared_array(comm: CommLike, shape: Any, dtype: Any = np.float64, *, order: 
         layout = zlib.crc32(pickle.dumps((dt.descr if dt.fields else dt.str, dims, order)))
         agree(comm, BCAST, nbytes, extra=layout)
         allocate: Any = comm.allocate
-        win = allocate(nbytes if comm.rank == 0 else 0, contiguous=True, placement=placement,
+        win = allocate(_slice(nbytes, comm.rank, comm.size), contiguous=True, placement=placement,
                        huge_pages=huge_pages)
         state = _state(comm)
         number, state.next_id = state.next_id, state.next_id + 1
         state.writable[number] = _Writable(win, dt, dims, order)
-        return _typed(win.query(0, np.uint8), dt, dims, order)
+        return _typed(_region(win), dt, dims, order)
 
 
 def _publish(comm: CommLike, root: int, number: int, nbytes: int) -> npt.NDArray[np.uint8]:
@@ -563,12 +569,12 @@ def _publish(comm: CommLike, root: int, number: int, nbytes: int) -> npt.NDArray
     del state.writable[number]
     win = w.win
     try:
-        part = win.query(0, np.uint8)
+        part = _region(win)
         win.fence()  # every rank's stores done
         if comm.nnodes > 1:
             run_across_nodes(comm, _leaders_bcast, part, root)
             _node_sync(comm, 0)
-        data = _keep(comm, win, 0, part)
+        data = _keep(comm, win, part)
     except BaseException:
         win.abandon()
         raise
