@@ -107,6 +107,9 @@ _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.mprotect.restype = ctypes.c_int
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.mmap.restype = ctypes.c_void_p
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.madvise.restype = ctypes.c_int
+_MADV_POPULATE_WRITE = 23  # Linux 5.14
 
 # start address of a mapping -> (the mapping, the share's info); the entry
 # goes with the mapping (a weak reference's callback)
@@ -445,6 +448,16 @@ def _slice(nbytes: int, rank: int, size: int) -> int:
     return nbytes * (rank + 1) // size - nbytes * rank // size
 
 
+def _map_in(part: npt.NDArray[np.uint8]) -> None:
+    """Map the pages the other ranks faulted in into this rank's page
+    tables at once (MADV_POPULATE_WRITE), before writing them all: one
+    call instead of a fault per page. Best effort: older kernels refuse."""
+    page = mmap.PAGESIZE
+    start = _address(part) // page * page
+    end = -(-(_address(part) + part.size) // page) * page
+    _libc.madvise(start, end - start, _MADV_POPULATE_WRITE)
+
+
 def _region(win: Any) -> npt.NDArray[np.uint8]:
     """The data of a contiguous window whose parts lie back to back: all of it."""
     return win.all.reshape(-1)  # type: ignore[no-any-return]
@@ -460,6 +473,7 @@ def _segment(comm: CommLike, root: int, nbytes: int, payload: _Payload | None, p
     try:
         part = _region(win)
         if payload is not None:
+            _map_in(part)
             payload.write(part)
         plan = comm.plan
         writer = plan.local_of[root] if plan.node_of[root] == plan.node_index else 0
