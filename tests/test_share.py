@@ -67,6 +67,8 @@ def test_arrays_of_every_kind_come_back_equal_and_read_only(comm, dtype, tier, n
         assert not got.flags.writeable
         with pytest.raises(ValueError, match="read-only"):
             got[...] = want
+        with pytest.raises(ValueError):
+            got.setflags(write=True)  # and it stays so
         in_segment = shmtopo.share_info(got) is not None
         assert in_segment == (want.nbytes > sharing.SMALL), (tier, want.nbytes)
 

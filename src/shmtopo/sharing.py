@@ -46,7 +46,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _oob
+from . import _fastpath, _oob
 from ._base import CommLike, Held
 from ._types import BCAST
 from ._native import lib
@@ -66,6 +66,7 @@ HEADER_WORDS = 263
 _FIELDS = struct.Struct("<8Q")
 _MAX_DIMS = 8
 _FIXED = 8 + _MAX_DIMS  # words before the inline data
+_HEADER_BYTES = HEADER_WORDS * 8
 #: data up to this many bytes travels inside the header
 INLINE = (HEADER_WORDS - _FIXED) * 8
 #: data up to this many bytes is sent by a bcast into private memory; above,
@@ -343,26 +344,31 @@ def share(comm: CommLike, obj: Any, root: int = 0, *, placement: str | None = No
     the data does not fit in the node's memory or /dev/shm. PeerDeadError
     on every survivor when a rank dies meanwhile.
     """
-    with Held(comm.address):
-        try:
-            return _share(comm, obj, root, placement, huge_pages)
-        except PeerDeadError as exc:
-            heard_of(comm, exc)  # the other nodes may wait in MPI, where only news reaches
-            raise
+    address = comm.address
+    _fastpath.claim(address, 0)  # as Held, without its two Python calls: small shares are common
+    try:
+        return _share(comm, obj, root, placement, huge_pages)
+    except PeerDeadError as exc:
+        heard_of(comm, exc)  # the other nodes may wait in MPI, where only news reaches
+        raise
+    finally:
+        _fastpath.unclaim(address, 0)
 
 
 def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_pages: bool | str) -> Any:
     """share's steps (this thread holds the comm)."""
-    header: Any = np.empty(HEADER_WORDS, np.uint64)  # (numpy arrays are buffers; its stubs do not say so)
     payload = None
-    if comm.world_rank == root and not _small_array_header(obj, header):
-        payload = _root_header(comm, obj, root, header)
+    header: Any = _small_array_header(obj) if comm.world_rank == root else None
+    if header is None:
+        header = np.empty(HEADER_WORDS, np.uint64)  # (numpy arrays are buffers; its stubs do not say so)
+        if comm.world_rank == root:
+            payload = _root_header(comm, obj, root, header)
     comm.bcast(header, root=root, out=header)  # type: ignore[attr-defined]
     tier, nbytes, descr_len, number, code, word, dims, _ = _FIELDS.unpack_from(header)
     if tier == _INLINE and not descr_len and not dims >> 8:  # a small C-ordered array: the common case
-        header.flags.writeable = False
         dt = _dtype_of(word)
-        out = np.frombuffer(header, dt, nbytes // dt.itemsize, _FIXED * 8) if dt.itemsize else np.empty(0, dt)
+        # on a read-only buffer: nobody can make it writeable again
+        out = np.frombuffer(memoryview(header).toreadonly(), dt, nbytes // dt.itemsize, _FIXED * 8)
         return out.reshape(struct.unpack_from(f"<{dims}Q", header, 64))
     if tier == _ERROR:
         message = header[_FIXED:].view(np.uint8)[:nbytes].tobytes().decode(errors="replace")
@@ -388,19 +394,20 @@ def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_page
     return out
 
 
-def _small_array_header(obj: Any, header: Any) -> bool:
+def _small_array_header(obj: Any) -> Any:
     """On the root: the header of a small C-contiguous array of a plain
-    dtype, its data inside (_root_header does it all, this faster); False
+    dtype, its data inside (_root_header does it all, this faster); None
     for anything else."""
-    if type(obj) is not np.ndarray or obj.nbytes > INLINE or not obj.flags.c_contiguous or obj.ndim > _MAX_DIMS:
-        return False
+    if type(obj) is not np.ndarray or obj.nbytes > INLINE or obj.ndim > _MAX_DIMS:
+        return None
     word = _WORD_OF.get(obj.dtype)
-    if not word:
-        return False
-    header.view(np.uint8)[_FIXED * 8:_FIXED * 8 + obj.nbytes] = obj.reshape(-1).view(np.uint8)
-    _FIELDS.pack_into(header, 0, _INLINE, obj.nbytes, 0, 0, 0, word, obj.ndim, 0)
-    struct.pack_into(f"<{obj.ndim}Q", header, 64, *obj.shape)
-    return True
+    if not word or not obj.flags.c_contiguous:
+        return None
+    buf = bytearray(_HEADER_BYTES)
+    _FIELDS.pack_into(buf, 0, _INLINE, obj.nbytes, 0, 0, 0, word, obj.ndim, 0)
+    struct.pack_into(f"<{obj.ndim}Q", buf, 64, *obj.shape)
+    buf[_FIXED * 8:_FIXED * 8 + obj.nbytes] = obj.tobytes()
+    return np.frombuffer(buf, np.uint64)
 
 
 def _root_header(comm: CommLike, obj: Any, root: int, header: Any) -> _Payload | None:
