@@ -248,3 +248,19 @@ def test_bench_plot_draws_the_floor(tmp_path):
     labels = _plot(rows, str(tmp_path / "p.png"), "test")
     assert (tmp_path / "p.png").stat().st_size > 0
     assert all("floor (measured here)" in panel for panel in labels), labels
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_share_table(n):
+    """One copy per node of a large table, used by every rank (built on the
+    root, then in place), under mpiexec and across simulated nodes."""
+    proc = run_mpiexec(n, [sys.executable, EXAMPLES / "share_table.py"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "share_table ok" in proc.stdout and f"on {n} ranks, one copy per node" in proc.stdout, proc.stdout
+    if n == 3:
+        from conftest import CLEAN_ENV
+
+        proc = run_mpiexec(n, [sys.executable, EXAMPLES / "share_table.py"], timeout=300,
+                           env=dict(CLEAN_ENV, SHMTOPO_NODE_SIZE="2"))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "one copy on each of 2 nodes" in proc.stdout, proc.stdout

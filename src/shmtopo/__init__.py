@@ -20,6 +20,8 @@ from .errors import (
     ShmtopoArgumentError,
 )
 from .launch import spawn
+from .anycomm import share, shared_array, unshare
+from .sharing import ShareInfo, share_info
 from .window import BACKENDS, FENCE_ALGORITHMS, Window
 from .topology import Topology, share_topology
 
@@ -31,4 +33,5 @@ __all__ = [
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError", "ForkedProcessError",
     "AcceleratedPrequest", "AcceleratedWin", "ShmtopoArgumentError",
+    "share", "shared_array", "unshare", "share_info", "ShareInfo",
 ]

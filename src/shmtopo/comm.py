@@ -9,7 +9,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _fastpath, _oob, agreement, rendezvous
+from . import _fastpath, _oob, agreement, rendezvous, sharing
 from ._base import Attributes, Collective, Held, hold_all, holding_comm, opened, release_all
 from ._native import ffi, lib
 from .coll import api, persistent
@@ -387,6 +387,15 @@ class Comm(_fastpath.NativeComm, Collective):
     alltoallv = api.alltoallv
     scan = api.scan
     exscan = api.exscan
+
+    # -- one copy per node (sharing.py) ------------------------------------
+    # share(obj, root=0): the root's array or object on every rank, read-only,
+    # one copy of its data per node; shared_array(shape, dtype): a writable
+    # node-shared array to fill in place, then share; unshare(a): release a
+    # share's node memory now (collective), instead of with its last view.
+    share = sharing.share
+    shared_array = sharing.shared_array
+    unshare = sharing.unshare
 
     @holding_comm
     def allreduce_init(self, send: Any, recv: Any, op: str = "sum", *,

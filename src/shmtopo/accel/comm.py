@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .. import _fastpath, agreement
+from .. import _fastpath, agreement, sharing
 from ..coll import api
 from .._base import holds_comm
 from .._types import (OPS, ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
@@ -546,6 +546,27 @@ class AcceleratedComm:
     def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT, info: Any = None) -> AcceleratedPrequest:
         """A persistent ``Exscan``."""
         return self._persistent("Exscan", (sendbuf, recvbuf, op))
+
+    # -- one copy per node (shmtopo.sharing) ------------------------------
+    def share(self, obj: Any, root: int = 0, *, placement: str | None = None,
+              huge_pages: bool | str = False) -> Any:
+        """Collective: the root's ``obj`` (an array or any picklable object;
+        the others pass None) on every rank, read-only, one copy of its
+        data per node: as :meth:`shmtopo.Comm.share` on :attr:`shm_comm`
+        (root is a rank of this communicator)."""
+        return sharing.share(self.shm_comm, obj, root, placement=placement, huge_pages=huge_pages)
+
+    def shared_array(self, shape: Any, dtype: Any = np.float64, *, order: str = "C",
+                     placement: str | None = None, huge_pages: bool | str = False) -> Any:
+        """Collective: a writable node-shared array to fill in place, then
+        :meth:`share`: as :meth:`shmtopo.Comm.shared_array`."""
+        return sharing.shared_array(self.shm_comm, shape, dtype, order=order, placement=placement,
+                                    huge_pages=huge_pages)
+
+    def unshare(self, obj: Any) -> None:
+        """Collective: release a share's node memory now: as
+        :meth:`shmtopo.Comm.unshare`."""
+        sharing.unshare(self.shm_comm, obj)
 
     # -- new communicators come back accelerated ----------------------------
     def _wrapped(self, comm: Any) -> Any:
