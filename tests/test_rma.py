@@ -472,3 +472,21 @@ def test_copies_are_the_same_accelerated_window(awin):
     for made in (copy.copy(awin), copy.deepcopy(awin), type(awin)(awin)):
         made.Fence()
     assert awin.shm_stats()["Fence"] == (3, 0) and awin.shm_stats()["Unlock"] == (1, 0)
+
+
+def test_strict_values_of_a_window_are_read_and_agreed_as_a_comms(monkeypatch):
+    """SHMTOPO_ACCEL_STRICT is read by one rule for comms and windows: a value
+    other than 0 or 1 raises, and one that differs between ranks raises on
+    every rank (the window is then MPI's as it was)."""
+    monkeypatch.setenv("SHMTOPO_ACCEL_STRICT", "yes")
+    win = shared_window(64)
+    with pytest.raises(shmtopo.ShmtopoValueError, match="expected 0 or 1"):
+        shmtopo.accelerate(win)
+    if WORLD.size > 1:
+        monkeypatch.setenv("SHMTOPO_ACCEL_STRICT", "1" if WORLD.rank == 0 else "0")
+        with pytest.raises(shmtopo.ShmtopoValueError, match="same on every rank"):
+            shmtopo.accelerate(win)
+    monkeypatch.setenv("SHMTOPO_ACCEL_STRICT", "1")
+    awin = shmtopo.accelerate(win)
+    assert awin.accelerated and awin._strict
+    awin.Free()

@@ -38,7 +38,6 @@ local, as MPI_Comm_free is in practice (Comm.release: a clean departure).
 from __future__ import annotations
 
 import operator
-import os
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -57,9 +56,8 @@ from . import plans
 from .buffers import Array
 from .plans import Call
 from .tables import SUM_DEFAULT, LeftToMPI, Tables, get_tables
-from .window import accelerate_window, copies_state, mpi_new
+from .window import STRICT_VARIABLE, accelerate_window, agreed_strictness, copies_state, mpi_new
 
-STRICT_VARIABLE = "SHMTOPO_ACCEL_STRICT"
 
 #: Upper-case collectives that run in shared memory when their arguments allow.
 ACCELERATED = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall", "Reduce_scatter_block")
@@ -729,15 +727,6 @@ for _name in MPI_ONLY:
 del _name
 
 
-def _strict_setting() -> bool:
-    value = os.environ.get(STRICT_VARIABLE, "")
-    if value in ("", "0"):
-        return False
-    if value == "1":
-        return True
-    raise ShmtopoValueError(f"{STRICT_VARIABLE}={value!r}: expected 0 or 1 (or unset)")
-
-
 def _cart_sub(self: AcceleratedComm, remain_dims: Any) -> Any:
     """Collective: mpi4py's ``Cartcomm.Sub``, an accelerated Cartcomm."""
     return self._wrapped(self._mpi().Sub(remain_dims))
@@ -806,14 +795,8 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
     if comm.Is_inter():  # the same on every rank
         raise ShmtopoValueError("accelerate needs an intracommunicator, not an intercommunicator")
     shm = Comm.from_mpi(comm, node_size=node_size, timeout=timeout)
-    kind = lib.SHMTOPO_KIND_COMM_CREATE
     try:
-        strict = agreement.normalised(shm, kind, _strict_setting)
-        try:
-            agreement.agree(shm, kind, extra=int(strict))
-        except ShmtopoValueError as exc:
-            raise ShmtopoValueError(f"{STRICT_VARIABLE} must be the same on every rank: {exc}",
-                                    exc.errno or 22, exc.rank) from None
+        strict = agreed_strictness(shm)
     except ShmtopoValueError:
         # every rank has the same verdict, and frees together: abandoning
         # instead could fail a peer still reading that verdict

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .. import _fastpath, _types
+from .. import _fastpath, _types, agreement
 from .._base import hold_all, release_all
 from .._native import ffi, lib
 from ..comm import Comm
@@ -761,8 +761,28 @@ def accelerated_win_class(cls: type) -> type:
     return made
 
 
-def _strict_setting() -> bool:
-    return os.environ.get(STRICT_VARIABLE, "") not in ("", "0")
+def strict_setting() -> bool:
+    """This rank's SHMTOPO_ACCEL_STRICT: 0 or unset, or 1 (anything else
+    is a ShmtopoValueError)."""
+    value = os.environ.get(STRICT_VARIABLE, "")
+    if value in ("", "0"):
+        return False
+    if value == "1":
+        return True
+    raise ShmtopoValueError(f"{STRICT_VARIABLE}={value!r}: expected 0 or 1 (or unset)")
+
+
+def agreed_strictness(shm: Comm) -> bool:
+    """Collective over shm: strict_setting, which must be valid and the
+    same on every rank (else every rank raises ShmtopoValueError)."""
+    kind = lib.SHMTOPO_KIND_COMM_CREATE
+    strict = agreement.normalised(shm, kind, strict_setting)
+    try:
+        agreement.agree(shm, kind, extra=int(strict))
+    except ShmtopoValueError as exc:
+        raise ShmtopoValueError(f"{STRICT_VARIABLE} must be the same on every rank: {exc}",
+                                exc.errno or 22, exc.rank) from None
+    return strict
 
 
 def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = None) -> Any:
@@ -779,7 +799,7 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
         raise TypeError(f"accelerate needs an mpi4py window, not {win!r}")
     awin = accelerated_win_class(type(win))(win)
     awin._t = t
-    awin._strict = _strict_setting()
+    awin._strict = False  # read below: agreed where the window has ranks to agree with
     awin._stats = {name: [0, 0] for name in ACCELERATED + MPI_ONLY}
     _bind_window_entries(t)
     awin._rs = _fastpath.RmaState(None, [], [], [])
@@ -791,6 +811,7 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
     try:
         awin._me, awin._n = group.Get_rank(), group.Get_size()
         if not awin._shared:
+            awin._strict = strict_setting()
             return awin
         # a communicator of its own over the window's group (the caller's may
         # be freed first), made under the timeout where MPI can: Create_group
@@ -810,6 +831,7 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
         try:
             if shm.size != awin._n or shm.nnodes != 1:
                 raise ShmtopoValueError("accelerate: the window's ranks are not all on one node")
+            awin._strict = agreed_strictness(shm)
             ctrl = shm.allocate(int(lib.SHMTOPO_RMA_CTRL_BYTES))
         except BaseException:
             shm.free()
