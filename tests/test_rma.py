@@ -488,5 +488,7 @@ def test_strict_values_of_a_window_are_read_and_agreed_as_a_comms(monkeypatch):
             shmtopo.accelerate(win)
     monkeypatch.setenv("SHMTOPO_ACCEL_STRICT", "1")
     awin = shmtopo.accelerate(win)
-    assert awin.accelerated and awin._strict
+    assert awin.accelerated
+    with pytest.raises(shmtopo.ShmtopoValueError, match="delegated to MPI"):
+        awin.Post(MPI.GROUP_EMPTY)  # strict: what would go to MPI raises
     awin.Free()
