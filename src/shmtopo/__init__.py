@@ -4,21 +4,9 @@ from .accel import AcceleratedComm, AcceleratedPrequest, AcceleratedWin, acceler
 from .bitmap import Bitmap
 from ._types import pair_dtype
 from .comm import Comm, Placement
-from .errors import (
-    BackendUnavailableError,
-    BrokenWindowError,
-    CallbackError,
-    ForkedProcessError,
-    FreedError,
-    PeerAbortedError,
-    PeerDeadError,
-    ShmtopoError,
-    ShmtopoMemoryError,
-    ShmtopoOSError,
-    ShmtopoTimeoutError,
-    ShmtopoValueError,
-    ShmtopoArgumentError,
-)
+from .errors import (BackendUnavailableError, BrokenWindowError, CallbackError, ForkedProcessError, FreedError,
+                     PeerAbortedError, PeerDeadError, ShmtopoArgumentError, ShmtopoError, ShmtopoMemoryError,
+                     ShmtopoOSError, ShmtopoTimeoutError, ShmtopoValueError)
 from .launch import spawn
 from .anycomm import share, shared_array, unshare
 from .sharing import ShareInfo, share_info

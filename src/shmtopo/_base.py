@@ -23,7 +23,7 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, TypeVar, cast
 
-from . import _fastpath
+from ._fastpath import claim, unclaim
 from ._native import ffi, lib
 from .errors import ShmtopoValueError, check
 
@@ -119,20 +119,20 @@ class Held:
         self.comm, self.win = comm, win
 
     def __enter__(self) -> None:
-        _fastpath.claim(self.comm, self.win)
+        claim(self.comm, self.win)
 
     def __exit__(self, *exc: object) -> None:
-        _fastpath.unclaim(self.comm, self.win)
+        unclaim(self.comm, self.win)
 
 
 def hold_all(comm: int, windows: list[int]) -> None:
     """Hold a comm and all its windows (to free or abandon them), or none:
     ShmtopoError (EBUSY) when another thread holds any."""
-    _fastpath.claim(comm, 0)
+    claim(comm, 0)
     taken: list[int] = []
     try:
         for win in windows:
-            _fastpath.claim(0, win)
+            claim(0, win)
             taken.append(win)
     except BaseException:
         release_all(comm, taken)
@@ -141,8 +141,8 @@ def hold_all(comm: int, windows: list[int]) -> None:
 
 def release_all(comm: int, windows: list[int]) -> None:
     for win in windows:
-        _fastpath.unclaim(0, win)
-    _fastpath.unclaim(comm, 0)
+        unclaim(0, win)
+    unclaim(comm, 0)
 
 
 Call = TypeVar("Call", bound=Callable[..., Any])

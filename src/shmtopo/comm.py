@@ -9,7 +9,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _fastpath, _oob, agreement, rendezvous, sharing
+from . import _oob, agreement, rendezvous, sharing
+from ._fastpath import NativeComm, bind_comm
 from ._base import Attributes, Collective, Held, hold_all, holding_comm, opened, release_all
 from ._native import ffi, lib
 from .coll import api, persistent
@@ -55,7 +56,7 @@ def _packed(name: str) -> int:
     return int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "little")
 
 
-class Comm(_fastpath.NativeComm, Collective):
+class Comm(NativeComm, Collective):
     """A node-local shared-memory communicator.
 
     Build one with :meth:`from_mpi` or :meth:`from_callbacks`. Creating and
@@ -619,7 +620,7 @@ class Comm(_fastpath.NativeComm, Collective):
             raise
 
 
-_fastpath.bind_comm({"barrier": api.barrier, "allreduce": api.allreduce, "reduce": api.reduce, "bcast": api.bcast,
+bind_comm({"barrier": api.barrier, "allreduce": api.allreduce, "reduce": api.reduce, "bcast": api.bcast,
                      "allgather": api.allgather, "alltoall": api.alltoall, "gather": api.gather,
                      "scatter": api.scatter})
 

@@ -46,7 +46,8 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _fastpath, _oob
+from . import _oob
+from ._fastpath import claim, unclaim
 from ._base import CommLike, Held
 from ._types import BCAST
 from ._native import lib
@@ -345,14 +346,14 @@ def share(comm: CommLike, obj: Any, root: int = 0, *, placement: str | None = No
     on every survivor when a rank dies meanwhile.
     """
     address = comm.address
-    _fastpath.claim(address, 0)  # as Held, without its two Python calls: small shares are common
+    claim(address, 0)  # as Held, without its two Python calls: small shares are common
     try:
         return _share(comm, obj, root, placement, huge_pages)
     except PeerDeadError as exc:
         heard_of(comm, exc)  # the other nodes may wait in MPI, where only news reaches
         raise
     finally:
-        _fastpath.unclaim(address, 0)
+        unclaim(address, 0)
 
 
 def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_pages: bool | str) -> Any:

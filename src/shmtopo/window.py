@@ -9,8 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._base import Collective, CommLike, Held, number_of_name
-from . import _fastpath
-from ._fastpath import NativeWindow
+from ._fastpath import NativeWindow, claim, unclaim
 from ._native import ffi, lib
 from .bitmap import Bitmap
 from .errors import FreedError, ShmtopoValueError, check, last_error
@@ -282,20 +281,20 @@ class Window(NativeWindow, Collective):
         if self._h == ffi.NULL:
             return
         comm, win = self.comm.address, self._fast
-        _fastpath.claim(comm, win)  # not while another thread fences on it
+        claim(comm, win)  # not while another thread fences on it
         handle = self._h
         self._h, self._fast = ffi.NULL, 0  # no other thread reaches it while it goes
         if lib.shmtopo_win_free(handle) < 0:
             exc = last_error()
             if not lib.shmtopo_comm_broken(self.comm.handle):
                 self._h, self._fast = handle, win
-                _fastpath.unclaim(comm, win)
+                unclaim(comm, win)
                 raise exc  # a rank called something else: the window stays
             self._forget()  # a wait failed: freed here anyway
-            _fastpath.unclaim(comm, 0)
+            unclaim(comm, 0)
             raise exc
         self._forget()
-        _fastpath.unclaim(comm, 0)
+        unclaim(comm, 0)
 
     def abandon(self, _origin: int | None = None) -> None:
         """Local: leave the window after an error on this rank, without
@@ -318,13 +317,13 @@ class Window(NativeWindow, Collective):
         if self._h == ffi.NULL:
             return
         comm = self.comm.address
-        _fastpath.claim(comm, self._fast)
+        claim(comm, self._fast)
         handle = self._h
         self._forget()
         try:
             check(native(handle))
         finally:
-            _fastpath.unclaim(comm, 0)  # the window's claim went with it
+            unclaim(comm, 0)  # the window's claim went with it
 
     def _forget(self) -> None:
         self._h, self._fast = ffi.NULL, 0

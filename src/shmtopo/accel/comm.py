@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .. import _fastpath, agreement, sharing
+from .. import agreement, sharing
+from .._fastpath import CallCounts, CommFast, bind_comm_fast
 from ..coll import api
 from .._base import holds_comm
 from .._types import (OPS, ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
@@ -186,7 +187,7 @@ class AcceleratedComm:
         self._tables = tables
         self._strict = strict
         self._stats = _Stats()
-        self._fast_counts = _fastpath.CallCounts()
+        self._fast_counts = CallCounts()
 
     if TYPE_CHECKING:  # for type checkers only: at run time these are the mpi4py base class's
         def __getattr__(self, name: str) -> Any:
@@ -590,7 +591,7 @@ class AcceleratedComm:
         made._tables = self._tables
         made._strict = self._strict
         made._stats = _Stats()
-        made._fast_counts = _fastpath.CallCounts()
+        made._fast_counts = CallCounts()
         return made
 
     def Dup(self, info: Any = None) -> Any:
@@ -742,7 +743,7 @@ def _handed_to_mpi(name: str) -> Callable[..., None]:
     return to_mpi
 
 
-_fastpath.bind_comm_fast({name: getattr(AcceleratedComm, name) for name in FAST_CALLS}, SUM_DEFAULT,
+bind_comm_fast({name: getattr(AcceleratedComm, name) for name in FAST_CALLS}, SUM_DEFAULT,
                          {name: _handed_to_mpi(name) for name in FAST_CALLS}, DelegatedToMPI)
 
 # The accelerated class of each mpi4py communicator class, and back.
@@ -761,7 +762,7 @@ def accelerated_class(cls: type) -> type:
         if hasattr(cls, "Sub"):  # a Cartcomm's
             namespace["Sub"] = _cart_sub
         # CommFast first: its C methods take the plain calls, AcceleratedComm's the others
-        made = type(f"Accelerated{cls.__name__}", (_fastpath.CommFast, AcceleratedComm, cls), namespace)
+        made = type(f"Accelerated{cls.__name__}", (CommFast, AcceleratedComm, cls), namespace)
         mpi_new(made, cls)
         _ACCELERATED[cls] = made
         _PLAIN[made] = cls

@@ -11,7 +11,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from .. import _fastpath, _types
+from .. import _types
+from .._fastpath import bind_accelerate, bind_mpi_only
 from .._native import lib
 from ..errors import DelegatedToMPI, ShmtopoArgumentError, ShmtopoValueError, last_error
 
@@ -191,7 +192,7 @@ def _bind_fast_entries(t: Tables) -> None:
             continue
         if i >= 0 and types[i][1] == code:
             by_code[code] = i
-    _fastpath.bind_accelerate(tuple(ops), tuple(types), tuple(by_code), formats, t.IN_PLACE, t.BOTTOM,
+    bind_accelerate(tuple(ops), tuple(types), tuple(by_code), formats, t.IN_PLACE, t.BOTTOM,
                                _fast_failure)
     # what every rank hands to MPI by MPI's own rules (plans.mpi_only): the
     # named datatypes shmtopo never moves, and the formats mpi4py types as one
@@ -208,7 +209,7 @@ def _bind_fast_entries(t: Tables) -> None:
             continue
     unmoved_formats = {prefix + fmt: True for fmt, datatype in t.typedict.items()
                        if t.handle(datatype) in unmoved for prefix in ("", "@", native)}
-    _fastpath.bind_mpi_only(tuple(unmoved.values()), unmoved_formats, t.Op, t.MPI.Intracomm)
+    bind_mpi_only(tuple(unmoved.values()), unmoved_formats, t.Op, t.MPI.Intracomm)
 
 
 def _fast_failure(err: int) -> BaseException:

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .. import _fastpath, _types, agreement
+from .. import _types, agreement
+from .._fastpath import RmaState, WinFast, bind_window
 from .._base import hold_all, release_all
 from .._native import ffi, lib
 from ..comm import Comm
@@ -667,7 +668,7 @@ class AcceleratedWin:
 def _mpi_win(cls: type) -> Any:
     """mpi4py's own window class under an accelerated one (whose
     constructors would make objects of the accelerated class, unset)."""
-    found = next((c for c in cls.__mro__ if not issubclass(c, (AcceleratedWin, _fastpath.WinFast)) and c is not object),
+    found = next((c for c in cls.__mro__ if not issubclass(c, (AcceleratedWin, WinFast)) and c is not object),
                  None)
     return get_tables().Win if found is None else found
 
@@ -710,7 +711,7 @@ def _bind_window_entries(t: Tables) -> None:
         masks[code] = (1 << 31) | sum(1 << int(_types.OPS[name]) for name in known.ops) | (
             _RMA_CAS if np.dtype(dtype).kind in "iub" else 0)
     general = {name: AcceleratedWin.__dict__[name] for name in _WIN_FAST}
-    _fastpath.bind_window(general, tuple(ops), tuple(masks), MPI.SUM, MPI.LOCK_EXCLUSIVE, MPI.LOCK_SHARED)
+    bind_window(general, tuple(ops), tuple(masks), MPI.SUM, MPI.LOCK_EXCLUSIVE, MPI.LOCK_SHARED)
     _bound = True
 
 
@@ -753,7 +754,7 @@ def accelerated_win_class(cls: type) -> type:
     made = _CLASSES.get(cls)
     if made is None:
         # WinFast first: its C methods take the plain calls, AcceleratedWin's the others
-        made = type("AcceleratedWin", (_fastpath.WinFast, AcceleratedWin, cls),
+        made = type("AcceleratedWin", (WinFast, AcceleratedWin, cls),
                     {"__slots__": _OWN, "__module__": "shmtopo", "__doc__": AcceleratedWin.__doc__,
                      **copies_state(_OWN)})
         mpi_new(made, cls)
@@ -802,7 +803,7 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
     awin._strict = False  # read below: agreed where the window has ranks to agree with
     awin._stats = {name: [0, 0] for name in ACCELERATED + MPI_ONLY}
     _bind_window_entries(t)
-    awin._rs = _fastpath.RmaState(None, [], [], [])
+    awin._rs = RmaState(None, [], [], [])
     awin._mpi_access = False
     awin._shm = awin._ctrl = awin._comm = None
     awin._ctrl_h = ffi.NULL
@@ -847,6 +848,6 @@ def accelerate_window(win: Any, comm: Any = None, *, timeout: float | None = Non
         sizes.append(len(buf))
         units.append(int(unit))
     awin._bases, awin._sizes, awin._units = bases, sizes, units
-    awin._rs = _fastpath.RmaState(ctrl, bases, sizes, units)
+    awin._rs = RmaState(ctrl, bases, sizes, units)
     awin._rs.fast = True
     return awin

@@ -40,9 +40,12 @@ from .across import (hier_allgather, hier_allreduce, hier_bcast, hier_reduce, ru
                      world_alltoall, world_alltoallv, world_gatherv, world_scatterv)
 from .args import (allgather_args, allgatherv_args, alltoallv_args, bcast_args, blocks_args, equal_blocks, gather_args,
                    gatherv_args, reduce_args, reduce_scatter_counts_args, scan_args, scatter_args, scatterv_args)
-from .node import (checked, fast_allgatherv, fast_alltoallv, fast_gatherv, fast_reduce_scatter, fast_scan,
-                   fast_scatterv, native_barrier, node_allgather,
-                   node_bcast, node_reduce, pointer, sizes_pointer, window_of)
+from .node import (checked, native_barrier, node_allgather, node_bcast, node_reduce, pointer, sizes_pointer,
+                   window_of)
+# barrier, allreduce, reduce, bcast, allgather, alltoall, gather and scatter
+# enter C as Comm's methods (_fastpath.NativeComm); these the general path tries
+from .._fastpath import (allgatherv as fast_allgatherv, alltoallv as fast_alltoallv, gatherv as fast_gatherv,
+                         reduce_scatter as fast_reduce_scatter, scan as fast_scan, scatterv as fast_scatterv)
 
 
 def _on_every_rank(result: Array | None) -> Array:

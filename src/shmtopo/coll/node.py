@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _fastpath
+from .._fastpath import bind, place
 from .._base import CommLike
 from .._native import ffi, lib
 from .._types import BY_CODE, OPS, Array, dtype_code, on_new_dtype
@@ -28,17 +28,12 @@ _from_buffer = ffi.from_buffer
 
 
 def _bind_fast_entry() -> None:
-    _fastpath.bind(np.ndarray, np.empty_like, OPS, WINDOW_MIN,
+    bind(np.ndarray, np.empty_like, OPS, WINDOW_MIN,
                    tuple(BY_CODE.get(c) for c in range(lib.SHMTOPO_NDTYPES)), last_error, ShmtopoValueError)
 
 
 _bind_fast_entry()
 on_new_dtype(_bind_fast_entry)  # bfloat16, once taken in, takes the fast entry too
-# barrier, allreduce, reduce, bcast, allgather, alltoall, gather and scatter
-# enter C as Comm's methods (_fastpath.NativeComm); these the general path tries
-fast_scan, fast_reduce_scatter = _fastpath.scan, _fastpath.reduce_scatter
-fast_gatherv, fast_scatterv = _fastpath.gatherv, _fastpath.scatterv
-fast_allgatherv, fast_alltoallv = _fastpath.allgatherv, _fastpath.alltoallv
 native_barrier = lib.shmtopo_barrier
 
 
@@ -49,7 +44,7 @@ def window_of(comm: CommLike, a: Array) -> tuple[Any, int] | None:
     to look. Collectives that span nodes always copy: windows are node-local."""
     if a.nbytes < WINDOW_MIN or not comm.windows or not a.flags.c_contiguous or comm.nnodes > 1:
         return None
-    found: tuple[Any, int] | None = _fastpath.place(comm.fast_handle, comm.windows, a)
+    found: tuple[Any, int] | None = place(comm.fast_handle, comm.windows, a)
     return found
 
 
