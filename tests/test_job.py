@@ -26,6 +26,18 @@ def keep_going_flags():
     return ["-disable-auto-cleanup"]
 
 
+def survivors_of_a_kill_flags():
+    """keep_going_flags for a job in which a rank is SIGKILLed. Seen here:
+    MPICH's mpiexec on one host ends such a job, -disable-auto-cleanup or
+    not (across hosts it keeps the survivors: test_realnodes runs the same
+    deaths under MPICH there), so the test is Open MPI's on one host."""
+    from mpi4py import MPI
+
+    if not MPI.Get_library_version().startswith("Open MPI"):
+        pytest.skip("MPICH's mpiexec on one host does not keep the survivors of a SIGKILL running")
+    return keep_going_flags()
+
+
 def survivors_lines(proc):
     """{rank: (exception, exc.rank, seconds, message)} from the RESULT lines
     (found anywhere: a launcher may join two ranks' lines)."""
@@ -38,7 +50,7 @@ def survivors_lines(proc):
 def test_a_death_is_named_on_every_node(victim, call):
     env = dict(CLEAN_ENV, SHMTOPO_NODE_SIZE="2")
     env.pop("SHMTOPO_TIMEOUT", None)  # the default: wait forever
-    proc = subprocess.run(mpiexec_command() + keep_going_flags() + ["-n", "4", sys.executable,
+    proc = subprocess.run(mpiexec_command() + survivors_of_a_kill_flags() + ["-n", "4", sys.executable,
                           str(HERE / "scripts" / "death_across_nodes.py"), str(victim), call],
                           capture_output=True, text=True, timeout=120, env=env)
     lines = survivors_lines(proc)
