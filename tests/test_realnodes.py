@@ -130,6 +130,11 @@ def test_a_death_on_the_second_node_is_named_on_every_node(which):
     allreduce, under a launcher that keeps the survivors alive and with no
     timeout: every survivor, on every node, raises PeerDeadError naming it
     (seen in shared memory by its own node only, sent to the others)."""
+    if realnodes.MPI != "openmpi":
+        # seen here: MPICH's mpiexec with -disable-auto-cleanup passed this on
+        # real nodes by hand, then left one CI job with a SIGKILLed leader
+        # running until its timeout; only Open MPI keeps survivors reliably
+        pytest.skip("only Open MPI's mpirun reliably keeps the survivors of a SIGKILL and then ends")
     ranks = second_node()
     if which == "non-leader" and len(ranks) < 2:
         pytest.skip("the second node has one rank")
