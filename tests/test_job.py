@@ -28,9 +28,9 @@ def keep_going_flags():
 
 def survivors_of_a_kill_flags():
     """keep_going_flags for a job in which a rank is SIGKILLed. Seen here:
-    MPICH's mpiexec on one host ends such a job, -disable-auto-cleanup or
-    not (across hosts it keeps the survivors: test_realnodes runs the same
-    deaths under MPICH there), so the test is Open MPI's on one host."""
+    MPICH's mpiexec ends such a job on one host, -disable-auto-cleanup or
+    not, and across hosts did not reliably end it either; Open MPI's keeps
+    the survivors, so these deaths are Open MPI's (test_realnodes too)."""
     from mpi4py import MPI
 
     if not MPI.Get_library_version().startswith("Open MPI"):
