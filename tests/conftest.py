@@ -9,8 +9,6 @@ import gc
 import os
 import socket
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
 
 import subprocess
@@ -25,6 +23,7 @@ CLEAN_ENV = dict(os.environ)
 # code paths, which larger runs of the same path repeat.
 SANITIZED = "libasan" in Path("/proc/self/maps").read_text()
 
+import library_suites  # noqa: E402
 import shmtopo  # noqa: E402
 from shmtopo import rendezvous  # noqa: E402
 
@@ -154,49 +153,11 @@ def run_mpiexec(n, args, timeout=300, env=None):
 
 
 def fetch_sdist(project, version, wanted, cache):
-    """The files `wanted` (paths from its top folder; a path ending in / is a
-    folder, whole) of a project's source distribution, from the package index
-    at test time (pip download), kept in cache/<project>-<version>/ for later
-    runs: that folder. Without an index the test fails, saying so, unless
-    SHMTOPO_OFFLINE=1 makes it skip."""
-    top = cache / f"{project}-{version}"
-
-    def there():
-        return all((top / name).is_dir() if name.endswith("/") else (top / name).exists() for name in wanted)
-    if there():
-        return top
-    if os.environ.get("SHMTOPO_OFFLINE") == "1":
-        pytest.skip(f"SHMTOPO_OFFLINE=1 and {project} {version}'s files are not in {cache}")
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", project, "--no-deps",
-                               f"{project}=={version}", "-d", tmp],
-                              capture_output=True, text=True, timeout=600)
-        sdists = list(Path(tmp).glob(f"{project.replace('-', '_')}-{version}.tar.gz")) + list(
-            Path(tmp).glob(f"{project}-{version}.tar.gz"))
-        if proc.returncode != 0 or not sdists:
-            pytest.fail(f"cannot fetch {project} {version}'s source distribution from the package index "
-                        f"(pip download failed; set SHMTOPO_OFFLINE=1 to skip these tests):\n"
-                        f"{proc.stdout}{proc.stderr}", pytrace=False)
-        staged = Path(tmp) / "x"
-        with tarfile.open(sdists[0]) as tar:
-            prefix = tar.getnames()[0].split("/")[0]
-            members = [m for m in tar.getmembers() if m.isfile() and any(
-                m.name.startswith(f"{prefix}/{name}") if name.endswith("/") else m.name == f"{prefix}/{name}"
-                for name in wanted)]
-            # the data filter where this Python has it (3.11.4+, Debian's 3.11.2 lacks it);
-            # the members are plain files of known names either way
-            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(staged, members=members, **safe)
-        # several runs may fetch at once: the first rename of each file wins (a cache of
-        # fewer files, from an earlier version of a suite, gets the missing ones)
-        for member in members:
-            name = member.name.split("/", 1)[1]
-            (top / name).parent.mkdir(parents=True, exist_ok=True)
-            try:
-                (staged / prefix / name).rename(top / name)
-            except OSError:
-                pass
-    if not there():
-        pytest.fail(f"{project} {version}'s source distribution lacks some of {wanted}", pytrace=False)
-    return top
+    """library_suites.fetch_sdist for a test: without the package index it
+    fails, saying so, unless SHMTOPO_OFFLINE=1 makes it skip."""
+    try:
+        return library_suites.fetch_sdist(project, version, wanted, cache)
+    except library_suites.Unavailable as exc:
+        if os.environ.get("SHMTOPO_OFFLINE") == "1":
+            pytest.skip(str(exc))
+        pytest.fail(f"{exc}\n(set SHMTOPO_OFFLINE=1 to skip these tests)", pytrace=False)

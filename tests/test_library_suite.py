@@ -1,72 +1,71 @@
-"""A real library built on mpi4py's collectives, run by its own test suite
-with the world comm accelerated by one line: mpiarray (distributed numpy
-arrays: Alltoallv, Allgatherv, Gatherv, Allreduce in place, persistent
-requests, lower-case calls), whose tests take MPI.COMM_WORLD.
+"""Real libraries built on mpi4py, run by their own test suites with the
+world comm accelerated by one line (tests/library_suites.py says which, how
+they are fetched and installed; ./dev clients runs them whole, with wall
+times). Here each library's subset: the same tests must pass as without
+shmtopo, and the accelerated run must have run collectives in shared memory.
 
-Its source distribution is fetched from the package index at test time
-(the pinned version, kept under .venv/cache/; SHMTOPO_OFFLINE=1 skips when
-no index is reachable); its dependencies come with shmtopo's test extra.
-The suite runs as it is and with tests/scripts/accelerate_world.py loaded
-as a pytest plugin (`MPI.COMM_WORLD = shmtopo.accelerate(MPI.COMM_WORLD)`
-before anything is imported): both must pass the same tests, and the
-accelerated run must have run collectives in shared memory.
+- mpiarray (its whole unit suite, at 2 and 4 ranks): Alltoallv, Allgatherv,
+  Gatherv, Allreduce in place, persistent requests, lower-case calls.
+- pylops-mpi (four files, at 2 ranks): an array's Split comm, Create_cart
+  halos, a matrix product on row and column comms, its solvers.
 """
 import os
-import re
 import sys
-from pathlib import Path
 
 import pytest
 from mpi4py import MPI
 
-from conftest import CLEAN_ENV, SANITIZED, fetch_sdist, run_mpiexec
+import library_suites
+from conftest import CLEAN_ENV, SANITIZED, mpiexec_command
 
-HERE = Path(__file__).resolve().parent
-VERSION = "0.2.1"
-# modules that need what the library's docs extra brings (astropy, xarray), not MPI
-NEEDS_DOCS_EXTRA = ["test_units.py", "test_xarray.py"]
-WANTED = ["pyproject.toml", "src/mpiarray/"]
 pytestmark = pytest.mark.serial  # each test starts its own mpiexec
-SPINS_WHEN_OVERSUBSCRIBED = MPI.Get_library_version().startswith("MPICH")
+LIBRARY_VERSION = MPI.Get_library_version()
+SPINS_WHEN_OVERSUBSCRIBED = LIBRARY_VERSION.startswith(library_suites.MPICH)
+CASES = [("mpiarray", 2), ("mpiarray", 4), ("pylops-mpi", 2)]
 
 
 @pytest.fixture(scope="module")
-def mpiarray_sdist():
+def prepared():
+    """{name: (tests folder, site folder)}, each library fetched once."""
     if MPI.COMM_WORLD.Get_size() > 1:
         pytest.skip("starts its own mpiexec")
-    return fetch_sdist("mpiarray", VERSION, WANTED, HERE.parent / ".venv" / "cache")
+    done = {}
 
-
-def run(sdist, n, accelerated):
-    env = dict(CLEAN_ENV)
-    if accelerated:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE / "scripts"), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", sdist / "pyproject.toml",
-           "--rootdir", sdist, *(["-p", "accelerate_world"] if accelerated else []),
-           sdist / "src" / "mpiarray" / "tests" / "unit",
-           *(f"--ignore={sdist / 'src' / 'mpiarray' / 'tests' / 'unit' / name}" for name in NEEDS_DOCS_EXTRA)]
-    proc = run_mpiexec(n, cmd, timeout=600, env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"mpiarray's suite failed at -n {n} ({'accelerated' if accelerated else 'as it is'})" \
-                                 f":\n{out[-20000:]}"
-    passed = sorted(set(re.findall(r"(\d+) passed", out)))
-    assert len(passed) == 1, out[-5000:]  # every rank ran the same tests
-    counts = re.search(r"SHMTOPO accelerated (\d+) delegated (\d+)", out)
-    return int(passed[0]), (int(counts.group(1)), int(counts.group(2))) if counts else None
+    def get(lib):
+        if lib.name not in done:
+            try:
+                done[lib.name] = library_suites.prepare(lib, optional=False)
+            except library_suites.Unavailable as exc:
+                if os.environ.get("SHMTOPO_OFFLINE") == "1":
+                    pytest.skip(str(exc))
+                pytest.fail(f"{exc}\n(set SHMTOPO_OFFLINE=1 to skip these tests)", pytrace=False)
+        return done[lib.name]
+    return get
 
 
 @pytest.fixture(scope="module")
-def plain_passes(mpiarray_sdist):
-    """The tests that pass without shmtopo (the same at any number of ranks: run once, at 2)."""
-    return run(mpiarray_sdist, 2, accelerated=False)[0]
+def plain_runs():
+    return {}
 
 
-@pytest.mark.parametrize("n", [2, 4])
-def test_mpiarrays_suite_passes_accelerated(mpiarray_sdist, plain_passes, n):
+@pytest.mark.parametrize("name, n", CASES, ids=[f"{name}-{n}" for name, n in CASES])
+def test_a_librarys_suite_passes_the_same_tests_accelerated(prepared, plain_runs, name, n):
     if SPINS_WHEN_OVERSUBSCRIBED and n > (os.cpu_count() or 1):
         pytest.skip(f"{n} ranks on {os.cpu_count()} cores: MPICH's spinning waits would take minutes")
     if SANITIZED and n > 2:
-        pytest.skip("sanitized build: 2 ranks show the sanitizers the calls mpiarray makes")
-    fast, counts = run(mpiarray_sdist, n, accelerated=True)
-    assert fast == plain_passes > 0
-    assert counts is not None and counts[0] > 0, counts
+        pytest.skip("sanitized build: 2 ranks show the sanitizers the calls the library makes")
+    if SANITIZED and name == "pylops-mpi":
+        pytest.skip("sanitized build: the matplotlib it imports aborts under the preloaded ASan runtime, "
+                    "with no shmtopo loaded")
+    lib = library_suites.LIBRARIES[name]
+    tests, site = prepared(lib)
+    files = library_suites.files_for(lib, tests, lib.subset, LIBRARY_VERSION)
+    # as it is, the same tests at any number of ranks: once per library, at 2
+    if name not in plain_runs:
+        plain_runs[name] = library_suites.run(lib, tests, site, 2, False, files, mpiexec_command(), CLEAN_ENV)
+    plain = plain_runs[name]
+    fast = library_suites.run(lib, tests, site, n, True, files, mpiexec_command(), CLEAN_ENV)
+    assert (fast.passed, fast.failed) == (plain.passed, plain.failed) and plain.passed > 0, fast.output[-20000:]
+    assert fast.accelerated, fast.output[-5000:]
+    sys.stdout.write(f"{name} -n {n}: {fast.passed} passed; {fast.accelerated} collectives in shared memory, "
+                     f"{fast.delegated} to MPI\n")
