@@ -6,14 +6,23 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLEAN_ENV, run_mpiexec
+from conftest import CLEAN_ENV, REPEATED_RUN, run_mpiexec
 
 pytestmark = pytest.mark.serial
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
+def at_one_size_when_repeated(n, size):
+    """Under the MPI of a repeated run (conftest.REPEATED_RUN) an example
+    runs at one size: the same program, the same calls; the first run
+    takes the others."""
+    if REPEATED_RUN and n != size:
+        pytest.skip(f"a repeated run: this example at {size} ranks only")
+
+
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_demo(n):
+    at_one_size_when_repeated(n, 4)
     # unbuffered, as a person's terminal session often is: each line must
     # still come out whole, never two ranks' lines run together
     proc = run_mpiexec(n, [sys.executable, EXAMPLES / "demo.py"], timeout=120,
@@ -32,6 +41,7 @@ def test_cg_poisson(n):
     """The mpi4py CG solver switched by one line: it converges to the exact
     solution, its Allreduce ran in shared memory only, and its solution is
     mpi4py's (bitwise with 2 ranks; the example itself asserts all of it)."""
+    at_one_size_when_repeated(n, 2)
     proc = run_mpiexec(n, [sys.executable, EXAMPLES / "cg_poisson.py"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -53,6 +63,7 @@ def _hwloc_library_version() -> str:
 def test_cli_info(n):
     """The running hwloc library's version (not its API level), each line
     once under mpiexec (the ranks see the same machine)."""
+    at_one_size_when_repeated(n, 3)
     proc = run_mpiexec(n, [sys.executable, "-m", "shmtopo", "info"], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for word in ("shmtopo", "hwloc", "MPI", "backend posix   usable", "cpus", "oversubscribed"):
@@ -99,6 +110,7 @@ def _assert_floor_checked(out, n):
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_cli_bench_runs(n):
+    at_one_size_when_repeated(n, 2)
     proc = run_mpiexec(n, [sys.executable, "-m", "shmtopo", "bench", "--seconds", "0.02"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "shmtopo fence rd" in proc.stdout and "mpi4py Win.Fence()" in proc.stdout
@@ -163,6 +175,7 @@ def test_cli_topo():
 def test_cli_bench_collectives_runs(n):
     """Every shmtopo and mpi4py row with its floor, both as x floor (at 1
     rank an in-place row's floor is 0 and shows as '-')."""
+    at_one_size_when_repeated(n, 2)
     proc = run_mpiexec(n, [sys.executable, "-m", "shmtopo", "bench", "--collectives", "--seconds", "0.005",
                            "--max-bytes", "2048"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -215,6 +228,7 @@ def test_cli_bench_collectives_runs(n):
 def test_cli_bench_floor(n):
     """bench --floor measures on the ranks the job placed and prints the
     pieces and the floor per operation and size."""
+    at_one_size_when_repeated(n, 2)
     proc = run_mpiexec(n, [sys.executable, "-m", "shmtopo", "bench", "--floor", "--seconds", "0.002",
                            "--max-bytes", "65536"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -256,6 +270,7 @@ def test_bench_plot_draws_the_floor(tmp_path):
 def test_share_table(n):
     """One copy per node of a large table, used by every rank (built on the
     root, then in place), under mpiexec and across simulated nodes."""
+    at_one_size_when_repeated(n, 3)
     proc = run_mpiexec(n, [sys.executable, EXAMPLES / "share_table.py"], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "share_table ok" in proc.stdout and f"on {n} ranks, one copy per node" in proc.stdout, proc.stdout

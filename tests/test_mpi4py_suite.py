@@ -21,7 +21,7 @@ import mpi4py
 import pytest
 from mpi4py import MPI
 
-from conftest import CLEAN_ENV, SANITIZED, fetch_sdist, run_mpiexec
+from conftest import CLEAN_ENV, REPEATED_RUN, SANITIZED, fetch_sdist, run_mpiexec
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -110,6 +110,9 @@ def test_mpi4py_collective_tests(mpi4py_tests, n, node_size, only):
                          ids=["1", "2", "3", "4", "3-nodes-of-2"])
 def test_mpi4py_collective_tests_strict(mpi4py_tests, n, node_size, only):
     """Restricted to contiguous predefined types shmtopo has: no call goes to MPI."""
+    if REPEATED_RUN and node_size == 0 and n > 2:
+        pytest.skip("a repeated run: 1 and 2 ranks and across nodes; on one node beyond 2 ranks every call "
+                    "is shmtopo's own, which the first run takes")
     counts, out = run_suite(mpi4py_tests, n, strict=True, node_size=node_size, only=only)
     assert counts["ran"] > 0 and counts["failed"] == 0
     assert counts["delegations"] == 0, out
@@ -127,8 +130,9 @@ def test_mpi4py_one_sided_tests(mpi4py_tests, n, strict):
     if SPINS_WHEN_OVERSUBSCRIBED and not strict and n > (os.cpu_count() or 1):
         pytest.skip(f"{n} ranks on {os.cpu_count()} cores: MPICH's spinning waits would take minutes "
                     "(the strict runs cover these sizes under MPICH)")
-    if SANITIZED and n > 2:
-        pytest.skip("sanitized build: 1 and 2 ranks show the sanitizers what there is to see")
+    if REPEATED_RUN and n > 2:
+        pytest.skip("a repeated run: 1 and 2 ranks; beyond, the windows' calls are shmtopo's own code, "
+                    "which the first run takes at 3 and 4 ranks")
     # MPICH moves a PSCW epoch's messages only inside MPI calls: an accelerated
     # Barrier between Post and Complete (as test_rma's PSCW tests have) waits in
     # shmtopo while MPICH's Complete waits for the Post, for ever (MPI's own

@@ -1,6 +1,6 @@
 """Under mpiexec -n 2: rank 1 never takes part; rank 0's accelerate(win)
-must give up after its timeout (argv[1]: "keyword" timeout=2, "variable"
-SHMTOPO_TIMEOUT=2) and print "RESULT <exception>"; then both leave
+must give up after its timeout (argv[1]: "keyword" timeout=1, "variable"
+SHMTOPO_TIMEOUT=1) and print "RESULT <exception>"; then both leave
 without MPI."""
 import os
 import sys
@@ -14,9 +14,9 @@ win = MPI.Win.Allocate_shared(64, 1, comm=MPI.COMM_WORLD)
 if MPI.COMM_WORLD.Get_rank() == 0:
     try:
         if sys.argv[1] == "keyword":
-            shmtopo.accelerate(win, timeout=2)
+            shmtopo.accelerate(win, timeout=1)
         else:
-            os.environ["SHMTOPO_TIMEOUT"] = "2"
+            os.environ["SHMTOPO_TIMEOUT"] = "1"
             shmtopo.accelerate(win)
         outcome = "accelerated"
     except Exception as exc:  # noqa: BLE001 - the test reads it
@@ -24,5 +24,5 @@ if MPI.COMM_WORLD.Get_rank() == 0:
     sys.stdout.write(f"RESULT {outcome}\n")
     sys.stdout.flush()
 else:
-    time.sleep(8)
+    time.sleep(4)  # alive past rank 0's timeout: it must time out, not hear of a death
 os._exit(0)
