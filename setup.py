@@ -75,11 +75,14 @@ class build_ext_with_c_library(build_ext):
         return super().get_outputs() + [str(self.c_library_path())]
 
 
-# The small-collective entry point: numpy arrays through the buffer protocol
-# (native/cpython/fastpath.c). It includes shmtopo.h and calls the core in
-# libshmtopo.so directly, like shmtopo._native does.
+# The C entry of the calls from Python: their plain cases through the buffer
+# protocol (native/cpython/fastpath.c, which includes the other files there,
+# one per concern). It includes shmtopo.h and calls the core in libshmtopo.so
+# directly, like shmtopo._native does.
 fastpath = Extension("shmtopo._fastpath", ["native/cpython/fastpath.c"],
-                     depends=["native/shmtopo.h"], **build_ffi.linked_flags())
+                     depends=["native/shmtopo.h"] + sorted(str(p.relative_to(HERE))
+                                                           for p in (HERE / "native" / "cpython").glob("*.h")),
+                     **build_ffi.linked_flags())
 
 # Run-time dependencies. The hwloc wheel is one only when the build used it
 # (build_ffi.hwloc), pinned: every rank of a node must run the same libhwloc.
