@@ -14,6 +14,7 @@ a root rule) makes it fail.
 """
 import array
 import mmap
+import re
 
 import numpy as np
 import pytest
@@ -155,7 +156,8 @@ def outcome(method, acomm, args):
     try:
         method(acomm, *args)
     except Exception as exc:  # noqa: BLE001 - compared below
-        return ("raised", type(exc).__name__, str(exc))
+        # MPICH's messages name the buffers' addresses, which differ between the two calls
+        return ("raised", type(exc).__name__, re.sub(r"0x[0-9a-f]+", "0x?", str(exc)))
     after = acomm.shm_stats()
     moved = {k: (v[0] - before.get(k, (0, 0))[0], v[1] - before.get(k, (0, 0))[1]) for k, v in after.items()}
     moved = {k: v for k, v in moved.items() if v != (0, 0)}
