@@ -57,18 +57,24 @@ static struct {
     slot_t state;          /* "_rs" */
 } rma;
 
-/* Where `slot` lies in instances of `type`: its member descriptor's offset. */
+/* Where `slot` lies in instances of `type`: its member descriptor's offset.
+ * The descriptor is the class attribute of that name (a member descriptor
+ * read from its class returns itself); looking it up gives the type the
+ * version tag that slot_value compares. */
 static __attribute__((noinline)) void slot_find(PyTypeObject *type, slot_t *slot)
 {
-    PyObject *descr = slot->name ? _PyType_Lookup(type, slot->name) : NULL;
+    PyObject *descr = slot->name ? PyObject_GetAttr((PyObject *)type, slot->name) : NULL;
+    if (!descr)
+        PyErr_Clear();
     Py_ssize_t offset = 0;
     if (descr && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
         const PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
         if (m->type == T_OBJECT_EX)
             offset = m->offset;
     }
+    Py_XDECREF(descr);
     Py_XSETREF(slot->type, (PyTypeObject *)new_ref((PyObject *)type)); /* its address stays its own */
-    slot->version = type->tp_version_tag; /* the lookup tagged it; 0: look up every time */
+    slot->version = type->tp_version_tag; /* 0: look up every time */
     slot->offset = offset;
 }
 
