@@ -8,6 +8,8 @@ import contextlib
 import multiprocessing as mp
 import os
 import queue
+import signal
+import time
 import traceback
 
 TIMEOUT = 30.0
@@ -28,21 +30,63 @@ CALLBACKS = None
 
 
 class Transport:
+    """The out-of-band allgather and barrier of a test's ranks. `inside[rank]`
+    is 1 while that rank is in one of them: a rank SIGKILLed there may die
+    holding the lock of multiprocessing's Barrier, which the others then wait
+    for with no timeout (see kill_outside)."""
+
     def __init__(self, size: int, ctx=None):
         ctx = ctx or mp.get_context("spawn")
         self.size = size
         self.barrier = ctx.Barrier(size, timeout=TIMEOUT)
         self.buffer = ctx.RawArray("B", CAPACITY)
+        self.inside = ctx.RawArray("b", size)
 
     def allgather(self, rank: int, send: memoryview, recv: memoryview) -> None:
         n = len(send)
         if n * self.size > CAPACITY:
             raise ValueError("allgather message too large for the test transport")
-        view = memoryview(self.buffer).cast("B")
-        view[rank * n:(rank + 1) * n] = send
-        self.barrier.wait()
-        recv[:] = view[:n * self.size]
-        self.barrier.wait()
+        self.inside[rank] = 1
+        try:
+            view = memoryview(self.buffer).cast("B")
+            view[rank * n:(rank + 1) * n] = send
+            self.barrier.wait()
+            recv[:] = view[:n * self.size]
+            self.barrier.wait()
+        finally:
+            self.inside[rank] = 0
+
+    def wait(self, rank: int) -> None:
+        self.inside[rank] = 1
+        try:
+            self.barrier.wait()
+        finally:
+            self.inside[rank] = 0
+
+
+def kill_outside(pid: int, transport: Transport, rank: int) -> None:
+    """SIGKILL a rank at a moment of shmtopo's, never inside the test's own
+    transport (a death there would hang the others in the test's harness, not
+    in shmtopo): stopped first, killed where it is not inside, else let go
+    on for a moment and tried again."""
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        while _state(pid) not in ("T", "t", "Z", "X", ""):
+            time.sleep(0.0001)
+        if not transport.inside[rank]:
+            os.kill(pid, signal.SIGKILL)
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.0005)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (/proc/PID/stat), "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 @contextlib.contextmanager
@@ -65,7 +109,7 @@ def _child(fn, rank, transport, results, args):
     import shmtopo
 
     global CALLBACKS
-    CALLBACKS = Callbacks(lambda s, r: transport.allgather(rank, s, r), transport.barrier.wait)
+    CALLBACKS = Callbacks(lambda s, r: transport.allgather(rank, s, r), lambda: transport.wait(rank))
     try:
         comm = shmtopo.Comm.from_callbacks(
             transport.size, rank,

@@ -8,7 +8,6 @@ import multiprocessing as mp
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -98,7 +97,7 @@ def _survivor(rank, size, transport, ready, entering, results, seed, rounds_of_d
     new comm; again if another rank dies meanwhile."""
     try:
         comm = shmtopo.Comm.from_callbacks(size, rank, allgather=lambda s, r: transport.allgather(rank, s, r),
-                                           barrier=transport.barrier.wait, timeout=20)
+                                           barrier=lambda: transport.wait(rank), timeout=20)
         win = comm.allocate(shape=(size,), dtype=np.int64)
         ready.wait()
         try:
@@ -148,11 +147,11 @@ def _play(size, seed, second):
         p.start()
     ready.wait()
     time.sleep(rng.uniform(0, 0.03))
-    os.kill(procs[victim].pid, signal.SIGKILL)
+    ranks.kill_outside(procs[victim].pid, transport, victim)
     if second:
         entering.wait()  # every survivor is about to shrink: the second dies in it
         time.sleep(rng.uniform(0, 0.01))
-        os.kill(procs[victim2].pid, signal.SIGKILL)
+        ranks.kill_outside(procs[victim2].pid, transport, victim2)
     deadline = time.monotonic() + 60
     for p in procs:
         p.join(max(0.1, deadline - time.monotonic()))
