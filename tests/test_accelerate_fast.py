@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 import shmtopo
 from conftest import PythonCalls
+from values import same_bits, small_ints
 from shmtopo import _types
 from shmtopo.accel import plans, tables
 
@@ -67,23 +68,11 @@ def fast(acomm):
     return acomm.shm_comm.nnodes == 1
 
 
-def data(rank, count, dtype, salt=0):
-    rng = np.random.default_rng(7919 * rank + 31 * count + salt)
-    dtype = np.dtype(dtype)
-    return rng.integers(0 if dtype.kind == "u" else -3, 4, count).astype(dtype)
-
-
-def same_bits(got, want, what=""):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype and got.shape == want.shape, what
-    assert got.tobytes() == want.tobytes(), f"{what}: {got} != {want}"
-
-
 def plain_calls(acomm, comm, dtype, count, root):
     """Each plain call on `comm` (the accelerated one or the wrapped one):
     its result buffer."""
     rank, n = WORLD.rank, WORLD.size
-    x = data(rank, count, dtype)
+    x = small_ints(rank, count, dtype)
     out = {}
     b = np.zeros(count, dtype)
     comm.Allreduce(x, b, op=MPI.SUM)
@@ -94,7 +83,7 @@ def plain_calls(acomm, comm, dtype, count, root):
     b = np.zeros(count, dtype)
     comm.Reduce(x, b, MPI.MAX, root=root)
     out["Reduce"] = b if rank == root else None
-    b = data(rank, count, dtype, 1)
+    b = small_ints(rank, count, dtype, 1)
     comm.Bcast(b, root=root)
     out["Bcast"] = b
     b = np.zeros(count * n, dtype)
@@ -111,7 +100,7 @@ def test_plain_calls_run_no_python(acomm):
     the C method cannot take (a keyword mpi4py does not have) goes to the
     Python method, which says what is wrong as mpi4py would."""
     rank, n = WORLD.rank, WORLD.size
-    x, b, rows, root = data(rank, 5, np.float64), np.zeros(5), np.zeros(5 * n), n - 1
+    x, b, rows, root = small_ints(rank, 5, np.float64), np.zeros(5), np.zeros(5 * n), n - 1
 
     def calls():
         acomm.Allreduce(x, b, op=MPI.SUM)
@@ -126,7 +115,7 @@ def test_plain_calls_run_no_python(acomm):
         assert python_calls == ["calls"], python_calls  # the test's own function, nothing under it
         assert acomm.shm_stats() == {"Allreduce": (2, 0), "Reduce": (2, 0), "Bcast": (2, 0), "Allgather": (2, 0),
                                      "Barrier": (2, 0)}
-    np.testing.assert_array_equal(rows.reshape(n, 5), [data(r, 5, np.float64) for r in range(n)])
+    np.testing.assert_array_equal(rows.reshape(n, 5), [small_ints(r, 5, np.float64) for r in range(n)])
     with pytest.raises(TypeError):
         acomm.Allreduce(x, b, no_such_keyword=1)
 
@@ -287,7 +276,7 @@ def test_every_op_on_plain_arrays(acomm, dtype):
     integers too); the others (bit ops on floats) go to MPI, which refuses
     them as it does without shmtopo."""
     rank = WORLD.rank
-    x = data(rank, 6, dtype)
+    x = small_ints(rank, 6, dtype)
     accepted = 0  # calls MPI completes
     for name in OPS:
         op = getattr(MPI, name)
@@ -313,7 +302,7 @@ def misaligned(count, dtype, rank, salt=0):
     raw = np.zeros(count * dtype.itemsize + 1, np.uint8)
     a = raw[1:].view(dtype)
     assert not a.flags.aligned
-    a[...] = data(rank, count, dtype, salt)
+    a[...] = small_ints(rank, count, dtype, salt)
     return a
 
 
@@ -322,7 +311,7 @@ def test_what_is_not_plain_takes_the_planner(acomm, planned):
     planner reads it, and the results are MPI's."""
     rank, n = WORLD.rank, WORLD.size
     root = n - 1
-    x = data(rank, 7, np.float64)
+    x = small_ints(rank, 7, np.float64)
     cases = {
         "misaligned input and result": lambda c, b: c.Allreduce([misaligned(7, np.float64, rank), MPI.DOUBLE],
                                                                 [b[1:].view(np.float64), MPI.DOUBLE]),
@@ -332,7 +321,7 @@ def test_what_is_not_plain_takes_the_planner(acomm, planned):
         "a type by name": lambda c, b: c.Allreduce([x, "d"], [b, "d"]),
         "a numpy integer count": lambda c, b: c.Allreduce([x, np.int64(7), MPI.DOUBLE], [b, 7, MPI.DOUBLE]),
         "in place, misaligned": lambda c, b: c.Allreduce(MPI.IN_PLACE, [b[1:].view(np.float64), MPI.DOUBLE]),
-        "above the fast entry's size": lambda c, b: c.Allreduce(data(rank, 9000, np.float64), b),
+        "above the fast entry's size": lambda c, b: c.Allreduce(small_ints(rank, 9000, np.float64), b),
     }
     for name, call in cases.items():
         before = sum(planned.values())
@@ -365,7 +354,7 @@ def result_buffer(name, rank):
         return np.zeros(7, np.longlong)
     if name == "above the fast entry's size":
         return np.zeros(9000)
-    return data(rank, 7, np.float64, 5)
+    return small_ints(rank, 7, np.float64, 5)
 
 
 def readonly_at_root(b, root):
@@ -378,7 +367,7 @@ def readonly_at_root(b, root):
 def test_reduce_reads_no_result_buffer_off_the_root(acomm, planned):
     rank, n = WORLD.rank, WORLD.size
     root = n - 1
-    x = data(rank, 4, np.int32)
+    x = small_ints(rank, 4, np.int32)
     got, want = np.zeros(4, np.int32), np.zeros(4, np.int32)
     acomm.Reduce(x, got if rank == root else None, MPI.SUM, root)
     WORLD.Reduce(x, want if rank == root else None, MPI.SUM, root)

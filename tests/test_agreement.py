@@ -42,6 +42,7 @@ import pytest
 
 import shmtopo
 from conftest import CLEAN_ENV, REPEATED_RUN, mpiexec_command
+from values import culprits
 import test_hardening
 from test_hardening import DEAD_LIMIT, OOB_TIMEOUT, Ranks, shm_names_of, sysv_segments_of
 
@@ -83,14 +84,6 @@ def _load_driver():
 
 
 CASES = _load_driver().CASES
-
-
-def culprits(ws: int, node_size: int | None) -> list[int]:
-    """First, middle and last rank, and the leader of another node."""
-    found = {0, (ws - 1) // 2, ws - 1}
-    if node_size and node_size < ws:
-        found.add(node_size)
-    return sorted(found)
 
 
 def job_env(**extra) -> dict:

@@ -323,7 +323,7 @@ def test_shared_array_with_a_bad_or_different_shape_raises_everywhere(comm, culp
 
 # ---- errors, on every rank -------------------------------------------------------
 
-def culprits():
+def each_culprit():
     return pytest.mark.parametrize("culprit", ["first", "middle", "last"])
 
 
@@ -342,7 +342,7 @@ def raises_everywhere(comm, exc_type, match, call):
     return info.value
 
 
-@culprits()
+@each_culprit()
 def test_nothing_given_on_the_root(comm, culprit):
     root = rank_of(comm, culprit)
     exc = raises_everywhere(comm, shmtopo.ShmtopoValueError, "passed None: nothing to share",
@@ -350,7 +350,7 @@ def test_nothing_given_on_the_root(comm, culprit):
     assert exc.rank == root
 
 
-@culprits()
+@each_culprit()
 def test_an_object_that_cannot_be_pickled(comm, culprit):
     root = rank_of(comm, culprit)
     exc = raises_everywhere(comm, TypeError, r"cannot be pickled: TypeError: cannot pickle '_thread.lock' object",
@@ -359,7 +359,7 @@ def test_an_object_that_cannot_be_pickled(comm, culprit):
     assert isinstance(exc, shmtopo.ShmtopoError)
 
 
-@culprits()
+@each_culprit()
 def test_a_root_that_differs_between_ranks(comm, culprit):
     if comm.world_size == 1:
         pytest.skip("one rank has nobody to differ from")
@@ -371,7 +371,7 @@ def test_a_root_that_differs_between_ranks(comm, culprit):
     raises_everywhere(comm, shmtopo.ShmtopoValueError, "root", call)
 
 
-@culprits()
+@each_culprit()
 def test_a_root_outside_the_job(comm, culprit):
     bad = rank_of(comm, culprit)
     raises_everywhere(comm, shmtopo.ShmtopoValueError, "root",
@@ -379,7 +379,7 @@ def test_a_root_outside_the_job(comm, culprit):
                                          root=comm.world_size + 3 if comm.world_rank == bad else 0))
 
 
-@culprits()
+@each_culprit()
 def test_too_large_for_dev_shm_is_refused_before_anything_is_written(comm, culprit):
     """Checked against free memory and /dev/shm's free space before any rank
     writes (a zero-stride array of that size takes no memory on the root)."""

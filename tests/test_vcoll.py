@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 import shmtopo
 from conftest import skip_simulated_nodes_across_hosts
+from values import culprits
 from test_collectives import CHUNK, UFUNCS, data, ops_for, reference
 
 WORLD = MPI.COMM_WORLD
@@ -315,12 +316,6 @@ def test_scan_every_op_bit_identical(vcomm, dtype):
 
 
 # ---- one rank with a bad argument: the same error on every rank --------------------------------
-
-def culprits(n, node_size):
-    found = {0, (n - 1) // 2, n - 1}
-    if node_size and node_size < n:
-        found.add(node_size)
-    return sorted(found)
 
 
 def raises_everywhere(call, culprit, *words):
