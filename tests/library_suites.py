@@ -59,7 +59,7 @@ class Library:
     optional: tuple[tuple[str, ...], str] | None = None
     pytest_args: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()  # test files left out everywhere, and why in a comment
-    subset: tuple[str, ...] = ()  # the files the suite's CI subset runs (tests/test_library_suite.py)
+    subset: tuple[str, ...] = ()  # the files the suite's CI subset runs (tests/test_library_suite.py); (): all
     ignore_under: dict[str, tuple[str, ...]] = field(default_factory=dict)  # MPI library version prefix: files
     config: tuple[str, ...] = ()  # the sdist's files that configure its pytest
 
@@ -77,8 +77,7 @@ LIBRARIES = {lib.name: lib for lib in [
         "distributed numpy arrays: Alltoallv, Allgatherv, Gatherv, Allreduce in place, persistent requests, "
         "lower-case calls",
         # installed with shmtopo's test extra; test_units and test_xarray need its docs extra (astropy, xarray)
-        ignore=("test_units.py", "test_xarray.py"), config=("pyproject.toml",),
-        subset=("",)),  # all of it
+        ignore=("test_units.py", "test_xarray.py"), config=("pyproject.toml",)),
     Library(
         "pylops-mpi", "0.8.0", "tests",
         "distributed linear operators and solvers: a Split comm per array, Create_cart, Allreduce, "
@@ -198,11 +197,12 @@ class Run:
 
 
 def files_for(lib: Library, tests: Path, files: tuple[str, ...], library_version: str) -> list[str]:
+    """The test files a run takes: `files`, or every test_*.py of the folder, less those left out here."""
     left_out = set(lib.ignore)
     for prefix, names in lib.ignore_under.items():
         if library_version.startswith(prefix):
             left_out |= set(names)
-    chosen = files if files and files != ("",) else tuple(sorted(p.name for p in tests.glob("test_*.py")))
+    chosen = files or tuple(sorted(p.name for p in tests.glob("test_*.py")))
     return [name for name in chosen if name not in left_out]
 
 
@@ -253,6 +253,7 @@ def main() -> int:
         lib = LIBRARIES[name]
         tests, site = prepare(lib)
         files = files_for(lib, tests, (), version)
+        print(f"# {name} {lib.version}: {lib.what}")
         for n in args.n:
             if version.startswith(MPICH) and n > (os.cpu_count() or 1):
                 print(f"{name:<12} {n:>2} skipped: MPICH's spinning waits with more ranks than cores")
