@@ -77,6 +77,12 @@ def pairs(draw):
     recv = dict(send, writable=True, kind=draw(st.sampled_from(kinds)))
     if not draw(st.integers(0, 3)):
         recv.update(n=draw(st.integers(0, 6)), count=draw(st.integers(0, 7)), displ=draw(st.integers(0, 3)))
+    if "g" in (send["code"], send["other_type"], recv["code"], recv["other_type"]):
+        # long double goes to MPI, which reads and writes as far as the counts say: only
+        # calls MPI can run without running past a buffer (both arrays of it, alike)
+        for m in (send, recv):
+            m.update(code="g", other_type=None, kind="ndarray", form=m["form"] if m["form"] in ("bare", "type")
+                     else "bare", n=send["n"])
     return send, recv
 
 
@@ -173,12 +179,6 @@ def outcome(method, acomm, args):
 @given(name=st.sampled_from(CALLS), pair=pairs(), root=st.sampled_from(ROOTS), op=st.sampled_from(OPS))
 def test_c_and_the_planner_decide_alike(acomm, name, pair, root, op):
     send, recv = pair
-    if "g" in (send["code"], send["other_type"], recv["code"], recv["other_type"]):
-        # long double goes to MPI, which reads and writes as far as the counts say: only
-        # calls MPI can run without running past a buffer (both arrays of it, alike)
-        for m in (send, recv):
-            m.update(code="g", other_type=None, kind="ndarray", form=m["form"] if m["form"] in ("bare", "type")
-                     else "bare", n=send["n"])
     fast = getattr(type(acomm), name)         # CommFast's C method, the planner where it declines
     planner = getattr(AcceleratedComm, name)  # the planner alone
     with np.errstate(all="ignore"):
