@@ -771,7 +771,7 @@ def test_an_accelerated_comm_is_an_mpi4py_communicator(acomm):
     assert acomm == WORLD and not (acomm != WORLD) and acomm.mpi_comm is WORLD and bool(acomm)
     assert MPI.Comm.Compare(acomm, WORLD) == MPI.IDENT
     assert isinstance(acomm.shm_comm, shmtopo.Comm) and acomm.shm_comm.world_size == n
-    assert acomm.bcast({"from": rank}, root=n - 1) == {"from": n - 1}  # lower case: objects
+    assert acomm.bcast({"from": rank}, root=n - 1) == {"from": n - 1}  # lower case: objects, in shared memory
     assert acomm.allreduce(rank) == n * (n - 1) // 2
     if n > 1:
         token = np.zeros(1, np.int64)
@@ -787,7 +787,7 @@ def test_an_accelerated_comm_is_an_mpi4py_communicator(acomm):
         acomm.no_such_method
     assert not hasattr(acomm, "Sub")  # a Cartcomm's only
     node.Free()
-    assert acomm.shm_stats() == {}  # none of these was an upper-case collective
+    assert acomm.shm_stats() == {"bcast": (1, 0), "allreduce": (1, 0)}  # the only collectives here
 
 
 def test_constructors_return_accelerated_comms_of_their_class(acomm):

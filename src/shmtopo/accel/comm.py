@@ -13,7 +13,9 @@ Reduce_scatter_block run on a :class:`shmtopo.Comm` made with
 allow it, and otherwise go to MPI with the very arguments they were given,
 so that their results are MPI's. Gather, Scatter, their v-variants,
 Allgatherv, Alltoallv, Reduce_scatter, Scan and Exscan do the same through
-the core's lower-case calls. The persistent ``..._init`` calls return
+the core's lower-case calls. The lower-case collectives of Python objects
+(bcast, allreduce, ...) run in shared memory with mpi4py's results
+(accel/objects.py). The persistent ``..._init`` calls return
 requests whose ``Start`` makes the blocking call. Dup, Split, Create_cart and
 the other constructors return accelerated comms of their own class.
 
@@ -53,7 +55,7 @@ from .._native import lib
 from ..comm import Comm
 from ..job import on_free, release_at_finalize
 from ..errors import DelegatedToMPI, FreedError, ShmtopoArgumentError, ShmtopoValueError
-from . import plans
+from . import objects, plans
 from .buffers import Array
 from .plans import Call
 from .tables import SUM_DEFAULT, LeftToMPI, Tables, get_tables
@@ -161,8 +163,7 @@ class AcceleratedComm:
     MPI.Intracomm)``, ``AcceleratedCartcomm``, ...): an accelerated comm is
     an instance of its mpi4py class, holding the same MPI handle as the
     communicator it was made from (:attr:`mpi_comm`), and what it does not
-    define is mpi4py's (``Get_rank``, ``Send``, the lower-case ``bcast`` of
-    objects...). :attr:`shm_comm` is the :class:`shmtopo.Comm` its
+    define is mpi4py's (``Get_rank``, ``Send``...). :attr:`shm_comm` is the :class:`shmtopo.Comm` its
     collectives run on; :meth:`Free` frees that and then the MPI
     communicator, :meth:`shm_free` only that.
     """
@@ -473,6 +474,69 @@ class AcceleratedComm:
             assert self._shm is not None and p.out is not None
             counts = self._shm.allgather(np.array([p.out.size], np.int64)).ravel().tolist()
         return list(counts)
+
+    # -- the lower-case collectives of Python objects ---------------------------
+    def _objects(self, name: str, run: Callable[..., Any], *args: Any, root: Any = None) -> Any:
+        """mpi4py's lower-case call `name` through shared memory
+        (accel/objects.py), with mpi4py's results; once the shmtopo comm is
+        freed, mpi4py's own. So is a rooted call whose root is a number but
+        no rank of the comm: every rank knows it from its own arguments,
+        and MPI's error (MPI.Exception, ERR_ROOT) is what mpi4py's programs
+        and tests expect."""
+        shm = self._shm_now()
+        if shm is None or (root is not None and objects.names_no_rank(root, shm.world_size)):
+            if shm is None:
+                self._agree_on_mpi(BARRIER, name, "the shmtopo comm has been freed")
+            self._stats[name][1] += 1
+            return getattr(self._mpi(), name)(*args) if root is None else getattr(self._mpi(), name)(*args, root)
+        try:
+            result = run(shm, self._tables.pickle, *args) if root is None else \
+                run(shm, self._tables.pickle, *args, root)
+        except ShmtopoValueError as exc:  # bad or disagreeing arguments, the same on every rank
+            raise ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank) from None
+        self._stats[name][0] += 1
+        return result
+
+    def barrier(self) -> None:
+        """Collective: as mpi4py's ``barrier``, in shared memory."""
+        self._objects("barrier", lambda shm, _: shm.barrier())
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        """Collective: as mpi4py's ``bcast`` (a copy of the root's object on every rank)."""
+        return self._objects("bcast", objects.bcast, obj, root=root)
+
+    def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
+        """Collective: as mpi4py's ``gather``."""
+        return self._objects("gather", objects.gather, sendobj, root=root)  # type: ignore[no-any-return]
+
+    def scatter(self, sendobj: Any, root: int = 0) -> Any:
+        """Collective: as mpi4py's ``scatter``."""
+        return self._objects("scatter", objects.scatter, sendobj, root=root)
+
+    def allgather(self, sendobj: Any) -> list[Any]:
+        """Collective: as mpi4py's ``allgather``."""
+        return self._objects("allgather", objects.allgather, sendobj)  # type: ignore[no-any-return]
+
+    def alltoall(self, sendobj: Any) -> list[Any]:
+        """Collective: as mpi4py's ``alltoall``."""
+        return self._objects("alltoall", objects.alltoall, sendobj)  # type: ignore[no-any-return]
+
+    def reduce(self, sendobj: Any, op: Any = SUM_DEFAULT, root: int = 0) -> Any:
+        """Collective: as mpi4py's ``reduce`` (op: an MPI.Op or any callable)."""
+        return self._objects("reduce", objects.reduce, sendobj, self._tables.SUM if op is SUM_DEFAULT else op,
+                             root=root)
+
+    def allreduce(self, sendobj: Any, op: Any = SUM_DEFAULT) -> Any:
+        """Collective: as mpi4py's ``allreduce`` (op: an MPI.Op or any callable)."""
+        return self._objects("allreduce", objects.allreduce, sendobj, self._tables.SUM if op is SUM_DEFAULT else op)
+
+    def scan(self, sendobj: Any, op: Any = SUM_DEFAULT) -> Any:
+        """Collective: as mpi4py's ``scan``."""
+        return self._objects("scan", objects.scan, sendobj, self._tables.SUM if op is SUM_DEFAULT else op)
+
+    def exscan(self, sendobj: Any, op: Any = SUM_DEFAULT) -> Any:
+        """Collective: as mpi4py's ``exscan`` (None on rank 0)."""
+        return self._objects("exscan", objects.exscan, sendobj, self._tables.SUM if op is SUM_DEFAULT else op)
 
     # -- persistent collectives --------------------------------------------
     def _persistent(self, name: str, args: tuple[Any, ...]) -> AcceleratedPrequest:

@@ -58,6 +58,7 @@ class Tables:
 
         self.MPI = MPI
         self.IN_PLACE = MPI.IN_PLACE
+        self.pickle = MPI.pickle  # the lower-case calls' pickler (a program may change how it pickles)
         self.BOTTOM = MPI.BOTTOM
         self.SUM = MPI.SUM
         self.Datatype, self.Op = MPI.Datatype, MPI.Op

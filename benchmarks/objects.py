@@ -1,0 +1,86 @@
+"""mpi4py's lower-case collectives of Python objects on an accelerated comm
+(shmtopo.accelerate), each next to the same call on the plain mpi4py comm,
+interleaved, and next to the floor of a call that meets every rank (one
+cache line one way, half the round trip shmtopo.floor measures here).
+
+    mpiexec -n 2 python benchmarks/objects.py [--calls 5000] [--repeats 7]
+
+Prints the load before the run, then per call the median over the
+repetitions of the slowest rank's time per call, with its min-max,
+accelerated then plain, and the ratios to plain and to the floor.
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import shmtopo
+from shmtopo import floor
+from shmtopo.bench import check_floor_held, mpi_library, print_load
+
+W = MPI.COMM_WORLD
+
+
+def calls(rank, n):
+    """name: (call on a comm, calls per timing relative to --calls)."""
+    small = {"dt": 0.1, "steps": 100, "name": "run"}
+    big = np.ones(1 << 17)  # 1 MiB
+    return {
+        "allreduce(float)": (lambda c: c.allreduce(0.5 * rank), 1),
+        "allreduce(int, MAX)": (lambda c: c.allreduce(rank, op=MPI.MAX), 1),
+        "allreduce(8 doubles)": (lambda c: c.allreduce(np.full(8, 0.5)), 1),
+        "bcast(dict)": (lambda c: c.bcast(small if rank == 0 else None), 1),
+        "allgather(int)": (lambda c: c.allgather(rank), 1),
+        "gather(tuple)": (lambda c: c.gather((rank, "x")), 1),
+        "scatter(int)": (lambda c: c.scatter(list(range(n)) if rank == 0 else None), 1),
+        "alltoall(int)": (lambda c: c.alltoall(list(range(n))), 1),
+        "scan(float)": (lambda c: c.scan(0.5 * rank), 1),
+        "barrier()": (lambda c: c.barrier(), 1),
+        "bcast(1 MiB array)": (lambda c: c.bcast(big if rank == 0 else None), 0.01),
+        "allreduce(1 MiB array)": (lambda c: c.allreduce(big), 0.01),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=5000, help="calls per timing (default 5000)")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved repetitions (default 7)")
+    args = p.parse_args()
+    if W.rank == 0:
+        print_load()
+    acomm = shmtopo.accelerate(W)
+    shm = acomm.shm_comm
+    measured = floor.measure(shm, copies=False)
+    one_way = floor.Model(measured).L() if W.size > 1 else 0.0
+    table = calls(W.rank, W.size)
+    times = {name: ([], []) for name in table}
+    for _ in range(args.repeats):
+        for name, (call, share) in table.items():
+            count = max(1, int(args.calls * share))
+            for side, comm in enumerate((acomm, W)):
+                call(comm)  # warm
+                W.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(count):
+                    call(comm)
+                times[name][side].append(W.allreduce((time.perf_counter() - t0) / count, op=MPI.MAX))
+    check_floor_held(shm, measured)
+    delegated = {k: v for k, v in acomm.shm_stats().items() if v[1]}
+    acomm.shm_free()
+    if W.rank:
+        return
+    assert not delegated, delegated
+    print(f"{W.size} ranks, {mpi_library()}; "
+          f"floor (one line one way) {one_way * 1e6:.3f} us; per call, median (min-max) of {args.repeats}")
+    print(f"{'call':24} {'accelerated us':>24} {'mpi4py us':>24} {'x mpi4py':>9} {'x floor':>8}")
+    for name, (ours, theirs) in times.items():
+        a, b = statistics.median(ours), statistics.median(theirs)
+        cell = lambda s, m: f"{m * 1e6:.2f} ({min(s) * 1e6:.2f}-{max(s) * 1e6:.2f})"  # noqa: E731
+        ratio = f"{a / one_way:8.1f}" if one_way else f"{'-':>8}"
+        print(f"{name:24} {cell(ours, a):>24} {cell(theirs, b):>24} {a / b:9.2f} {ratio}")
+
+
+if __name__ == "__main__":
+    main()
