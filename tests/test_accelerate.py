@@ -76,6 +76,42 @@ def test_allreduce_every_type_and_op(acomm):
     assert acomm.shm_stats() == {"Allreduce": (calls, 0)}
 
 
+# Fortran's types, laid out as the C type of their size: reduced in shared
+# memory (MPI's ops for each: no logical ops on Fortran integers); LOGICAL
+# and CHARACTER moved only
+FORTRAN = {"INTEGER": INT_OPS, "INTEGER1": INT_OPS, "INTEGER2": INT_OPS, "INTEGER4": INT_OPS, "INTEGER8": INT_OPS,
+           "REAL": FLOAT_OPS, "REAL4": FLOAT_OPS, "REAL8": FLOAT_OPS, "DOUBLE_PRECISION": FLOAT_OPS,
+           "COMPLEX": ["SUM", "PROD"], "COMPLEX8": ["SUM", "PROD"], "COMPLEX16": ["SUM", "PROD"],
+           "DOUBLE_COMPLEX": ["SUM", "PROD"], "LOGICAL": [], "CHARACTER": []}
+
+
+def test_fortran_types_in_shared_memory(acomm):
+    rank, reductions, moves = WORLD.rank, 0, 0
+    for name, ops in FORTRAN.items():
+        T = getattr(MPI, name, MPI.DATATYPE_NULL)
+        if T == MPI.DATATYPE_NULL:
+            continue
+        kind = "c" if "COMPLEX" in name else "f" if name.startswith(("REAL", "DOUBLE")) else \
+            "u" if name in ("LOGICAL", "CHARACTER") else "i"
+        dt = np.dtype(f"{kind}{T.Get_size()}")
+        x = small_ints(rank, 13, np.int8, salt=T.Get_size()).astype(dt)
+        if kind == "c":
+            x = x + 1j * small_ints(rank, 13, np.int8, salt=1).astype(dt)
+        for opname in ops:
+            got, want = np.zeros(13, dt), np.zeros(13, dt)
+            acomm.Allreduce([x, T], [got, T], op=getattr(MPI, opname))
+            WORLD.Allreduce([x, T], [want, T], op=getattr(MPI, opname))
+            same_bits(got, want, f"{name} {opname}")
+            reductions += 1
+        got = x.copy() if rank == 0 else np.zeros(13, dt)
+        acomm.Bcast([got, T], root=0)
+        want = x.copy() if rank == 0 else np.zeros(13, dt)
+        WORLD.Bcast([want, T], root=0)
+        same_bits(got, want, f"{name} Bcast")
+        moves += 1
+    assert acomm.shm_stats() == {"Allreduce": (reductions, 0), "Bcast": (moves, 0)}
+
+
 def test_reduce_every_type_op_and_root(acomm):
     rank, n = WORLD.rank, WORLD.size
     for name in REDUCIBLE:

@@ -22,6 +22,7 @@ _INTEGER_OPS = frozenset(["sum", "prod", "min", "max", "band", "bor", "bxor", "l
 _FLOAT_OPS = frozenset(["sum", "prod", "min", "max"])
 _COMPLEX_OPS = frozenset(["sum", "prod"])
 _LOGICAL_OPS = frozenset(["land", "lor", "lxor"])
+_FORTRAN_INTEGER_OPS = _INTEGER_OPS - _LOGICAL_OPS  # MPI's logical ops take C integers, not Fortran's
 _PAIR_OPS = frozenset(["maxloc", "minloc"])
 _NO_OPS: frozenset[str] = frozenset()
 _ALL_OPS = _INTEGER_OPS | _PAIR_OPS
@@ -89,11 +90,17 @@ class Tables:
                                  (["FLOAT", "DOUBLE"], "f", _FLOAT_OPS),
                                  (["C_FLOAT_COMPLEX", "C_DOUBLE_COMPLEX"], "c", _COMPLEX_OPS),
                                  (["C_BOOL"], "b", _LOGICAL_OPS),
-                                 # bytes to move only: reducing them means different things in different MPIs
-                                 (["BYTE", "CHAR"], "u", _NO_OPS)):
+                                 # Fortran's, where they are laid out as the C type of their size
+                                 (["INTEGER", "INTEGER1", "INTEGER2", "INTEGER4", "INTEGER8"], "i",
+                                  _FORTRAN_INTEGER_OPS),
+                                 (["REAL", "REAL4", "REAL8", "DOUBLE_PRECISION"], "f", _FLOAT_OPS),
+                                 (["COMPLEX", "COMPLEX8", "COMPLEX16", "DOUBLE_COMPLEX"], "c", _COMPLEX_OPS),
+                                 # bytes to move only: reducing them means different things in different
+                                 # MPIs (a LOGICAL's .true. is the Fortran compiler's: 1, or -1)
+                                 (["BYTE", "CHAR", "CHARACTER", "LOGICAL"], "u", _NO_OPS)):
             for name in names:
                 datatype = getattr(MPI, name, MPI.DATATYPE_NULL)
-                if datatype != MPI.DATATYPE_NULL:
+                if datatype != MPI.DATATYPE_NULL and datatype.Get_size() in (1, 2, 4, 8, 16):
                     add(name, f"{kind}{datatype.Get_size()}", ops)
         # MAXLOC/MINLOC's (value, index) pairs, laid out as C lays out the structs
         for name, value in (("FLOAT_INT", np.float32), ("DOUBLE_INT", np.float64), ("LONG_INT", np.dtype("l")),
