@@ -1186,3 +1186,74 @@ def test_copies_are_the_same_accelerated_comm(acomm):
         made.Allreduce(MPI.IN_PLACE, x)
         assert x.tolist() == [WORLD.size] * 3
     assert acomm.shm_stats() == {"Allreduce": (3, 0)}
+
+
+# ---- Alltoallw: any datatypes, packed by MPI, moved in shared memory -------------
+
+def random_type(rng, base, k, region):
+    """A datatype of k elements of base, laid out at random in a region of
+    `region` elements (k <= region), by one of MPI's combiners."""
+    places = np.sort(rng.choice(region, size=k, replace=False)).tolist()
+    kind = rng.integers(6) if k else 0
+    if kind == 0:
+        made = base.Create_indexed_block(1, places)
+    elif kind == 1:
+        made = base.Create_indexed([1] * k, places)
+    elif kind == 2:
+        made = base.Create_hindexed_block(1, [p * base.Get_size() for p in places])
+    elif kind == 3:  # a vector, resized so that k of them tile the region's start
+        stride = region // k
+        made = base.Create_vector(k, 1, stride)
+    elif kind == 4:  # a column of a k-row matrix in the region, row-major
+        columns = region // k
+        made = base.Create_subarray([k, columns], [k, 1], [0, int(rng.integers(columns))])
+    else:
+        made = MPI.Datatype.Create_struct([1] * k, [p * base.Get_size() for p in places], [base] * k)
+    return made.Commit()
+
+
+def test_alltoallw_of_random_datatypes_is_mpis_byte_for_byte(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    bases = [(MPI.DOUBLE, np.float64), (MPI.INT, np.int32), (MPI.C_DOUBLE_COMPLEX, np.complex128),
+             (MPI.LONG_DOUBLE, np.longdouble), (MPI.SHORT, np.int16)]
+    region = 12
+    for trial, (base, dt) in enumerate(bases * 4):
+        shared = np.random.default_rng(trial)  # the same on every rank: the sizes of every pair
+        k = shared.integers(0, 7, (n, n))  # k[s, r]: elements rank s sends to rank r
+        in_place = trial % 2 == 1
+        if in_place:  # a block is sent from where the block from its peer lands: the same size
+            k = np.minimum(k, k.T)
+        mine = np.random.default_rng(1000 * trial + rank)
+        rtypes = [random_type(mine, base, int(k[s, rank]), region) for s in range(n)]
+        stypes = rtypes if in_place else [random_type(mine, base, int(k[rank, r]), region) for r in range(n)]
+        blocks = ([1] * n, [region * dt().itemsize * p for p in range(n)])
+        x = (mine.integers(-99, 99, n * region) + rank * 1000).astype(dt)
+        got, want = np.full(n * region, -1, dt), np.full(n * region, -1, dt)
+        if in_place:
+            got, want = x.copy(), x.copy()
+            acomm.Alltoallw(MPI.IN_PLACE, [got, blocks, rtypes])
+            WORLD.Alltoallw(MPI.IN_PLACE, [want, blocks, rtypes])
+        else:
+            acomm.Alltoallw([x, blocks, stypes], [got, blocks, rtypes])
+            WORLD.Alltoallw([x, blocks, stypes], [want, blocks, rtypes])
+        same_bits(got, want, f"trial {trial}: {base.Get_name()}")
+        for t in rtypes + ([] if in_place else stypes):
+            t.Free()
+    accelerated_only(acomm)
+    assert acomm.shm_stats() == {"Alltoallw": (len(bases) * 4, 0)}
+
+
+def test_alltoallw_blocks_of_different_sizes_fail_every_rank(acomm):
+    rank, n = WORLD.rank, WORLD.size
+    if n == 1:
+        pytest.skip("a pair of blocks needs two ranks")
+    for culprit in culprits(n):
+        x, out = np.arange(4.0 * n), np.zeros(4 * n)
+        counts = [2] * n
+        if rank == culprit:
+            counts[(rank + 1) % n] = 3  # sends 3 where the receiver expects 2
+        with pytest.raises(shmtopo.ShmtopoValueError) as info:
+            acomm.Alltoallw([x, (counts, [32 * p for p in range(n)]), [MPI.DOUBLE] * n],
+                            [out, ([2] * n, [32 * p for p in range(n)]), [MPI.DOUBLE] * n])
+        assert f"rank {culprit}" in str(info.value)
+    acomm.Barrier()
