@@ -56,7 +56,7 @@ def in_place(t: Tables, spec: Any) -> bool:
     return spec is None or spec is t.IN_PLACE
 
 
-def byte_view(t: Tables, buf: Any, what: str, writable: bool) -> npt.NDArray[np.uint8]:
+def _byte_view(t: Tables, buf: Any, what: str, writable: bool) -> npt.NDArray[np.uint8]:
     """The bytes of a buffer-protocol object: one flat array over its memory."""
     if buf is None or buf is t.BOTTOM or buf is t.IN_PLACE:
         raise LeftToMPI(f"{what} is {buf!r}")
@@ -98,7 +98,7 @@ def message(t: Tables, spec: Any, what: str, *, writable: bool, blocks: int = 0)
     if spec is None or spec is t.IN_PLACE:
         raise TypeError(f"{what}: expecting a buffer or a list or tuple, not {spec!r}")
     buf, count, displ, datatype = split_spec(t, spec, what)
-    raw = byte_view(t, buf, what, writable)
+    raw = _byte_view(t, buf, what, writable)
     if datatype is None:
         datatype = format_type(t, buf, what)
     elif isinstance(datatype, str):

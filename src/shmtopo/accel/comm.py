@@ -72,13 +72,14 @@ LOWER_CASE = ("Gather", "Gatherv", "Scatter", "Scatterv", "Allgatherv", "Alltoal
 
 #: Persistent collectives: a request whose Start() makes the blocking call
 #: (accelerated or delegated as that call is, each start on its own).
-PERSISTENT = tuple(f"{name}_init" for name in ACCELERATED + LOWER_CASE + ("Alltoallw",))
+PERSISTENT = tuple(f"{name}_init" for name in ACCELERATED + LOWER_CASE)
 
-#: Upper-case collectives that always go to the wrapped communicator.
+#: Upper-case collectives that go to the wrapped communicator in this version.
 MPI_ONLY = (
+    "Alltoallw",
     "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iallgather", "Iallgatherv",
     "Ialltoall", "Ialltoallv", "Ialltoallw", "Ireduce", "Iallreduce", "Ireduce_scatter_block",
-    "Ireduce_scatter", "Iscan", "Iexscan",
+    "Ireduce_scatter", "Iscan", "Iexscan", "Alltoallw_init",
 )
 
 #: Constructors whose new communicator comes back accelerated (COMM_NULL as it is).
@@ -104,9 +105,8 @@ FAST_CALLS = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall"
               "Scatter", "Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter", "Scan", "Exscan")
 
 # The calls whose counts may differ by rank (and be 0 on some): a type
-# shmtopo does not move in one rank's message says nothing of another's
-# (and Alltoallw moves any type, as bytes).
-_V_CALLS = frozenset(["Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Alltoallw", "Reduce_scatter"])
+# shmtopo does not move in one rank's message says nothing of another's.
+_V_CALLS = frozenset(["Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter"])
 
 # ---- the communicator ----------------------------------------------------------------
 
@@ -355,7 +355,7 @@ class AcceleratedComm:
         self._stats[name][0] += 1
 
     def _mpi_only_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """A collective always handed to MPI: every rank does, so
+        """A collective this version always hands to MPI: every rank does, so
         no path needs agreeing (strictness is the same on every rank)."""
         if self._strict:
             raise ShmtopoValueError(f"{name} is not accelerated (it always goes to MPI), and "
@@ -463,16 +463,6 @@ class AcceleratedComm:
         self._shm_or_mpi(EXSCAN, "Exscan", plans.scan, (sendbuf, recvbuf, op),
                          lambda p: self._run_plan(api.exscan, p, p.send, p.op, out=p.out), op=op)
 
-    def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
-        """Collective: as mpi4py's ``Alltoallw``, any datatypes: each block
-        packed by MPI, the bytes moved in shared memory, unpacked by MPI."""
-        self._shm_or_mpi(ALLTOALLV, "Alltoallw", plans.alltoallw, (sendbuf, recvbuf), self._run_alltoallw)
-
-    def _run_alltoallw(self, p: Call) -> None:
-        assert self._shm is not None and p.out is not None
-        api.alltoallv(self._shm, p.send, p.counts[0], None, p.counts[2], None, out=p.out)
-        plans.unpack(self._tables, p.out, p.unpack)
-
     def _root_only(self, p: Call) -> Array | None:
         """A rooted call's input, which only the root has."""
         return p.send if self._shm is not None and self._shm.world_rank == p.root else None
@@ -497,9 +487,8 @@ class AcceleratedComm:
         if shm is None or (root is not None and objects.names_no_rank(root, shm.world_size)):
             if shm is None:
                 self._agree_on_mpi(BARRIER, name, "the shmtopo comm has been freed")
-            result = getattr(self._mpi(), name)(*args) if root is None else getattr(self._mpi(), name)(*args, root)
-            self._stats[name][1] += 1  # (a root MPI refuses is an error, not a call handed over)
-            return result
+            self._stats[name][1] += 1
+            return getattr(self._mpi(), name)(*args) if root is None else getattr(self._mpi(), name)(*args, root)
         try:
             result = run(shm, self._tables.pickle, *args) if root is None else \
                 run(shm, self._tables.pickle, *args, root)
@@ -607,10 +596,6 @@ class AcceleratedComm:
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
         """A persistent ``Alltoallv``."""
         return self._persistent("Alltoallv", (sendbuf, recvbuf))
-
-    def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
-        """A persistent ``Alltoallw``."""
-        return self._persistent("Alltoallw", (sendbuf, recvbuf))
 
     def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT,
                             info: Any = None) -> AcceleratedPrequest:
@@ -798,7 +783,7 @@ def _mpi_only_method(name: str) -> Callable[..., Any]:
     def method(self: AcceleratedComm, *args: Any, **kwargs: Any) -> Any:
         return self._mpi_only_call(name, *args, **kwargs)
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"Collective: the wrapped communicator's ``{name}`` (always handed to MPI)."
+    method.__doc__ = f"Collective: the wrapped communicator's ``{name}`` (not accelerated in this version)."
     return method
 
 

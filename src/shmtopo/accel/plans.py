@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..comm import Comm
-from .buffers import (Array, Message, Vector, byte_view, elements, in_place, int_list, message, moved_type, split_spec,
+from .buffers import (Array, Message, Vector, elements, in_place, int_list, message, moved_type, split_spec,
                       vector)
 from .tables import KnownType, LeftToMPI, Tables, check_op, op_name, type_name
 
@@ -24,7 +24,6 @@ class Call(NamedTuple):
     root: int = -1
     back: Array | None = None  # the caller's misaligned result buffer, filled from out afterwards
     counts: tuple[Any, ...] = ()  # v-variants: counts and displacements, in elements
-    unpack: Any = None  # Alltoallw: the blocks the bytes in out are unpacked into (a Blocks)
 
 
 def _root_rank(root: Any, size: int) -> int:
@@ -324,98 +323,6 @@ def scan(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, op: Any) -> Call:
     if plan.out is not None and np.may_share_memory(plan.send, plan.out):
         plan = plan._replace(send=plan.send.copy())  # in place: the scan reads a copy of the input
     return plan
-
-
-# ---- Alltoallw: any datatypes, moved as MPI packs them -------------------------------
-#
-# Alltoallw moves data only (no op reads it), so its blocks, each of any
-# datatype MPI can describe, travel as bytes: each rank packs its send
-# blocks with MPI_Pack (MPI's own reading of the type map, whatever its
-# combiners), shmtopo's alltoallv moves the bytes, and each rank unpacks
-# what it received into its receive blocks with MPI_Unpack. MPI requires the
-# type signatures of a pair of blocks to match, so their sizes are equal;
-# a pair whose sizes differ fails on every rank, as a v-variant's counts do.
-# A rank whose MPI packs a block into other than its size in bytes (a
-# heterogeneous format) hands the call to MPI, after the agreement.
-
-class Blocks(NamedTuple):
-    """One side of an Alltoallw: the buffer's bytes and each block's count,
-    byte displacement and datatype; sizes[p]: block p's bytes."""
-    memory: Any
-    counts: list[int]
-    displs: list[int]
-    types: list[Any]
-    sizes: list[int]
-
-
-def _blocks(t: Tables, spec: Any, what: str, size: int, writable: bool) -> Blocks:
-    """mpi4py's Alltoallw message: [buf, types], [buf, (counts, displs),
-    types] or [buf, counts, displs, types] (counts 1 and displacements 0
-    when not given), read as mpi4py reads it."""
-    if not isinstance(spec, (list, tuple)) or not 2 <= len(spec) <= 4:
-        raise ValueError(f"{what}: expecting 2 to 4 items")
-    counts: Any = None
-    displs: Any = None
-    if len(spec) == 2:
-        buf, types = spec
-    elif len(spec) == 3:
-        buf, (counts, displs), types = spec
-    else:
-        buf, counts, displs, types = spec
-    if buf is t.BOTTOM:
-        raise LeftToMPI(f"{what}: MPI.BOTTOM")
-    if counts is None and displs is None:
-        counts, displs = [1] * size, [0] * size
-    c = int_list(counts, size, f"{what}: the counts")
-    d = int_list(displs, size, f"{what}: the displacements")
-    ty = [types] * size if isinstance(types, t.Datatype) else list(types)
-    if len(ty) != size or not all(isinstance(x, t.Datatype) for x in ty):
-        raise ValueError(f"{what}: expecting {size} datatypes")
-    memory = byte_view(t, buf, what, writable)
-    sizes = []
-    for i in range(size):
-        if c[i] < 0:
-            raise ValueError(f"{what}: negative count {c[i]}")
-        n = c[i] * ty[i].Get_size() if c[i] else 0
-        if n:
-            lb, extent = ty[i].Get_extent()
-            if extent <= 0 or d[i] < 0 or d[i] + lb < 0 or d[i] + c[i] * extent > len(memory):
-                raise LeftToMPI(f"{what}: block {i} does not lie in the buffer as its extent says")
-        sizes.append(n)
-    return Blocks(memory, c, d, ty, sizes)
-
-
-def pack(t: Tables, blocks: Blocks, what: str) -> Array:
-    """Every block of `blocks`, packed one after the other."""
-    packed = np.empty(sum(blocks.sizes), np.uint8)
-    at = 0
-    for count, displ, datatype, n in zip(blocks.counts, blocks.displs, blocks.types, blocks.sizes):
-        if n:
-            span = blocks.memory[displ:displ + count * datatype.Get_extent()[1]]
-            end = datatype.Pack(span, packed[at:at + n], 0, t.MPI.COMM_SELF)
-            if end != n:
-                raise LeftToMPI(f"{what}: MPI packs {count} x {type_name(datatype)} into {end} bytes, not {n}")
-            at += n
-    return packed
-
-
-def unpack(t: Tables, packed: Array, blocks: Blocks) -> None:
-    """The bytes `pack` made of such blocks, back into them."""
-    at = 0
-    for count, displ, datatype, n in zip(blocks.counts, blocks.displs, blocks.types, blocks.sizes):
-        if n:
-            span = blocks.memory[displ:displ + count * datatype.Get_extent()[1]]
-            datatype.Unpack(packed[at:at + n], 0, span, t.MPI.COMM_SELF)
-            at += n
-
-
-def alltoallw(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
-    size = shm.world_size
-    recv = _blocks(t, recvbuf, "recvbuf", size, writable=True)
-    send = recv if in_place(t, sendbuf) else _blocks(t, sendbuf, "sendbuf", size, writable=False)
-    packed = pack(t, send, "sendbuf")  # in place: packed before anything is received
-    return Call(packed, np.empty(sum(recv.sizes), np.uint8), counts=(send.sizes, None, recv.sizes, None),
-                unpack=recv)
 
 
 # ---- what every rank hands to MPI -----------------------------------------------------
