@@ -1,5 +1,5 @@
 """mpi4py's own collective tests (test_cco_buf.py, test_cco_vec.py,
-test_cco_pr_buf.py of its source distribution) and one-sided tests
+test_cco_pr_buf.py, test_cco_obj.py of its source distribution) and one-sided tests
 (test_win.py, test_rma.py, test_rma_nb.py) with the communicators and
 windows they use replaced by shmtopo.accelerate'd ones, under mpiexec -n
 1..4 of the MPI this suite runs with (tests/scripts/mpi4py_suite.py does

@@ -74,7 +74,7 @@ LOWER_CASE = ("Gather", "Gatherv", "Scatter", "Scatterv", "Allgatherv", "Alltoal
 #: (accelerated or delegated as that call is, each start on its own).
 PERSISTENT = tuple(f"{name}_init" for name in ACCELERATED + LOWER_CASE)
 
-#: Upper-case collectives that go to the wrapped communicator in this version.
+#: Upper-case collectives that always go to the wrapped communicator.
 MPI_ONLY = (
     "Alltoallw",
     "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iallgather", "Iallgatherv",
@@ -355,7 +355,7 @@ class AcceleratedComm:
         self._stats[name][0] += 1
 
     def _mpi_only_call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """A collective this version always hands to MPI: every rank does, so
+        """A collective always handed to MPI: every rank does, so
         no path needs agreeing (strictness is the same on every rank)."""
         if self._strict:
             raise ShmtopoValueError(f"{name} is not accelerated (it always goes to MPI), and "
@@ -783,7 +783,7 @@ def _mpi_only_method(name: str) -> Callable[..., Any]:
     def method(self: AcceleratedComm, *args: Any, **kwargs: Any) -> Any:
         return self._mpi_only_call(name, *args, **kwargs)
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"Collective: the wrapped communicator's ``{name}`` (not accelerated in this version)."
+    method.__doc__ = f"Collective: the wrapped communicator's ``{name}`` (always handed to MPI)."
     return method
 
 
