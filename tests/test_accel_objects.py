@@ -37,6 +37,7 @@ def values(rank):
         rng.random(), 2**70 + rank, rank, True, 1.5 - 2j * rank, None, "s" * rank,
         np.float32(rng.random()), rng.random(3), rng.random(40 + 20 * rank),
         {"rank": rank, "grid": np.arange(rank + 2.0)}, [rank, (rank, "x" * (LONG * (rank % 2)))],
+        [1.5 * rank, 2**70 + rank, "x" * LONG, rank][rank % 4],  # a different kind on each rank
     ]
 
 
@@ -99,7 +100,7 @@ def test_barrier_and_free(acomm):
     acomm.barrier()
     acomm.shm_free()
     assert acomm.allreduce(1) == WORLD.size  # mpi4py's own, once freed
-    assert acomm.shm_stats() == {"barrier": (1, 0), "allreduce": (0, 1)}
+    assert acomm.shm_stats() == {"Barrier": (1, 0), "allreduce": (0, 1)}  # barrier() is Barrier()
 
 
 def test_bad_root_is_mpis_error(acomm):

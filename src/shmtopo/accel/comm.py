@@ -476,7 +476,7 @@ class AcceleratedComm:
         return list(counts)
 
     # -- the lower-case collectives of Python objects ---------------------------
-    def _objects(self, name: str, run: Callable[..., Any], *args: Any, root: Any = None) -> Any:
+    def _objects(self, name: str, run: Callable[..., Any], *args: Any) -> Any:
         """mpi4py's lower-case call `name` through shared memory
         (accel/objects.py), with mpi4py's results; once the shmtopo comm is
         freed, mpi4py's own. So is a rooted call whose root is a number but
@@ -484,34 +484,36 @@ class AcceleratedComm:
         and MPI's error (MPI.Exception, ERR_ROOT) is what mpi4py's programs
         and tests expect."""
         shm = self._shm_now()
-        if shm is None or (root is not None and objects.names_no_rank(root, shm.world_size)):
+        try:
+            if shm is None:
+                raise objects.NotHere
+            result = run(shm, self._tables.pickle, *args)
+        except objects.NotHere:
             if shm is None:
                 self._agree_on_mpi(BARRIER, name, "the shmtopo comm has been freed")
-            self._stats[name][1] += 1
-            return getattr(self._mpi(), name)(*args) if root is None else getattr(self._mpi(), name)(*args, root)
-        try:
-            result = run(shm, self._tables.pickle, *args) if root is None else \
-                run(shm, self._tables.pickle, *args, root)
+            result = getattr(self._mpi(), name)(*args)
+            self._stats[name][1] += 1  # (a root MPI refuses is an error, not a call handed over)
+            return result
         except ShmtopoValueError as exc:  # bad or disagreeing arguments, the same on every rank
             raise ShmtopoArgumentError(str(exc), exc.errno or 22, exc.rank) from None
         self._stats[name][0] += 1
         return result
 
     def barrier(self) -> None:
-        """Collective: as mpi4py's ``barrier``, in shared memory."""
-        self._objects("barrier", lambda shm, _: shm.barrier())
+        """Collective: mpi4py's ``barrier`` is MPI's ``Barrier``: this comm's (counted as that)."""
+        self.Barrier()
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
         """Collective: as mpi4py's ``bcast`` (a copy of the root's object on every rank)."""
-        return self._objects("bcast", objects.bcast, obj, root=root)
+        return self._objects("bcast", objects.bcast, obj, root)
 
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         """Collective: as mpi4py's ``gather``."""
-        return self._objects("gather", objects.gather, sendobj, root=root)  # type: ignore[no-any-return]
+        return self._objects("gather", objects.gather, sendobj, root)  # type: ignore[no-any-return]
 
     def scatter(self, sendobj: Any, root: int = 0) -> Any:
         """Collective: as mpi4py's ``scatter``."""
-        return self._objects("scatter", objects.scatter, sendobj, root=root)
+        return self._objects("scatter", objects.scatter, sendobj, root)
 
     def allgather(self, sendobj: Any) -> list[Any]:
         """Collective: as mpi4py's ``allgather``."""
@@ -524,7 +526,7 @@ class AcceleratedComm:
     def reduce(self, sendobj: Any, op: Any = SUM_DEFAULT, root: int = 0) -> Any:
         """Collective: as mpi4py's ``reduce`` (op: an MPI.Op or any callable)."""
         return self._objects("reduce", objects.reduce, sendobj, self._tables.SUM if op is SUM_DEFAULT else op,
-                             root=root)
+                             root)
 
     def allreduce(self, sendobj: Any, op: Any = SUM_DEFAULT) -> Any:
         """Collective: as mpi4py's ``allreduce`` (op: an MPI.Op or any callable)."""

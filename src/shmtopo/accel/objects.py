@@ -36,10 +36,14 @@ from ..errors import ShmtopoValueError
 #: bytes of the record each rank moves first (its header, then its pickle when that fits)
 RECORD = 256
 
-# length of the pickle, which call, its root (-1: none), and whether the
-# sender has a pickle too long for its record
+# the length of the object's bytes, which call (of _CALLS), its root (-1:
+# none), and how the object is encoded (below), with scatter's and
+# alltoall's mark that some record of the call is too short for its pickle
 _HEADER = struct.Struct("<qqqq")
 _INLINE = RECORD - _HEADER.size
+
+# the most bytes of long pickles a comm keeps room for between calls
+_KEPT = 64 << 20
 
 # the calls that share the allgather of records, told apart in the header
 _CALLS = ("allgather", "allreduce", "gather", "reduce", "scan", "exscan")
@@ -47,44 +51,9 @@ _CALLS = ("allgather", "allreduce", "gather", "reduce", "scan", "exscan")
 Pickle = Any  # mpi4py's MPI.Pickle: dumps(obj) -> bytes, loads(buffer) -> obj
 
 
-def _dumps(comm: Comm, kind: int, pickle: Pickle, obj: Any) -> bytes:
-    """obj pickled; if it cannot be, the call fails on every rank."""
-    try:
-        return pickle.dumps(obj)  # type: ignore[no-any-return]
-    except Exception as exc:  # noqa: BLE001 - every rank hears of it
-        agreement.refuse(comm, kind, exc)
-        raise  # not reached: refuse raises
-
-
-def _items(comm: Comm, kind: int, pickle: Pickle, seq: Any) -> list[bytes]:
-    """A scatter's or alltoall's sequence, one pickle per rank, as mpi4py
-    reads it (None: None to every rank)."""
-    n = comm.world_size
-    try:
-        items = [None] * n if seq is None else list(seq)
-        if len(items) != n:
-            raise ValueError(f"expecting {n} items, got {len(items)}")
-        return [pickle.dumps(x) for x in items]
-    except Exception as exc:  # noqa: BLE001 - every rank hears of it
-        agreement.refuse(comm, kind, exc)
-        raise  # not reached
-
-
-def _fill(record: Any, offset: int, data: bytes, call: int, root: int, long_any: bool) -> None:
-    n = len(data)
-    _HEADER.pack_into(record, offset, n, call, root, long_any)
-    if n <= _INLINE:
-        record[offset + _HEADER.size:offset + _HEADER.size + n] = data
-
-
 def _long(length: int) -> int:
     """What a pickle of this length sends in the second call."""
     return length if length > _INLINE else 0
-
-
-def _inline(flat: memoryview, row: int, length: int) -> memoryview:
-    start = row * RECORD + _HEADER.size
-    return flat[start:start + length]
 
 
 def _bytes(data: bytes | bytearray) -> Any:
@@ -120,15 +89,30 @@ class _Records:
     rank's, and every rank's as an allgather brings them, with the headers
     read as numbers in place."""
 
-    __slots__ = ("mine", "mine_array", "rows", "flat", "heads", "rank", "size")
+    __slots__ = ("mine", "mine_array", "mine_view", "rows", "flat", "heads", "outgoing", "outgoing_array", "rank",
+                 "size", "_payload")
 
     def __init__(self, comm: Comm) -> None:
         self.rank, self.size = comm.world_rank, comm.world_size
         self.mine = bytearray(RECORD)
         self.mine_array = np.frombuffer(self.mine, np.uint8)
+        self.mine_view = memoryview(self.mine)
         self.rows = np.empty((self.size, RECORD), np.uint8)
         self.flat = self.rows.data.cast("B")
         self.heads = self.rows.view("<i8")[:, :4]
+        self.outgoing = bytearray(self.size * RECORD)  # a scatter's or alltoall's records, one per rank
+        self.outgoing_array = np.frombuffer(self.outgoing, np.uint8).reshape(self.size, RECORD)
+        self._payload = np.empty(0, np.uint8)
+
+    def payload(self, size: int) -> Any:
+        """Room for the long pickles of a call, kept for the next up to
+        _KEPT bytes (a fresh buffer of megabytes each call costs its page
+        faults each call, which here made a 1 MiB allreduce 5x mpi4py's)."""
+        if size > _KEPT:
+            return np.empty(size, np.uint8)
+        if self._payload.size < size:
+            self._payload = np.empty(size, np.uint8)
+        return self._payload[:size]
 
 
 def _records(comm: Comm) -> _Records:
@@ -142,47 +126,103 @@ def _records(comm: Comm) -> _Records:
 def _exchange(comm: Comm, pickle: Pickle, call: int, obj: Any, root: int = -1) -> list[Any] | None:
     """Every rank's object, unpickled, on every rank (root -1) or on root only
     (None elsewhere)."""
-    try:
-        data = pickle.dumps(obj)
-    except Exception as exc:  # noqa: BLE001 - every rank hears of it
-        agreement.refuse(comm, ALLGATHER, exc)
-        raise  # not reached
     records = _records(comm)
-    length, mine = len(data), records.mine
-    _HEADER.pack_into(mine, 0, length, call, root, False)
-    if length <= _INLINE:
-        mine[_HEADER.size:_HEADER.size + length] = data
+    data = _encode(comm, ALLGATHER, records.mine, pickle, obj, call, root)
     comm.allgather(records.mine_array, out=records.rows)
     heads = records.heads.tolist()
-    lengths = []
+    longest = 0
     for length, c, r, _ in heads:
         if c != call or r != root:
             _disagree(heads)
-        lengths.append(length)
-    here = root < 0 or records.rank == root
-    if max(lengths) > _INLINE:
-        return _exchange_long(comm, pickle, data, lengths, root)
-    if not here:
+        if length > longest:
+            longest = length
+    if longest > _INLINE:
+        return _exchange_long(comm, pickle, data, heads, root)
+    if root >= 0 and records.rank != root:
         return None
-    loads, flat, at = pickle.loads, records.flat, _HEADER.size
-    items = []
-    for length in lengths:
-        items.append(loads(flat[at:at + length]))
+    flat, at, items = records.flat, _HEADER.size, []
+    for length, _, _, encoding in heads:  # _decode's work, inline: this is the common case
+        if encoding == _FLOAT:
+            items.append(_FLOAT_BITS.unpack_from(flat, at)[0])
+        elif encoding == _INT:
+            items.append(_INT_BITS.unpack_from(flat, at)[0])
+        else:
+            items.append(pickle.loads(flat[at:at + length]))
         at += RECORD
     return items
 
 
-def _exchange_long(comm: Comm, pickle: Pickle, data: bytes, lengths: list[int], root: int) -> list[Any] | None:
+def _exchange_long(comm: Comm, pickle: Pickle, data: bytes, heads: list[list[int]], root: int) -> list[Any] | None:
     """_exchange's second call: the pickles too long for a record."""
-    flat = _records(comm).flat
-    longs = [_long(x) for x in lengths]
-    send = _bytes(data if longs[comm.world_rank] else b"")
-    payload = comm.allgatherv(send, longs) if root < 0 else comm.gatherv(send, longs, root=root)
-    if payload is None:  # not the root
+    records = _records(comm)
+    longs = [_long(h[0]) for h in heads]
+    send = _bytes(data if longs[records.rank] else b"")
+    here = root < 0 or records.rank == root
+    out = records.payload(sum(longs)) if here else None
+    if root < 0:
+        comm.allgatherv(send, longs, out=out)
+    else:
+        comm.gatherv(send, longs, root=root, out=out)
+    del send, data
+    if out is None:  # not the root
         return None
-    parts = _split(payload, longs)
-    loads = pickle.loads
-    return [loads(parts[i] if longs[i] else _inline(flat, i, lengths[i])) for i in range(len(lengths))]
+    flat, parts = records.flat, _split(out, longs)
+    return [pickle.loads(parts[i]) if longs[i] else _decode(pickle, flat, i * RECORD, head)
+            for i, head in enumerate(heads)]
+
+
+# How a record holds its object (the header's last field, in _exchange's
+# records): pickled, or a Python float or int (within int64) as its 8 bytes,
+# which unpickling would give back bit for bit, at a third of the cost.
+_PICKLED, _FLOAT, _INT = 0, 1, 2
+_FLOAT_BITS, _INT_BITS = struct.Struct("<d"), struct.Struct("<q")
+# in scatter's and alltoall's records, a flag beside the encoding: a second call follows
+_LONG_ANY, _LONG_MARK = 8, struct.Struct("<q")
+
+
+def _encode(comm: Comm, kind: int, record: bytearray, pickle: Pickle, obj: Any, call: int, root: int,
+            at: int = 0) -> bytes:
+    """obj into the record at `at` (the pickle if it does not fit); returns
+    the pickle (b"" for a number). An object that cannot be pickled fails
+    the call of `kind` on every rank."""
+    number = type(obj)
+    if number is float:
+        _HEADER.pack_into(record, at, 8, call, root, _FLOAT)
+        _FLOAT_BITS.pack_into(record, at + _HEADER.size, obj)
+        return b""
+    if number is int and -(1 << 63) <= obj < (1 << 63):
+        _HEADER.pack_into(record, at, 8, call, root, _INT)
+        _INT_BITS.pack_into(record, at + _HEADER.size, obj)
+        return b""
+    try:
+        data: bytes = pickle.dumps(obj)
+    except Exception as exc:  # noqa: BLE001 - every rank hears of it
+        agreement.refuse(comm, kind, exc)
+        raise  # not reached
+    length = len(data)
+    _HEADER.pack_into(record, at, length, call, root, _PICKLED)
+    if length <= _INLINE:
+        record[at + _HEADER.size:at + _HEADER.size + length] = data
+    return data
+
+
+def _mark_long(records: bytearray, n: int) -> None:
+    """Every one of n records says: some record of this call has a pickle
+    too long for it (the receivers' sign that a second call follows)."""
+    for i in range(n):
+        at = i * RECORD + _HEADER.size - 8
+        _LONG_MARK.pack_into(records, at, _LONG_MARK.unpack_from(records, at)[0] | _LONG_ANY)
+
+
+def _decode(pickle: Pickle, flat: memoryview, at: int, head: Any) -> Any:
+    """The object of the record at `at`, whose header is `head`."""
+    at += _HEADER.size
+    encoding = head[3] & ~_LONG_ANY
+    if encoding == _FLOAT:
+        return _FLOAT_BITS.unpack_from(flat, at)[0]
+    if encoding == _INT:
+        return _INT_BITS.unpack_from(flat, at)[0]
+    return pickle.loads(flat[at:at + head[0]])
 
 
 # -- mpi4py's orders of reduction ---------------------------------------------------
@@ -190,6 +230,8 @@ def _exchange_long(comm: Comm, pickle: Pickle, data: bytes, lengths: list[int], 
 def tree_reduce(items: list[Any], op: Callable[[Any, Any], Any]) -> Any:
     """mpi4py's reduction order: a binomial tree towards rank 0, each step
     op(lower ranks' partial, higher ranks' partial)."""
+    if len(items) == 2:
+        return op(items[0], items[1])
     items = list(items)
     n, step = len(items), 1
     while step < n:
@@ -238,11 +280,11 @@ def allreduce(comm: Comm, pickle: Pickle, obj: Any, op: Callable[[Any, Any], Any
 
 
 def gather(comm: Comm, pickle: Pickle, obj: Any, root: int) -> list[Any] | None:
-    return _exchange(comm, pickle, 2, obj, _root(comm, ALLGATHER, root))
+    return _exchange(comm, pickle, 2, obj, _root(comm, ALLGATHER, root, _records(comm).size))
 
 
 def reduce(comm: Comm, pickle: Pickle, obj: Any, op: Callable[[Any, Any], Any], root: int) -> Any:
-    items = _exchange(comm, pickle, 3, obj, _root(comm, ALLGATHER, root))
+    items = _exchange(comm, pickle, 3, obj, _root(comm, ALLGATHER, root, _records(comm).size))
     return None if items is None else tree_reduce(items, op)
 
 
@@ -258,38 +300,38 @@ def exscan(comm: Comm, pickle: Pickle, obj: Any, op: Callable[[Any, Any], Any]) 
     return doubling_scan(items, op, comm.world_rank, True)
 
 
-def names_no_rank(root: Any, size: int) -> bool:
-    """True for an integer root that is no rank of a comm of `size` (MPI
-    raises ERR_ROOT for it; mpi4py checks it on each rank). None (no root),
-    a rank, or what is not an integer at all (the call then fails on every
-    rank) is False."""
-    try:
-        return root is not None and not 0 <= operator.index(root) < size
-    except TypeError:
-        return False
+class NotHere(Exception):
+    """Raised before anything moves: the call is MPI's (a root that is a
+    number but no rank of the comm: MPI raises ERR_ROOT for it, as mpi4py's
+    programs and tests expect; every rank knows it from its own arguments)."""
 
 
-def _root(comm: Comm, kind: int, root: Any) -> int:
+def _root(comm: Comm, kind: int, root: Any, size: int) -> int:
     """A rank of the comm, as mpi4py takes it (an int, a bool or a numpy
-    integer); anything else fails the call on every rank."""
+    integer); a number that is no rank is MPI's to refuse (NotHere);
+    anything else fails the call on every rank."""
     try:
-        return operator.index(root)
+        r = operator.index(root)
     except TypeError:
         agreement.refuse(comm, kind, TypeError(f"root must be an integer, not {type(root).__name__}"))
         raise  # not reached
+    if not 0 <= r < size:
+        raise NotHere
+    return r
 
 
 def bcast(comm: Comm, pickle: Pickle, obj: Any, root: Any) -> Any:
-    root = _root(comm, BCAST, root)
     records = _records(comm)
+    if type(root) is not int or not 0 <= root < records.size:
+        root = _root(comm, BCAST, root, records.size)
     record, data = records.mine, b""
-    if comm.world_rank == root:
-        data = _dumps(comm, BCAST, pickle, obj)
-        _fill(record, 0, data, 0, root, False)
+    if records.rank == root:
+        data = _encode(comm, BCAST, record, pickle, obj, 0, root)
     comm.bcast(records.mine_array, root, out=records.mine_array)
-    length = _HEADER.unpack_from(record, 0)[0]
-    if not _long(length):
-        return pickle.loads(memoryview(record)[_HEADER.size:_HEADER.size + length])
+    head = _HEADER.unpack_from(record, 0)
+    length = head[0]
+    if length <= _INLINE:
+        return _decode(pickle, records.mine_view, 0, head)
     if comm.world_rank == root:
         comm.bcast(_bytes(data), root)
         return pickle.loads(data)
@@ -298,49 +340,65 @@ def bcast(comm: Comm, pickle: Pickle, obj: Any, root: Any) -> Any:
     return pickle.loads(payload)
 
 
+def _sequence(comm: Comm, kind: int, seq: Any, n: int) -> list[Any]:
+    """A scatter's or alltoall's sequence of one object per rank, as mpi4py
+    reads it (None: None to every rank); else the call fails on every rank."""
+    try:
+        items = [None] * n if seq is None else list(seq)
+        if len(items) != n:
+            raise ValueError(f"expecting {n} items, got {len(items)}")
+        return items
+    except Exception as exc:  # noqa: BLE001 - every rank hears of it
+        agreement.refuse(comm, kind, exc)
+        raise  # not reached
+
+
+def _outgoing(comm: Comm, kind: int, records: _Records, pickle: Pickle, seq: Any, root: int) -> list[bytes]:
+    """One record per rank from a sequence, in records.outgoing; returns the
+    pickles (b"" for numbers), the records marked if any is too long."""
+    n = records.size
+    datas = [_encode(comm, kind, records.outgoing, pickle, x, 0, root, i * RECORD)
+             for i, x in enumerate(_sequence(comm, kind, seq, n))]
+    if any(len(d) > _INLINE for d in datas):
+        _mark_long(records.outgoing, n)
+    return datas
+
+
+def _joined_long(datas: list[bytes]) -> tuple[Any, list[int]]:
+    """The pickles too long for their records, one after the other, and each one's count (0: none)."""
+    counts = [_long(len(d)) for d in datas]
+    return _bytes(b"".join(d for d, c in zip(datas, counts) if c)), counts
+
+
 def scatter(comm: Comm, pickle: Pickle, seq: Any, root: Any) -> Any:
-    root = _root(comm, SCATTER, root)
-    n, here = comm.world_size, comm.world_rank == root
-    send = None
-    datas: list[bytes] = []
+    records = _records(comm)
+    if type(root) is not int or not 0 <= root < records.size:
+        root = _root(comm, SCATTER, root, records.size)
+    here = records.rank == root
+    datas = _outgoing(comm, SCATTER, records, pickle, seq, root) if here else []
+    comm.scatter(records.outgoing_array if here else None, root, out=records.mine_array)
+    head = _HEADER.unpack_from(records.mine, 0)
+    if not head[3] & _LONG_ANY:
+        return _decode(pickle, records.mine_view, 0, head)
+    mine = np.empty(_long(head[0]), np.uint8)
     if here:
-        datas = _items(comm, SCATTER, pickle, seq)
-        long_any = any(_long(len(d)) for d in datas)
-        records = bytearray(n * RECORD)
-        for i, d in enumerate(datas):
-            _fill(records, i * RECORD, d, 0, root, long_any)
-        send = np.frombuffer(records, np.uint8).reshape(n, RECORD)
-    record = bytearray(RECORD)
-    comm.scatter(send, root, out=_bytes(record))
-    length, _, _, long_any = _HEADER.unpack_from(record, 0)
-    if not long_any:
-        return pickle.loads(memoryview(record)[_HEADER.size:_HEADER.size + length])
-    mine = np.empty(_long(length), np.uint8)
-    if here:
-        counts = [_long(len(d)) for d in datas]
-        comm.scatterv(_bytes(b"".join(d for d in datas if _long(len(d)))), counts, root=root, out=mine)
+        payload, counts = _joined_long(datas)
+        comm.scatterv(payload, counts, root=root, out=mine)
     else:
         comm.scatterv(None, root=root, out=mine)
-    return pickle.loads(mine if _long(length) else memoryview(record)[_HEADER.size:_HEADER.size + length])
+    return pickle.loads(mine) if mine.size else _decode(pickle, records.mine_view, 0, head)
 
 
 def alltoall(comm: Comm, pickle: Pickle, seq: Any) -> list[Any]:
-    n = comm.world_size
-    datas = _items(comm, ALLTOALL, pickle, seq)
-    long_any = any(_long(len(d)) for d in datas)
-    records = bytearray(n * RECORD)
-    for i, d in enumerate(datas):
-        _fill(records, i * RECORD, d, 0, -1, long_any)
-    rows = comm.alltoall(np.frombuffer(records, np.uint8).reshape(n, RECORD),
-                         out=np.empty((n, RECORD), np.uint8))
-    flat = rows.data.cast("B")
-    heads = [_HEADER.unpack_from(flat, i * RECORD) for i in range(n)]
-    lengths = [h[0] for h in heads]
-    parts: list[Any] = [None] * n
-    if any(h[3] for h in heads):  # each rank has every sender's flag: the same answer everywhere
-        sent = [_long(len(d)) for d in datas]
-        got = [_long(x) for x in lengths]
-        payload = comm.alltoallv(_bytes(b"".join(d for d in datas if _long(len(d)))), sent, None, got, None)
-        parts = _split(payload, got)
-    loads = pickle.loads
-    return [loads(parts[i] if _long(lengths[i]) else _inline(flat, i, lengths[i])) for i in range(n)]
+    records = _records(comm)
+    datas = _outgoing(comm, ALLTOALL, records, pickle, seq, -1)
+    comm.alltoall(records.outgoing_array, out=records.rows)
+    heads = records.heads.tolist()
+    flat = records.flat
+    if not any(h[3] & _LONG_ANY for h in heads):  # each rank has every sender's mark: the same answer everywhere
+        return [_decode(pickle, flat, i * RECORD, head) for i, head in enumerate(heads)]
+    payload, sent = _joined_long(datas)
+    got = [_long(h[0]) for h in heads]
+    parts = _split(comm.alltoallv(payload, sent, None, got, None), got)
+    return [pickle.loads(parts[i]) if got[i] else _decode(pickle, flat, i * RECORD, head)
+            for i, head in enumerate(heads)]
