@@ -10,7 +10,6 @@ repetitions of the slowest rank's time per call, with its min-max,
 accelerated then plain, and the ratios to plain and to the floor.
 """
 import argparse
-import statistics
 import time
 
 import numpy as np
@@ -18,7 +17,7 @@ from mpi4py import MPI
 
 import shmtopo
 from shmtopo import floor
-from shmtopo.bench import check_floor_held, mpi_library, print_load
+from shmtopo.bench import check_floor_held, mpi_library, print_against_mpi4py, print_load
 
 W = MPI.COMM_WORLD
 
@@ -74,12 +73,7 @@ def main():
     assert not delegated, delegated
     print(f"{W.size} ranks, {mpi_library()}; "
           f"floor (one line one way) {one_way * 1e6:.3f} us; per call, median (min-max) of {args.repeats}")
-    print(f"{'call':24} {'accelerated us':>24} {'mpi4py us':>24} {'x mpi4py':>9} {'x floor':>8}")
-    for name, (ours, theirs) in times.items():
-        a, b = statistics.median(ours), statistics.median(theirs)
-        cell = lambda s, m: f"{m * 1e6:.2f} ({min(s) * 1e6:.2f}-{max(s) * 1e6:.2f})"  # noqa: E731
-        ratio = f"{a / one_way:8.1f}" if one_way else f"{'-':>8}"
-        print(f"{name:24} {cell(ours, a):>24} {cell(theirs, b):>24} {a / b:9.2f} {ratio}")
+    print_against_mpi4py(times, one_way, "accelerated", width=24, digits=2)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 import shmtopo
 from shmtopo import floor
-from shmtopo.bench import check_floor_held, mpi_library, print_load
+from shmtopo.bench import check_floor_held, mpi_library, print_against_mpi4py, print_load
 
 W = MPI.COMM_WORLD
 
@@ -127,12 +127,7 @@ def main():
         return
     print(f"{W.size} ranks, {mpi_library()}; "
           f"floor (one line one way) {one_way * 1e6:.3f} us; per call, median (min-max) of {args.repeats}")
-    print(f"{'call':15} {'shmtopo us':>22} {'mpi4py us':>22} {'x mpi4py':>9} {'x floor':>8}")
-    for name, (ours, theirs) in times.items():
-        a, b = statistics.median(ours), statistics.median(theirs)
-        cell = lambda s, m: f"{m * 1e6:.3f} ({min(s) * 1e6:.3f}-{max(s) * 1e6:.3f})"  # noqa: E731
-        ratio = f"{a / one_way:8.1f}" if one_way else f"{'-':>8}"
-        print(f"{name:15} {cell(ours, a):>22} {cell(theirs, b):>22} {a / b:9.2f} {ratio}")
+    print_against_mpi4py(times, one_way, "shmtopo")
 
 
 if __name__ == "__main__":

@@ -130,6 +130,18 @@ def comm():
     c.free()
 
 
+@pytest.fixture(params=[None, 2], ids=["node", "nodes-of-2"])
+def acomm(request):
+    """The world, accelerated (shmtopo.accelerate): on this node, and on
+    simulated nodes of 2 ranks (hierarchical paths from 3 ranks on)."""
+    from mpi4py import MPI
+
+    skip_simulated_nodes_across_hosts(request.param)
+    a = shmtopo.accelerate(MPI.COMM_WORLD, node_size=request.param, timeout=60)
+    yield a
+    a.shm_free()
+
+
 def environment_without_a_job(env=None):
     """An environment (default CLEAN_ENV) with no trace of the job this
     process belongs to: no MPI launcher's variables, no shmtopo launcher's;

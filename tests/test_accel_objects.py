@@ -13,19 +13,10 @@ from mpi4py import MPI
 import shmtopo
 from shmtopo.accel import objects
 from shmtopo.errors import ShmtopoArgumentError
-from conftest import skip_simulated_nodes_across_hosts
 from values import culprits
 
 WORLD = MPI.COMM_WORLD
 LONG = objects.RECORD  # a pickle of more than this takes the second call
-
-
-@pytest.fixture(params=[None, 2], ids=["node", "nodes-of-2"])
-def acomm(request):
-    skip_simulated_nodes_across_hosts(request.param)
-    a = shmtopo.accelerate(WORLD, node_size=request.param, timeout=60)
-    yield a
-    a.shm_free()
 
 
 def values(rank):

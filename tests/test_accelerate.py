@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import shmtopo
 from shmtopo.accel.comm import LOWER_CASE
-from conftest import run_mpiexec, skip_simulated_nodes_across_hosts
+from conftest import run_mpiexec
 from values import culprits, same_bits, small_ints
 
 WORLD = MPI.COMM_WORLD
@@ -42,14 +42,6 @@ def ops_for(name):
 
 def roots(n):
     return sorted({0, n // 2, n - 1})  # first, middle, last
-
-
-@pytest.fixture(params=[None, 2], ids=["node", "nodes-of-2"])
-def acomm(request):
-    skip_simulated_nodes_across_hosts(request.param)
-    a = shmtopo.accelerate(WORLD, node_size=request.param, timeout=60)
-    yield a
-    a.shm_free()
 
 
 def accelerated_only(acomm):

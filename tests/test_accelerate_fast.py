@@ -41,13 +41,6 @@ PLAIN_DTYPES = sorted((d for d in _types.DTYPES if _has_mpi_type(d)), key=str)
 ORDERED_DTYPES = [d for d in PLAIN_DTYPES if d.kind in "iuf"]  # MPI defines SUM and MAX on them
 
 
-@pytest.fixture(params=[None, 2], ids=["node", "nodes-of-2"])
-def acomm(request):
-    a = shmtopo.accelerate(WORLD, node_size=request.param, timeout=60)
-    yield a
-    a.shm_free()
-
-
 @pytest.fixture
 def planned(monkeypatch):
     """{planner name: calls}: every call that went through the planner."""

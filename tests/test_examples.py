@@ -136,6 +136,20 @@ def test_small_calls_benchmark_runs():
     _assert_floor_checked(proc.stdout, 2)
 
 
+def test_objects_benchmark_runs():
+    """benchmarks/objects.py prints every lower-case call of objects, the
+    drop-in's beside mpi4py's, with the floor (a short run)."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "objects.py"
+    proc = run_mpiexec(2, [sys.executable, script, "--calls", "20", "--repeats", "3"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines()
+            if line.startswith(("allreduce(", "bcast(", "allgather(", "gather(", "scatter(", "alltoall(", "scan(",
+                                "barrier("))]
+    assert len(rows) == 12, proc.stdout
+    assert all(float(r.split()[-1]) > 0 and float(r.split()[-2]) > 0 for r in rows), proc.stdout
+    _assert_floor_checked(proc.stdout, 2)
+
+
 def test_small_call_layers_run():
     """benchmarks/small_calls.py --layers prints every layer of an 8-byte
     allreduce with its time and ratio to the floor (a short run)."""

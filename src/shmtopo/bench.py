@@ -119,6 +119,21 @@ def _times_floor(t: float, floor: float) -> str:
     return f"{t / floor:.2f}" if floor > 0 else "-"
 
 
+def print_against_mpi4py(times: dict[str, tuple[list[float], list[float]]], one_way: float, ours: str,
+                         width: int = 15, digits: int = 3) -> None:
+    """The table of a benchmark that times each call both ways: per name,
+    shmtopo's and mpi4py's median seconds per call over the repetitions
+    (min-max), in µs, their ratio, and shmtopo's as a multiple of one_way
+    (the floor: one cache line one way; 0 where there is none)."""
+    cells = 2 * digits + 16
+    print(f"{'call':{width}} {ours + ' us':>{cells}} {'mpi4py us':>{cells}} {'x mpi4py':>9} {'x floor':>8}")
+    for name, (mine, theirs) in times.items():
+        a, b = Stat.of(mine), Stat.of(theirs)
+        cell = [f"{s.median * 1e6:.{digits}f} ({s.lo * 1e6:.{digits}f}-{s.hi * 1e6:.{digits}f})" for s in (a, b)]
+        ratio = f"{a.median / one_way:8.1f}" if one_way else f"{'-':>8}"
+        print(f"{name:{width}} {cell[0]:>{cells}} {cell[1]:>{cells}} {a.median / b.median:9.2f} {ratio}")
+
+
 def mpi_library() -> str:
     """The first line of the MPI library's version (Open MPI ends its string
     with a NUL, which would end up in tables and titles)."""
