@@ -135,3 +135,21 @@ def test_wrong_lengths_and_disagreements_fail_every_rank(acomm):
             raises_everywhere(lambda: acomm.gather(1) if rank == culprit else acomm.allgather(1), "ranks disagree")
         raises_everywhere(lambda: acomm.bcast(1, root="0" if rank == culprit else 0), f"rank {culprit}", "root")
     assert acomm.allgather(rank) == list(range(n))
+
+
+def test_results_are_not_views_of_the_buffers_a_comm_keeps(acomm):
+    """The records and the room for long pickles are kept between calls:
+    what a call returned must not change with the next call."""
+    rank, n = WORLD.rank, WORLD.size
+    first = acomm.allgather(np.full(1000, rank, float))  # pickles too long for a record
+    gathered = acomm.gather(np.full(500, rank, float), root=0)
+    scattered = acomm.scatter([np.full(300, r, float) for r in range(n)] if rank == 0 else None)
+    exchanged = acomm.alltoall([np.full(300, 10 * rank + r, float) for r in range(n)])
+    numbers = acomm.allgather(rank + 0.5)
+    acomm.allgather(np.zeros(1000)), acomm.gather(np.zeros(500)), acomm.allgather(-1.0)
+    acomm.scatter([np.zeros(300)] * n if rank == 0 else None), acomm.alltoall([np.zeros(300)] * n)
+    assert all((x == r).all() for r, x in enumerate(first))
+    assert rank != 0 or all((x == r).all() for r, x in enumerate(gathered))
+    assert (scattered == rank).all()
+    assert all((x == 10 * r + rank).all() for r, x in enumerate(exchanged))
+    assert numbers == [r + 0.5 for r in range(n)]
