@@ -150,6 +150,21 @@ def test_objects_benchmark_runs():
     _assert_floor_checked(proc.stdout, 2)
 
 
+def test_c_against_mpi_benchmark_runs(tmp_path):
+    """benchmarks/c_against_mpi.c builds warning-free with the MPI's own
+    compiler wrapper and prints every row, shmtopo's C API beside the MPI
+    library's calls (a short run: sizes to 16 KiB, one block)."""
+    from test_kupl import build, mpicc
+
+    exe = build(tmp_path, "c_against_mpi", [mpicc(), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"],
+                Path(__file__).resolve().parent.parent / "benchmarks" / "c_against_mpi.c")
+    proc = run_mpiexec(2, [exe, "16384", "1"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("fence", "allreduce", "bcast"))]
+    assert [r[0] for r in rows] == ["fence"] + ["allreduce", "bcast"] * 5, proc.stdout
+    assert all(float(r[-1]) > 0 for r in rows), proc.stdout
+
+
 def test_small_call_layers_run():
     """benchmarks/small_calls.py --layers prints every layer of an 8-byte
     allreduce with its time and ratio to the floor (a short run)."""
