@@ -4,16 +4,18 @@ accelerated comm's shared memory, with mpi4py's results.
 
 Each object travels as mpi4py's own pickler makes it (``MPI.pickle``:
 protocol 5 unless the program changed it, or cloudpickle if it set that),
-and each rank gets its own unpickled copy, as under mpi4py. Reductions
+a Python float or int (within int64) as its 8 bytes, and each rank gets
+its own copy, as under mpi4py. Reductions
 apply the program's op (an ``MPI.Op`` or any callable) in the association
 of mpi4py's binomial tree (``op(op(x0, x1), op(x2, x3))``; the scans its
 recursive doubling), so that a float sum has mpi4py's bits at any size.
 
-A call first moves one fixed-size record per rank: a header (the pickle's
-length, which call, its root, whether a pickle is too long for a record)
-and the pickle itself when it fits (most numbers, small arrays and small
+A call first moves one fixed-size record per rank: a header (the length
+of the object's bytes, which call, its root, how the object is encoded)
+and those bytes when they fit (numbers, small arrays and small
 containers). Only when some pickle does not fit does a second call move
-the long ones, with counts every rank has learnt from the records.
+the long ones, with counts every rank has learnt from the records,
+through room the comm keeps for the next call.
 
 A rank whose object cannot be pickled, or whose root passes a sequence of
 the wrong length (scatter, alltoall), fails the first call's agreement, so
