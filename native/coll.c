@@ -47,10 +47,16 @@
 #define SC_MIN_OVERSUBSCRIBED ((size_t)4 << 20)
 /* reduce, measured alike on 2 ranks: 1.16x the time at 16 KiB, 0.7-1.0x at
  * 24-48 KiB, 1.05x at 64 KiB (flat reduce needs one step, single copy two),
- * 0.56-0.76x from 128 KiB on; oversubscribed 0.6-0.76x from 4 MiB on.
- * allreduce takes SC_MIN: 0.54-0.65x from 16 KiB to 8 MiB, oversubscribed
- * 0.67-0.74x from 4 MiB on (1.0x below, on the same path). */
+ * 0.56-0.76x from 128 KiB on; oversubscribed 0.6-0.76x from 4 MiB on. */
 #define SC_MIN_REDUCE ((size_t)128 << 10)
+/* allreduce and bcast from C (benchmarks/c_against_mpi.c, KUPL's persistent
+ * calls, 2 ranks, Open MPI 4.1.4, median of 9 blocks, single copy on against
+ * SHMTOPO_SINGLE_COPY=0): allreduce 1.63x the time at 16 KiB, 1.13x at 32 KiB,
+ * 0.83x at 64 KiB, 0.83x at 128 KiB; bcast 1.21x at 16 KiB, 0.79x at 32 KiB,
+ * 0.56x at 64 KiB. (At 16 KiB single copy made allreduce 1.28x Open MPI's
+ * MPI_Allreduce and 1.42x MPICH's.) */
+#define SC_MIN_ALLREDUCE ((size_t)64 << 10)
+#define SC_MIN_BCAST ((size_t)32 << 10)
 
 static char *buffer(const shmtopo_comm_t *comm, int rank, int which)
 {
@@ -125,7 +131,12 @@ size_t shmtopo_coll_sc_min(const shmtopo_comm_t *comm, int kind)
                              kind == SHMTOPO_KIND_SCATTERV || kind == SHMTOPO_KIND_ALLTOALLV;
     if (comm->oversubscribed)
         return moves_blocks ? SC_MIN : SC_MIN_OVERSUBSCRIBED;
-    return kind == SHMTOPO_KIND_REDUCE ? SC_MIN_REDUCE : SC_MIN;
+    switch (kind) {
+    case SHMTOPO_KIND_REDUCE: return SC_MIN_REDUCE;
+    case SHMTOPO_KIND_ALLREDUCE: return SC_MIN_ALLREDUCE;
+    case SHMTOPO_KIND_BCAST: return SC_MIN_BCAST;
+    default: return SC_MIN;
+    }
 }
 
 /* [part(n, i, P), part(n, i + 1, P)): the i-th of P near-equal parts of n

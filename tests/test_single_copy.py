@@ -22,6 +22,8 @@ import shmtopo
 SC_MIN = 16 * 1024          # native/coll.c SC_MIN: single copy from this many bytes on,
 SC_MIN_OVERSUBSCRIBED = 4 << 20  # and from this many with more ranks than CPUs
 SC_MIN_REDUCE = 128 << 10        # SC_MIN_REDUCE: reduce from this many
+SC_MIN_ALLREDUCE = 64 << 10      # SC_MIN_ALLREDUCE: allreduce from this many
+SC_MIN_BCAST = 32 << 10          # SC_MIN_BCAST: bcast from this many
 SC_ROUND = 32 << 20         # native/coll.c SC_ROUND: bytes per round of copying
 WORLD = MPI.COMM_WORLD
 PATH_KINDS = ("bcast", "allgather", "allreduce", "reduce")  # collectives with a single-copy path
@@ -58,6 +60,7 @@ def test_bcast_matches_mpi4py(monkeypatch, setting):
         assert comm.single_copy == (None if setting == "0" else "cma")
         cases = [(SC_MIN - 1, np.uint8), (SC_MIN, np.uint8), (SC_MIN + 1, np.uint8),
                  (SC_MIN - 8, np.float64), (SC_MIN + 8, np.float64), (4 * SC_MIN + 4095, np.uint8),
+                 (SC_MIN_BCAST - 1, np.uint8), (SC_MIN_BCAST, np.uint8), (SC_MIN_BCAST + 8, np.float64),
                  ((3 << 20) + 5, np.uint8), (1 << 20, np.int32),
                  (SC_MIN_OVERSUBSCRIBED - 1, np.uint8), (SC_MIN_OVERSUBSCRIBED + 4097, np.uint8)]
         for nbytes, dtype in cases:
@@ -88,7 +91,7 @@ def test_bcast_over_several_rounds(monkeypatch, setting):
 def sizes_around_thresholds(itemsize):
     """Element counts just below, at and above both thresholds, and odd ones."""
     counts = set()
-    for threshold in (SC_MIN, SC_MIN_REDUCE, SC_MIN_OVERSUBSCRIBED):
+    for threshold in (SC_MIN, SC_MIN_REDUCE, SC_MIN_ALLREDUCE, SC_MIN_OVERSUBSCRIBED):
         at = threshold // itemsize
         counts |= {at - 1, at, at + 1}
     return sorted(counts | {3 * SC_MIN // itemsize + 7, (1 << 20) // itemsize + 3})
