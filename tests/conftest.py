@@ -9,6 +9,7 @@ import gc
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import subprocess
@@ -100,6 +101,9 @@ def pytest_runtest_makereport(item, call):
         sys.stderr.write(f"\n[rank {WORLD.Get_rank()}] {item.nodeid} FAILED ({report.when}):\n"
                          f"{report.longreprtext}\n[rank {WORLD.Get_rank()}] aborting the MPI job\n")
         sys.stderr.flush()
+        # MPICH's launcher across hosts ends the job on the abort before it has
+        # forwarded what the ranks wrote (one CI run: the whole output lost)
+        time.sleep(0.5)
         WORLD.Abort(1)
 
 
