@@ -179,7 +179,7 @@ def _exchange_long(comm: Comm, pickle: Pickle, data: bytes, heads: list[list[int
 _PICKLED, _FLOAT, _INT = 0, 1, 2
 _FLOAT_BITS, _INT_BITS = struct.Struct("<d"), struct.Struct("<q")
 # in scatter's and alltoall's records, a flag beside the encoding: a second call follows
-_LONG_ANY, _LONG_MARK = 8, struct.Struct("<q")
+_LONG_ANY = 8
 
 
 def _encode(comm: Comm, kind: int, record: bytearray, pickle: Pickle, obj: Any, call: int, root: int,
@@ -212,8 +212,8 @@ def _mark_long(records: bytearray, n: int) -> None:
     """Every one of n records says: some record of this call has a pickle
     too long for it (the receivers' sign that a second call follows)."""
     for i in range(n):
-        at = i * RECORD + _HEADER.size - 8
-        _LONG_MARK.pack_into(records, at, _LONG_MARK.unpack_from(records, at)[0] | _LONG_ANY)
+        at = i * RECORD + _HEADER.size - _INT_BITS.size  # the header's last field, an int64
+        _INT_BITS.pack_into(records, at, _INT_BITS.unpack_from(records, at)[0] | _LONG_ANY)
 
 
 def _decode(pickle: Pickle, flat: memoryview, at: int, head: Any) -> Any:
