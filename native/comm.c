@@ -449,6 +449,20 @@ int shmtopo_comm_single_copy(const shmtopo_comm_t *comm)
     return comm ? comm->single_copy : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
 }
 
+int shmtopo_comm_set_waits(shmtopo_comm_t *comm, int64_t spin_ns, int64_t yield_ns)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (spin_ns < -1 || yield_ns < -1)
+        return shmtopo_fail(EINVAL, -1, "spin and yield must be >= 0 ns (-1: as they are), not %lld and %lld",
+                            (long long)spin_ns, (long long)yield_ns);
+    if (spin_ns >= 0)
+        comm->config.spin_ns = spin_ns;
+    if (yield_ns >= 0)
+        comm->config.yield_ns = yield_ns;
+    return 0;
+}
+
 int shmtopo_comm_set_timeout(shmtopo_comm_t *comm, double seconds)
 {
     if (!comm)

@@ -129,6 +129,13 @@ int shmtopo_comm_set_span(shmtopo_comm_t *comm, int world_size, const int *world
 /* Seconds any wait of the comm (and of windows allocated later) may last;
  * 0: forever. Default: SHMTOPO_TIMEOUT. */
 int shmtopo_comm_set_timeout(shmtopo_comm_t *comm, double seconds);
+/* Local: how this rank's waits in the comm's calls spend their time before
+ * they sleep on the awaited word: spin for spin_ns, then yield for
+ * yield_ns (-1 keeps one as it is: SHMTOPO_SPIN_NS / SHMTOPO_YIELD_NS, else
+ * chosen by oversubscription).
+ * A thread that shares its core with the program's own work (a progress
+ * thread) should not spin. */
+int shmtopo_comm_set_waits(shmtopo_comm_t *comm, int64_t spin_ns, int64_t yield_ns);
 double shmtopo_comm_timeout(const shmtopo_comm_t *comm);
 /* 1 when a failed wait left the comm unusable (only free/abandon work). */
 int shmtopo_comm_broken(const shmtopo_comm_t *comm);

@@ -26,7 +26,7 @@ from conftest import CLEAN_ENV, REPEATED_RUN, SANITIZED, fetch_sdist, run_mpiexe
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RUNNER = HERE / "scripts" / "mpi4py_suite.py"
-MODULES = ["test_cco_buf", "test_cco_vec", "test_cco_pr_buf", "test_cco_obj"]
+MODULES = ["test_cco_buf", "test_cco_vec", "test_cco_pr_buf", "test_cco_obj", "test_cco_nb_buf", "test_cco_nb_vec"]
 # test_rma and test_rma_nb make their windows with Win.Create: the runner
 # makes those shared windows (--windows shared), so that their one-sided
 # calls run in shared memory; test_win checks each flavour as made.

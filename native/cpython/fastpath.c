@@ -39,6 +39,7 @@
 #include "comm.h"
 #include "request.h"
 #include "accel_comm.h"
+#include "nonblocking.h"
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL, "Bind numpy, the op table, the window size rule and the error makers (shmtopo internal)."},
@@ -90,7 +91,7 @@ PyMODINIT_FUNC PyInit__fastpath(void)
 {
     if (PyType_Ready(&NativeWindowType) < 0 || PyType_Ready(&RmaStateType) < 0 || PyType_Ready(&WinFastType) < 0
         || PyType_Ready(&NativeCommType) < 0 || PyType_Ready(&CommFastType) < 0 || PyType_Ready(&CallCountsType) < 0
-        || PyType_Ready(&NativeRequestType) < 0
+        || PyType_Ready(&NativeRequestType) < 0 || PyType_Ready(&DoorbellType) < 0
         || comm_init_names() < 0)
         return NULL;
     for (int code = 0; code < NDTYPES; code++)
@@ -110,12 +111,14 @@ PyMODINIT_FUNC PyInit__fastpath(void)
     Py_INCREF(&CommFastType);
     Py_INCREF(&CallCountsType);
     Py_INCREF(&NativeRequestType);
+    Py_INCREF(&DoorbellType);
     if (PyModule_AddObject(m, "RmaState", (PyObject *)&RmaStateType) < 0
         || PyModule_AddObject(m, "WinFast", (PyObject *)&WinFastType) < 0
         || PyModule_AddObject(m, "NativeComm", (PyObject *)&NativeCommType) < 0
         || PyModule_AddObject(m, "CommFast", (PyObject *)&CommFastType) < 0
         || PyModule_AddObject(m, "CallCounts", (PyObject *)&CallCountsType) < 0
-        || PyModule_AddObject(m, "NativeRequest", (PyObject *)&NativeRequestType) < 0) {
+        || PyModule_AddObject(m, "NativeRequest", (PyObject *)&NativeRequestType) < 0
+        || PyModule_AddObject(m, "Doorbell", (PyObject *)&DoorbellType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

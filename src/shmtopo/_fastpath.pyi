@@ -63,6 +63,15 @@ class NativeRequest:
     def start(self) -> None:
         """Collective: run the collective once on the request's arrays."""
 
+class Doorbell:
+    """How a progress thread learns, without the GIL, that a posted call waits for it."""
+    def ring(self) -> None: ...
+    def take(self) -> None: ...
+    def close(self) -> None: ...
+    def wait(self, grace: float) -> None:
+        """Sleep without the GIL until a posted call has gone untaken for
+        grace seconds, or the bell is closed."""
+
 class CommFast:
     """The plain buffer collectives of an accelerated comm, in C: Barrier,
     Bcast, Reduce, Allreduce, Allgather, Alltoall, Reduce_scatter_block,

@@ -285,6 +285,16 @@ class Comm(NativeComm, Collective):
         """Seconds any wait may last (0: forever)."""
         return float(lib.shmtopo_comm_timeout(self.handle))
 
+    def set_waits(self, spin: float | None = None, yielding: float | None = None) -> None:
+        """Local: how this rank's waits in the comm's calls spend their time
+        before they sleep on what they wait for: ``spin`` seconds spinning,
+        then ``yielding`` seconds yielding the CPU (None keeps one as it is:
+        SHMTOPO_SPIN_NS / SHMTOPO_YIELD_NS, else chosen by oversubscription).
+        A thread sharing its core with the program's own work should not spin."""
+        def ns(seconds: float | None) -> int:
+            return -1 if seconds is None else round(float(seconds) * 1e9)
+        check(lib.shmtopo_comm_set_waits(self.handle, ns(spin), ns(yielding)))
+
     @property
     def mpi(self) -> Any:
         """The node-local mpi4py communicator (None for from_callbacks)."""

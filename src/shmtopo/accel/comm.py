@@ -15,8 +15,10 @@ so that their results are MPI's. Gather, Scatter, their v-variants,
 Allgatherv, Alltoallv, Reduce_scatter, Scan and Exscan do the same through
 the core's lower-case calls. The lower-case collectives of Python objects
 (bcast, allreduce, ...) run in shared memory with mpi4py's results
-(accel/objects.py). The persistent ``..._init`` calls return
-requests whose ``Start`` makes the blocking call. Dup, Split, Create_cart and
+(accel/objects.py). The nonblocking ones (Iallreduce, ...) run as the
+blocking call on a progress thread of the comm's own (accel/nonblocking.py).
+The persistent ``..._init`` calls return requests whose ``Start`` makes the
+blocking call. Dup, Split, Create_cart and
 the other constructors return accelerated comms of their own class.
 
 Every rank takes the same path: a rank on shmtopo's path waits in shmtopo,
@@ -55,7 +57,7 @@ from .._native import lib
 from ..comm import Comm
 from ..job import on_free, release_at_finalize
 from ..errors import DelegatedToMPI, FreedError, ShmtopoArgumentError, ShmtopoValueError
-from . import objects, plans
+from . import nonblocking, objects, plans
 from .buffers import Array
 from .plans import Call
 from .tables import SUM_DEFAULT, LeftToMPI, Tables, get_tables
@@ -75,12 +77,7 @@ LOWER_CASE = ("Gather", "Gatherv", "Scatter", "Scatterv", "Allgatherv", "Alltoal
 PERSISTENT = tuple(f"{name}_init" for name in ACCELERATED + LOWER_CASE)
 
 #: Upper-case collectives that always go to the wrapped communicator.
-MPI_ONLY = (
-    "Alltoallw",
-    "Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iallgather", "Iallgatherv",
-    "Ialltoall", "Ialltoallv", "Ialltoallw", "Ireduce", "Iallreduce", "Ireduce_scatter_block",
-    "Ireduce_scatter", "Iscan", "Iexscan", "Alltoallw_init",
-)
+MPI_ONLY = ("Alltoallw", "Alltoallw_init")
 
 #: Constructors whose new communicator comes back accelerated (COMM_NULL as it is).
 CONSTRUCTORS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create", "Create_group")
@@ -127,24 +124,30 @@ class _Side:
     """An accelerated comm's shmtopo side, which its copies (``copy.copy``,
     ``type(c)(c)``) share: the shmtopo comm once made, and whether it is
     still to be made (a derived comm makes it at its first call that shmtopo
-    would run). Dropped (locally) by Free(), shm_free(), at exit, at
+    would run), and the progress of its nonblocking collectives once one is
+    posted. Dropped (locally) by Free(), shm_free(), at exit, at
     MPI_Finalize, when MPI frees the handle, or when the last copy is gone."""
 
-    __slots__ = ("shm", "lazy", "__weakref__")
+    __slots__ = ("shm", "lazy", "progress", "__weakref__")
 
     def __init__(self, shm: Comm | None = None, lazy: bool = True) -> None:
         self.shm, self.lazy = shm, lazy
+        self.progress: nonblocking.Progress | None = None
 
     def _release(self) -> None:
-        """Local: drop the shmtopo comm, as a clean departure (Comm.release)."""
+        """Local: drop the shmtopo comm, as a clean departure (Comm.release);
+        the nonblocking collectives posted still run, then their thread ends."""
         shm, self.shm, self.lazy = self.shm, None, False
+        progress, self.progress = self.progress, None
+        if progress is not None:
+            progress.close()
         if shm is not None:
             shm.release()
 
     def __del__(self) -> None:
         # dropped without Free(), as mpi4py programs drop communicators: the
         # release is local, so the garbage collector may do it
-        if self.shm is not None:
+        if self.shm is not None or self.progress is not None:
             try:
                 self._release()
             except Exception:  # noqa: BLE001 - nothing to tell from a collector
@@ -234,6 +237,11 @@ class AcceleratedComm:
         fast, handed = self._fast_counts.count_of, self._fast_counts.delegated_of
         counts = {name: (n[0] + fast(name), n[1] + handed(name)) for name, n in self._stats.items()}
         return {name: n for name, n in counts.items() if n[0] or n[1]}
+
+    def delegated(self, name: str) -> int:
+        """Local: how many ``name`` calls went to MPI (shm_stats' second count)."""
+        stats = self._stats.get(name)
+        return self._fast_counts.delegated_of(name) + (stats[1] if stats is not None else 0)
 
     def __repr__(self) -> str:
         return f"<shmtopo.{type(self).__name__} of {self.mpi_comm!r}>"
@@ -363,6 +371,36 @@ class AcceleratedComm:
         result = getattr(self._mpi(), name)(*args, **kwargs)
         self._stats[name][1] += 1
         return result
+
+    def _nonblocking(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A nonblocking collective: its request, the blocking call posted
+        to this comm's progress thread (nonblocking.py); MPI's own call once
+        the shmtopo comm is freed, or where no second thread may call MPI."""
+        side, MPI = self._side, self._tables.MPI
+        if (side.shm is None and not side.lazy) or not nonblocking.threads_may_call_mpi(MPI):
+            return self._mpi_only_call(name, *args, **kwargs)
+        progress = side.progress
+        if progress is None:
+            progress = side.progress = self._progress()
+        call = nonblocking.Call(name[1].upper() + name[2:], args, kwargs)
+        request = nonblocking.new_request(MPI, progress, call)
+        progress.post(call)
+        return request
+
+    def _progress(self) -> nonblocking.Progress:
+        """Local (it posts a nonblocking Idup, in its place among the
+        collectives): the progress of this comm's nonblocking collectives,
+        on a duplicate of the comm their thread makes usable."""
+        dup, opened = self._plain().Idup()
+        stats = self._stats
+
+        def count(name: str, accelerated: bool) -> None:
+            stats["I" + name.lower()][0 if accelerated else 1] += 1
+        nonblocking.hook_finalize(self._tables.MPI)
+        private = self._wrapped(dup)
+        # its thread shares a core with the program's own work: it does not spin
+        private._options = {**self._options, "waits": nonblocking.WAITS}
+        return nonblocking.Progress(private, opened, count)
 
     # -- the accelerated collectives --------------------------------------
     def Barrier(self) -> None:
@@ -794,6 +832,20 @@ for _name in MPI_ONLY:
 del _name
 
 
+def _nonblocking_method(name: str) -> Callable[..., Any]:
+    def method(self: AcceleratedComm, *args: Any, **kwargs: Any) -> Any:
+        return self._nonblocking(name, args, kwargs)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (f"Collective, nonblocking: mpi4py's ``{name}``, as ``{name[1:]}`` on this comm's progress "
+                      "thread (in shared memory where that call would be); returns an ``MPI.Grequest``.")
+    return method
+
+
+for _name in nonblocking.NONBLOCKING:
+    setattr(AcceleratedComm, _name, _nonblocking_method(_name))
+del _name
+
+
 def _cart_sub(self: AcceleratedComm, remain_dims: Any) -> Any:
     """Collective: mpi4py's ``Cartcomm.Sub``, an accelerated Cartcomm."""
     return self._wrapped(self._mpi().Sub(remain_dims))
@@ -882,7 +934,10 @@ def accelerate(comm: Any = None, *, node_size: int | None = None,
 def _set_up(side: _Side, comm: Any, options: dict[str, Any]) -> None:
     """Collective over ``comm``: make a derived comm's shmtopo comm (a
     failure raises on every rank, and the next call tries again)."""
-    side.shm = Comm.from_mpi(comm, **options)
+    waits = options.get("waits")
+    side.shm = Comm.from_mpi(comm, node_size=options["node_size"], timeout=options["timeout"])
+    if waits is not None:
+        side.shm.set_waits(*waits)
     side.lazy = False
     _hold(side, comm)
 

@@ -1,0 +1,116 @@
+"""Nonblocking collectives on an accelerated comm (shmtopo.accelerate), each
+next to the same call on the plain mpi4py comm, interleaved: waited at once
+(what the request costs), and a 1 MiB Iallreduce overlapped with 1 ms of
+sleep (a wait that leaves the CPU free, as for I/O) and with about 1 ms of
+computation (numpy, which lets the progress thread run beside it).
+
+    mpiexec -n 2 python benchmarks/nonblocking.py [--calls 2000] [--repeats 7]
+
+Prints the load before the run, then per row the median over the
+repetitions of the slowest rank's time per iteration, with its min-max,
+accelerated then plain, and the ratio. Each overlap row comes after its
+floor: the sleep or the computation alone, and the blocking 1 MiB
+Allreduce alone (an overlap is perfect where the row equals the larger).
+With as many ranks as cores, the computation and the progress thread
+share each core: the Allreduce's own CPU time then adds to the row.
+"""
+import argparse
+import os
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the computation takes one core per rank
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import shmtopo  # noqa: E402
+from shmtopo.bench import mpi_library, print_against_mpi4py, print_load  # noqa: E402
+
+W = MPI.COMM_WORLD
+MIB = 1 << 17  # doubles in 1 MiB
+
+
+class Work:
+    """About `seconds` of computation that releases the GIL (numpy ufuncs
+    on 256 KiB arrays), the same number of passes on every rank."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.a, self.b, self.c = (np.random.default_rng(1).random(1 << 15) for _ in range(3))
+        passes = 1
+        while True:
+            t0 = time.perf_counter()
+            self.run(passes)
+            took = time.perf_counter() - t0
+            if took > seconds / 4:
+                break
+            passes *= 2
+        self.passes = W.allreduce(max(1, round(passes * seconds / took)), op=MPI.MAX)
+
+    def run(self, passes: int | None = None) -> None:
+        for _ in range(self.passes if passes is None else passes):
+            np.multiply(self.a, self.b, out=self.c)
+            np.add(self.c, self.a, out=self.c)
+
+
+def rows(rank: int, work: Work) -> dict:
+    """name: (one iteration on a comm, iterations per timing relative to --calls)."""
+    small, small_out = np.full(1, 0.5 * rank), np.empty(1)
+    big, big_out = np.full(MIB, 0.5 * rank), np.empty(MIB)
+    bcast = np.zeros(1)
+
+    def overlapped(c, run=work.run):
+        request = c.Iallreduce(big, big_out)
+        run()
+        request.Wait()
+
+    def sleep():
+        time.sleep(work.seconds)
+
+    return {
+        "Iallreduce 8 B, Wait": (lambda c: c.Iallreduce(small, small_out).Wait(), 1),
+        "Ibcast 8 B, Wait": (lambda c: c.Ibcast(bcast, root=0).Wait(), 1),
+        "Ibarrier, Wait": (lambda c: c.Ibarrier().Wait(), 1),
+        "Iallreduce 1 MiB, Wait": (lambda c: c.Iallreduce(big, big_out).Wait(), 0.05),
+        "Allreduce 1 MiB alone": (lambda c: c.Allreduce(big, big_out), 0.05),
+        "sleep alone": (lambda c: sleep(), 0.05),
+        "Iallreduce 1 MiB + sleep, Wait": (lambda c: overlapped(c, sleep), 0.05),
+        "compute alone": (lambda c: work.run(), 0.05),
+        "Iallreduce 1 MiB + compute, Wait": (overlapped, 0.05),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=2000, help="iterations per timing of the small rows (default 2000)")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved repetitions (default 7)")
+    p.add_argument("--compute", type=float, default=1e-3, help="seconds of computation to overlap (default 0.001)")
+    args = p.parse_args()
+    if W.rank == 0:
+        print_load()
+    acomm = shmtopo.accelerate(W)
+    work = Work(args.compute)
+    table = rows(W.rank, work)
+    times = {name: ([], []) for name in table}
+    for _ in range(args.repeats):
+        for name, (step, share) in table.items():
+            count = max(1, int(args.calls * share))
+            for side, comm in enumerate((acomm, W)):
+                step(comm)  # warm
+                W.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(count):
+                    step(comm)
+                times[name][side].append(W.allreduce((time.perf_counter() - t0) / count, op=MPI.MAX))
+    delegated = {k: v for k, v in acomm.shm_stats().items() if v[1]}
+    acomm.shm_free()
+    if W.rank:
+        return
+    assert not delegated, delegated
+    print(f"{W.size} ranks, {mpi_library()}; per iteration, median (min-max) of {args.repeats}; "
+          f"computation: {work.passes} passes of numpy on 3 x 256 KiB")
+    print_against_mpi4py(times, 0.0, "accelerated", width=34, digits=1)
+
+
+if __name__ == "__main__":
+    main()
