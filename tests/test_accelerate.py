@@ -759,8 +759,10 @@ def test_strict_mode(monkeypatch):
             assert "derived datatype" in str(info.value)
         finally:
             pair.Free()
+        n = WORLD.size
+        spec = [[1] * n, [8 * r for r in range(n)], [MPI.DOUBLE] * n]
         with pytest.raises(shmtopo.ShmtopoValueError, match="SHMTOPO_ACCEL_STRICT=1"):
-            a.Ibarrier()  # never accelerated
+            a.Alltoallw([np.zeros(n), *spec], [np.zeros(n), *spec])  # never accelerated
         if WORLD.size > 1:  # one rank would delegate, in strict mode: its reason, everywhere
             with pytest.raises(shmtopo.ShmtopoValueError, match=f"rank {WORLD.size - 1}: .*land on float64"):
                 a.Allreduce(np.ones(2), np.zeros(2), MPI.LAND if WORLD.rank == WORLD.size - 1 else MPI.SUM)

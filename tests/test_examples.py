@@ -150,6 +150,19 @@ def test_objects_benchmark_runs():
     _assert_floor_checked(proc.stdout, 2)
 
 
+def test_nonblocking_benchmark_runs():
+    """benchmarks/nonblocking.py prints every row, the drop-in's beside
+    mpi4py's, all in shared memory (a short run)."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "nonblocking.py"
+    proc = run_mpiexec(2, [sys.executable, script, "--calls", "20", "--repeats", "2", "--compute", "0.0002"],
+                       timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("Iallreduce", "Ibcast", "Ibarrier",
+                                                                          "Allreduce", "sleep", "compute"))]
+    assert len(rows) == 9, proc.stdout
+    assert all(float(r.split()[-2]) > 0 for r in rows), proc.stdout
+
+
 def test_c_against_mpi_benchmark_runs(tmp_path):
     """benchmarks/c_against_mpi.c builds warning-free with the MPI's own
     compiler wrapper and prints every row, shmtopo's C API beside the MPI

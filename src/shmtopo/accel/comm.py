@@ -238,10 +238,10 @@ class AcceleratedComm:
         counts = {name: (n[0] + fast(name), n[1] + handed(name)) for name, n in self._stats.items()}
         return {name: n for name, n in counts.items() if n[0] or n[1]}
 
-    def delegated(self, name: str) -> int:
+    def shm_delegated(self, name: str) -> int:
         """Local: how many ``name`` calls went to MPI (shm_stats' second count)."""
         stats = self._stats.get(name)
-        return self._fast_counts.delegated_of(name) + (stats[1] if stats is not None else 0)
+        return int(self._fast_counts.delegated_of(name)) + (stats[1] if stats is not None else 0)
 
     def __repr__(self) -> str:
         return f"<shmtopo.{type(self).__name__} of {self.mpi_comm!r}>"

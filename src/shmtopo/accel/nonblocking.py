@@ -183,9 +183,9 @@ class Progress:
                     self._opened = None
                     self._open.set()
             private = self._private
-            before = private.delegated(call.name)
+            before = private.shm_delegated(call.name)
             getattr(private, call.name)(*call.args, **call.kwargs)
-            handed = private.delegated(call.name) > before
+            handed = private.shm_delegated(call.name) > before
             if not self._graced and not handed:
                 self._graced = True
                 shm = private.shm_comm
@@ -258,7 +258,7 @@ def _query(status: Any, call: Call) -> None:
 
 
 def _make_request_class(MPI: Any) -> type:
-    class CollectiveRequest(MPI.Grequest):  # type: ignore[misc, name-defined]
+    class CollectiveRequest(MPI.Grequest):  # type: ignore[misc]
         """The request of an accelerated comm's nonblocking collective (an
         ``MPI.Grequest``): ``Wait``/``Test`` raise the call's error on every
         rank; ``Free`` and ``Cancel`` of one still running are erroneous in
