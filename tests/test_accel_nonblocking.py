@@ -15,6 +15,7 @@ from mpi4py import MPI
 
 from shmtopo.accel import nonblocking
 from shmtopo.errors import ShmtopoArgumentError, ShmtopoValueError
+from conftest import run_accelerated_script, survivors_of_a_kill_flags
 from values import culprits, same_bits
 
 WORLD = MPI.COMM_WORLD
@@ -253,3 +254,46 @@ def test_below_thread_multiple_the_calls_are_mpis(acomm, monkeypatch):
     req.Wait()
     same_bits(out, np.full(2, float(WORLD.size)))
     assert acomm.shm_stats()["Iallreduce"] == (0, 1)
+
+
+# ---- programs that leave: run under their own mpiexec, from the serial pass ----------------
+
+def test_a_program_that_finalizes_mpi_itself_with_calls_posted(tmp_path):
+    """Calls waited, calls never waited, then the program's own MPI.Finalize():
+    the threads make no MPI call after it, every rank exits cleanly."""
+    proc = run_accelerated_script(tmp_path, "acomm.Iallreduce(np.ones(2), out).Wait()\n"
+                                  "later = [acomm.Ibcast(np.zeros(3), root=0) for _ in range(3)]\n"
+                                  "MPI.Finalize()\nprint('finalized', out[0], flush=True)\n")
+    assert proc.returncode == 0 and proc.stdout.count("finalized") == proc.stdout.count("2.0") == 2, \
+        proc.stdout + proc.stderr
+    assert "MPI_FINALIZE" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_program_that_exits_with_calls_never_waited(tmp_path):
+    proc = run_accelerated_script(tmp_path, "dup = acomm.Dup()\n"
+                                  "posted = [dup.Iallreduce(np.ones(2), np.zeros(2)) for _ in range(4)]\n"
+                                  "print('leaving', flush=True)\n", "-W", "always::ResourceWarning")
+    assert proc.returncode == 0 and proc.stdout.count("leaving") == 2, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("victim", [0, 2])
+def test_a_rank_that_dies_is_named_by_every_survivors_wait(tmp_path, victim):
+    """A rank killed before it posts: the others' Wait raises the death (the
+    comm's timeout is far away), it does not wait for ever."""
+    proc = run_accelerated_script(tmp_path, f"""
+import os, signal, time
+from shmtopo.errors import PeerDeadError, PeerAbortedError
+if acomm.Get_rank() == {victim}:
+    os.kill(os.getpid(), signal.SIGKILL)
+request = acomm.Iallreduce(np.ones(2), out)
+start = time.monotonic()
+try:
+    request.Wait()
+    print('no error', flush=True)
+except (PeerDeadError, PeerAbortedError) as exc:
+    print('raised', type(exc).__name__, 'rank', exc.rank, round(time.monotonic() - start, 1), flush=True)
+time.sleep(max(0.0, start + 3 - time.monotonic()))  # a survivor that left first would be named instead
+os._exit(0)  # MPI_Finalize would wait for the dead rank
+""", n=3, timeout=120, flags=survivors_of_a_kill_flags())
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("raised", "no error"))]
+    assert len(lines) == 2 and all(f"rank {victim}" in line for line in lines), proc.stdout + proc.stderr

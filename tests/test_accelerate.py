@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import shmtopo
 from shmtopo.accel.comm import LOWER_CASE
-from conftest import run_mpiexec
+from conftest import run_accelerated_script, run_mpiexec
 from values import culprits, same_bits, small_ints
 
 WORLD = MPI.COMM_WORLD
@@ -876,18 +876,6 @@ def test_an_accelerated_comm_can_be_accelerated_again():
     assert b.mpi_comm is WORLD and b.shm_comm is not a.shm_comm
     b.shm_free()
     a.shm_free()
-
-
-def run_accelerated_script(tmp_path, body, *python_flags):
-    """2 ranks of a script that accelerates COMM_WORLD (acomm) and reduces
-    ones into out, then runs body."""
-    if WORLD.size > 1:
-        pytest.skip("starts its own mpiexec")
-    script = tmp_path / "accelerated.py"
-    script.write_text("from mpi4py import MPI\nimport numpy as np, shmtopo\n"
-                      "acomm = shmtopo.accelerate(MPI.COMM_WORLD)\n"
-                      "out = np.zeros(2)\nacomm.Allreduce(np.ones(2), out)\n" + body)
-    return run_mpiexec(2, [sys.executable, *python_flags, script], timeout=120)
 
 
 def test_exit_without_free(tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CLEAN_ENV, mpiexec_command
-from test_job import keep_going_flags
+from conftest import keep_going_flags
 
 pytestmark = pytest.mark.serial
 HERE = Path(__file__).resolve().parent

@@ -10,32 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLEAN_ENV, mpiexec_command
+from conftest import CLEAN_ENV, mpiexec_command, survivors_of_a_kill_flags
 
 pytestmark = pytest.mark.serial
 HERE = Path(__file__).resolve().parent
-
-
-def keep_going_flags():
-    """mpiexec's options that keep the survivors of a death alive: the case
-    where nothing but shmtopo can tell them."""
-    from mpi4py import MPI
-
-    if MPI.Get_library_version().startswith("Open MPI"):
-        return ["--mca", "orte_abort_on_non_zero_status", "0"]
-    return ["-disable-auto-cleanup"]
-
-
-def survivors_of_a_kill_flags():
-    """keep_going_flags for a job in which a rank is SIGKILLed. Seen here:
-    MPICH's mpiexec ends such a job on one host, -disable-auto-cleanup or
-    not, and across hosts did not reliably end it either; Open MPI's keeps
-    the survivors, so these deaths are Open MPI's (test_realnodes too)."""
-    from mpi4py import MPI
-
-    if not MPI.Get_library_version().startswith("Open MPI"):
-        pytest.skip("MPICH's mpiexec on one host does not keep the survivors of a SIGKILL running")
-    return keep_going_flags()
 
 
 def survivors_lines(proc):

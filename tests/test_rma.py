@@ -454,7 +454,7 @@ def test_accelerating_a_window_keeps_the_timeout(how):
     from pathlib import Path
 
     from conftest import CLEAN_ENV, mpiexec_command
-    from test_job import keep_going_flags
+    from conftest import keep_going_flags
 
     script = Path(__file__).resolve().parent / "scripts" / "accelerate_win_alone.py"
     proc = subprocess.run(mpiexec_command() + keep_going_flags() + ["-n", "2", sys.executable, str(script), how],

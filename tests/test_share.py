@@ -533,7 +533,7 @@ def test_kill_9_mid_share(tmp_path, victim, point, nodes):
     nothing of the job's."""
     n = 3 if nodes == 1 else 4
     env = dict(CLEAN_ENV, SHMTOPO_NODE_SIZE=str(n if nodes == 1 else 2))
-    from test_job import survivors_of_a_kill_flags  # survivors stay: only shmtopo can tell them
+    from conftest import survivors_of_a_kill_flags  # survivors stay: only shmtopo can tell them
 
     proc = subprocess.run(mpiexec_command() + survivors_of_a_kill_flags() + ["-n", str(n), sys.executable,
                           str(HERE / "scripts" / "share_kill.py"), str(tmp_path), victim, point],

@@ -285,6 +285,14 @@ class Comm(NativeComm, Collective):
         """Seconds any wait may last (0: forever)."""
         return float(lib.shmtopo_comm_timeout(self.handle))
 
+    def news(self, what: str) -> None:
+        """Local, for a wait outside the comm (in MPI) on behalf of its ranks:
+        PeerDeadError if a rank of the job died — heard of from another
+        node, or found on this one (this rank then leaves the comm naming
+        it). ``what`` names the wait in the message."""
+        if self._h != ffi.NULL:
+            self.plan.news(what, self._h)
+
     def set_waits(self, spin: float | None = None, yielding: float | None = None) -> None:
         """Local: how this rank's waits in the comm's calls spend their time
         before they sleep on what they wait for: ``spin`` seconds spinning,

@@ -186,27 +186,30 @@ class NodePlan:
         MPI.Request.Testall(sent)  # a message this small leaves at the first progress
         _in_flight.append((sent, message))
 
-    def news(self, what: str) -> None:
+    def news(self, what: str, node: Any = None) -> None:
         """Raise PeerDeadError if a rank of the job died: heard of, or found
-        on this node (every LIVENESS_PERIOD); this rank then leaves its node's
-        comm naming the dead rank, so that its node-mates name it too."""
+        on this node (every LIVENESS_PERIOD; `node`: this node's native comm
+        where the plan does not listen, as a single node's does not); this
+        rank then leaves its node's comm naming the dead rank, so that its
+        node-mates name it too."""
         dead = self.dead
         if dead is None and self._notice is not None and self._notice[0].Test():
             dead = self.dead = int.from_bytes(self._notice[1], "little")
-        if dead is None and self.node is not None:
+        node = self.node if self.node is not None else node
+        if dead is None and node is not None:
             now = time.monotonic()
             if now - self._checked < LIVENESS_PERIOD:
                 return
             self._checked = now
-            found = lib.shmtopo_comm_dead_peer(self.node)
+            found = lib.shmtopo_comm_dead_peer(node)
             if found < 0:
                 return
             self.announce(found)
             dead = found
         if dead is None:
             return
-        if self.node is not None:
-            lib.shmtopo_comm_leave_dead(self.node, dead)
+        if node is not None:
+            lib.shmtopo_comm_leave_dead(node, dead)
         raise PeerDeadError(f"rank {dead} exited while rank {self.world_rank} waited in {what}",
                             _errno.EOWNERDEAD, dead)
 

@@ -261,7 +261,10 @@ class AcceleratedComm:
         order, also from ``__del__`` at whatever moment each rank's garbage
         collector runs. Like every mpi4py copy of a handle, :attr:`mpi_comm`
         then holds a freed handle."""
+        progress = self._side.progress
         self._release()
+        if progress is not None:
+            progress.wait_opened()  # MPI may not free a comm while an Idup of it is pending
         self._mpi().Free()
 
     def _release(self) -> None:
@@ -396,11 +399,12 @@ class AcceleratedComm:
 
         def count(name: str, accelerated: bool) -> None:
             stats["I" + name.lower()][0 if accelerated else 1] += 1
-        nonblocking.hook_finalize(self._tables.MPI)
         private = self._wrapped(dup)
         # its thread shares a core with the program's own work: it does not spin
         private._options = {**self._options, "waits": nonblocking.WAITS}
-        return nonblocking.Progress(private, opened, count)
+        shm = self._side.shm  # (none yet on a derived comm: no news of a death for the Idup's wait)
+        return nonblocking.Progress(private, opened, count, None if shm is None else shm.news,
+                                    0.0 if shm is None else shm.timeout)
 
     # -- the accelerated collectives --------------------------------------
     def Barrier(self) -> None:

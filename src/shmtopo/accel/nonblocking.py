@@ -27,13 +27,14 @@ default. Under a lower thread level the nonblocking collectives are MPI's.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import deque
 from typing import Any, Callable
 
 from .._fastpath import Doorbell
+from .. import _oob
+from .._base import holds_comm
 from ..errors import ShmtopoValueError
-from ..job import on_free
+from ..job import release_at_finalize
 
 #: How long a posted call waits for the program's own Wait to run it before
 #: the progress thread takes it (and the GIL): a small call waited at once
@@ -53,6 +54,9 @@ GRACE_WITHOUT_SPARE_CORES = 1e-3
 #: yield, in seconds): it shares its core with the program's computation,
 #: which a spinning wait would slow down.
 WAITS = (20e-6, 0.0)
+
+#: How long exit and MPI_Finalize let a call already running end.
+RUNNING_AT_EXIT = 5.0
 
 #: The nonblocking collectives, each run as the blocking call named without its "I".
 NONBLOCKING = ("Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iallgather", "Iallgatherv",
@@ -82,12 +86,17 @@ class Progress:
     ``post`` is the program's (any thread); the calls run one at a time, in
     the order posted, on the progress thread or on a thread waiting for one
     of them (``complete``). ``close`` is local: the thread runs what is
-    posted, then frees the duplicate and ends.
+    posted, then frees the duplicate and ends. At exit and at MPI_Finalize
+    (``_release``, as every holder of a comm) the calls not yet run are
+    dropped and the thread makes no MPI call any more.
     """
 
-    def __init__(self, private: Any, opened: Any, count: Callable[[str, bool], None]) -> None:
+    def __init__(self, private: Any, opened: Any, count: Callable[[str, bool], None],
+                 news: Callable[[str], None] | None, timeout: float) -> None:
         self._private = private  # an accelerated comm on an Idup of the program's comm
         self._opened = opened  # that Idup's request, completed before the first call runs
+        self._news, self._timeout = news, timeout  # for that wait: a rank that died or never comes
+        self._broken: BaseException | None = None  # why the Idup never completed
         self._open = threading.Event()  # set once it has completed
         self._count = count  # count(name, accelerated) into the program's comm's shm_stats
         lock = threading.Lock()
@@ -101,7 +110,8 @@ class Progress:
         self._running = False  # a thread is inside one of the calls
         self._closing = False  # no more calls: the thread ends when the queue is empty
         self._mpi_gone = False  # MPI_Finalize has begun: no MPI call from here any more
-        _live.add(self)
+        holds_comm(self)  # _release() at exit and at MPI_Finalize
+        release_at_finalize()
         self._thread = threading.Thread(target=self._serve, name="shmtopo-progress", daemon=True)
         self._thread.start()
 
@@ -130,19 +140,33 @@ class Progress:
             self._run(first)
 
     def close(self) -> None:
-        """Local: no more calls; the thread runs the posted ones and ends.
-        Returns once the duplicate's Idup has completed (every rank posted
-        its first call): MPI may not free the comm while it is pending."""
+        """Local: no more calls; the thread runs the posted ones and ends."""
         with self._work:
             self._closing = True
             self._work.notify()
         self._bell.close()
+
+    def wait_opened(self) -> None:
+        """Return once the duplicate's Idup has completed (every rank has
+        posted its first call): MPI may not free the comm while it is pending."""
         self._open.wait()
 
-    def _finalizing(self) -> None:
+    def _release(self) -> None:
+        """Local, at exit and at MPI_Finalize (before the comms go): drop the
+        calls not yet run (no one waits for them any more), let the one
+        running end (RUNNING_AT_EXIT seconds at most), and make no MPI call
+        from here on."""
         with self._work:
             self._mpi_gone = self._closing = True
+            while self._pending:
+                dropped = self._pending.popleft()
+                dropped.done, dropped.args, dropped.kwargs = True, (), {}
+                dropped.error = ShmtopoValueError(f"I{dropped.name.lower()}: never ran, the process was leaving")
+            self._finished.notify_all()
             self._work.notify()
+            self._waiting += 1
+            self._finished.wait_for(lambda: not self._running, RUNNING_AT_EXIT)
+            self._waiting -= 1
         self._bell.close()
         self._open.set()
 
@@ -163,8 +187,7 @@ class Progress:
             self._run(first)
 
     def _leave(self) -> None:
-        _live.discard(self)
-        if self._mpi_gone:  # MPI_Finalize drops the duplicate's shmtopo side itself
+        if self._mpi_gone:  # release_holders drops the duplicate's shmtopo side itself
             return
         private, self._private = self._private, None
         try:
@@ -176,9 +199,15 @@ class Progress:
         """Run one call (this thread alone is running one), then complete its request."""
         handed = None
         try:
+            if self._broken is not None:
+                raise self._broken
             if self._opened is not None:
                 try:
-                    self._opened.Wait()
+                    _oob.wait(self._opened, self._timeout, "the Idup of the comm's nonblocking collectives",
+                              news=self._news)
+                except BaseException as exc:
+                    self._broken = exc
+                    raise
                 finally:
                     self._opened = None
                     self._open.set()
@@ -205,24 +234,6 @@ class Progress:
                 self._work.notify()
         if handed is not None:
             self._count(call.name, not handed)
-
-
-# the Progress objects whose thread may still make MPI calls
-_live: "weakref.WeakSet[Progress]" = weakref.WeakSet()
-_finalize_hooked = False
-
-
-def _at_finalize() -> None:
-    for progress in list(_live):
-        progress._finalizing()
-
-
-def hook_finalize(MPI: Any) -> None:
-    """Once per process: at MPI_Finalize every progress thread stops making MPI calls."""
-    global _finalize_hooked
-    if not _finalize_hooked:
-        on_free(MPI.COMM_SELF, _at_finalize)
-        _finalize_hooked = True
 
 
 def threads_may_call_mpi(MPI: Any) -> bool:
@@ -301,6 +312,7 @@ def _make_request_class(MPI: Any) -> type:
             self._call = self._progress = None
 
     CollectiveRequest.__module__ = "shmtopo"
+    CollectiveRequest.__qualname__ = "CollectiveRequest"
     return CollectiveRequest
 
 
