@@ -1,4 +1,4 @@
-"""mpi4py's own collective tests (test_cco_buf.py, test_cco_vec.py,
+"""mpi4py's own collective tests (test_cco_buf.py, test_cco_vec.py, test_cco_nb_buf.py, test_cco_nb_vec.py,
 test_cco_pr_buf.py, test_cco_obj.py of its source distribution) and one-sided tests
 (test_win.py, test_rma.py, test_rma_nb.py) with the communicators and
 windows they use replaced by shmtopo.accelerate'd ones, under mpiexec -n
@@ -26,13 +26,17 @@ from conftest import CLEAN_ENV, REPEATED_RUN, SANITIZED, fetch_sdist, run_mpiexe
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RUNNER = HERE / "scripts" / "mpi4py_suite.py"
-MODULES = ["test_cco_buf", "test_cco_vec", "test_cco_pr_buf", "test_cco_obj", "test_cco_nb_buf", "test_cco_nb_vec"]
+MODULES = ["test_cco_buf", "test_cco_vec", "test_cco_pr_buf", "test_cco_obj"]
+# The nonblocking calls run as the blocking ones above, which every layout
+# runs: their own part (the progress thread, the requests) is the same on
+# any layout, so they run on one node only.
+NONBLOCKING_MODULES = ["test_cco_nb_buf", "test_cco_nb_vec"]
 # test_rma and test_rma_nb make their windows with Win.Create: the runner
 # makes those shared windows (--windows shared), so that their one-sided
 # calls run in shared memory; test_win checks each flavour as made.
 RMA_MODULES = ["test_rma", "test_rma_nb"]
 WINDOW_MODULES = ["test_win"]
-FETCHED = MODULES + RMA_MODULES + WINDOW_MODULES
+FETCHED = MODULES + NONBLOCKING_MODULES + RMA_MODULES + WINDOW_MODULES
 # what the modules import besides mpi4py and numpy
 HELPERS = ["mpiunittest", "arrayimpl", "mpitestutil", "dlpackimpl"]
 # mpi4py's demo programs that import MPI (the other mpi-ref examples only
@@ -72,7 +76,9 @@ def mpi4py_demos():
     return fetch_sdist("mpi4py", mpi4py.__version__, WANTED, ROOT / ".venv" / "cache") / "demo"
 
 
-def run_suite(tests, n, *, strict=False, node_size=0, only="", modules=MODULES, windows="accelerated", skip=""):
+def run_suite(tests, n, *, strict=False, node_size=0, only="", modules=None, windows="accelerated", skip=""):
+    if modules is None:
+        modules = MODULES + ([] if node_size else NONBLOCKING_MODULES)
     env = dict(CLEAN_ENV)
     env["SHMTOPO_ACCEL_STRICT"] = "1" if strict else "0"
     # the outer timeout leaves the watchdog time to print every rank's stack

@@ -30,9 +30,9 @@ import threading
 from collections import deque
 from typing import Any, Callable
 
-from .._fastpath import Doorbell
 from .. import _oob
 from .._base import holds_comm
+from .._fastpath import Doorbell
 from ..errors import ShmtopoValueError
 from ..job import release_at_finalize
 
@@ -50,9 +50,11 @@ GRACE = 20e-6
 #: list, a program that polls with Iprobe).
 GRACE_WITHOUT_SPARE_CORES = 1e-3
 
-#: How a progress thread waits for the other ranks' (Comm.set_waits: spin,
-#: yield, in seconds): it shares its core with the program's computation,
-#: which a spinning wait would slow down.
+#: How the duplicate's waits for the other ranks spend their time
+#: (Comm.set_waits: spin, yield, in seconds): 20 µs spinning, then asleep.
+#: Its thread shares a core with the program's computation, which a longer
+#: spin would slow down; the program's Wait runs calls there too, and a
+#: wait that slept at once made a small call nearly twice as slow.
 WAITS = (20e-6, 0.0)
 
 #: How long exit and MPI_Finalize let a call already running end.
@@ -109,7 +111,7 @@ class Progress:
         self._pending: deque[Call] = deque()
         self._running = False  # a thread is inside one of the calls
         self._closing = False  # no more calls: the thread ends when the queue is empty
-        self._mpi_gone = False  # MPI_Finalize has begun: no MPI call from here any more
+        self._mpi_gone = False  # the process is leaving (exit, MPI_Finalize): no MPI call from here
         holds_comm(self)  # _release() at exit and at MPI_Finalize
         release_at_finalize()
         self._thread = threading.Thread(target=self._serve, name="shmtopo-progress", daemon=True)
