@@ -20,6 +20,7 @@ typedef struct {
     _Atomic uint32_t taken;    /* calls taken by a thread to run */
     _Atomic uint32_t sleepers;
     _Atomic uint32_t closed;
+    _Atomic int64_t grace_ns;  /* how long a posted call may go untaken (0: not at all) */
 } Doorbell;
 
 static void doorbell_wake(Doorbell *d)
@@ -52,6 +53,7 @@ static PyObject *doorbell_close(PyObject *self, PyObject *unused)
 }
 
 #define DOORBELL_IDLE_NS 10000000ull  /* after 10 ms without a call, sleep until rung */
+#define DOORBELL_POLL_NS 20000        /* a look at least this often while calls come */
 
 static uint64_t doorbell_now(void)
 {
@@ -60,17 +62,28 @@ static uint64_t doorbell_now(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Sleep, without the GIL, until a call has been posted that no thread has
- * taken for `grace` seconds, or the bell is closed. While calls come, the
- * thread looks every `grace` seconds, so that posting one costs no system
- * call; once none has come for DOORBELL_IDLE_NS it sleeps until rung. */
-static PyObject *doorbell_wait(PyObject *self, PyObject *arg)
+static PyObject *doorbell_set_grace(PyObject *self, PyObject *arg)
 {
-    Doorbell *d = (Doorbell *)self;
     double grace = PyFloat_AsDouble(arg);
     if (grace == -1.0 && PyErr_Occurred())
         return NULL;
-    struct timespec pause = {(time_t)grace, (long)((grace - (double)(time_t)grace) * 1e9)};
+    if (!(grace >= 0) || grace > 1.0) {
+        PyErr_SetString(PyExc_ValueError, "grace must be between 0 and 1 s");
+        return NULL;
+    }
+    atomic_store(&((Doorbell *)self)->grace_ns, (int64_t)(grace * 1e9));
+    Py_RETURN_NONE;
+}
+
+/* Sleep, without the GIL, until a call has been posted that no thread has
+ * taken for the grace period (set_grace; read at every look, so a change
+ * reaches a thread already waiting; 0: as soon as one is seen), or the bell
+ * is closed. While calls come, the thread looks every grace period (at
+ * least every DOORBELL_POLL_NS), so that posting one costs no system call;
+ * once none has come for DOORBELL_IDLE_NS it sleeps until rung. */
+static PyObject *doorbell_wait(PyObject *self, PyObject *unused)
+{
+    Doorbell *d = (Doorbell *)self;
     Py_BEGIN_ALLOW_THREADS
     uint32_t last_posted = atomic_load(&d->posted);
     uint64_t last_post_ns = doorbell_now();
@@ -79,9 +92,10 @@ static PyObject *doorbell_wait(PyObject *self, PyObject *arg)
     for (;;) {
         if (atomic_load(&d->closed))
             break;
+        const int64_t grace_ns = atomic_load(&d->grace_ns);
         uint32_t posted = atomic_load(&d->posted), taken = atomic_load(&d->taken);
         if (taken != posted) {
-            if (untaken && oldest == taken)
+            if (grace_ns == 0 || (untaken && oldest == taken))
                 break;
             untaken = 1;
             oldest = taken;
@@ -101,6 +115,8 @@ static PyObject *doorbell_wait(PyObject *self, PyObject *arg)
             last_post_ns = doorbell_now();
             continue;
         }
+        const int64_t pause_ns = grace_ns > DOORBELL_POLL_NS ? grace_ns : DOORBELL_POLL_NS;
+        struct timespec pause = {(time_t)(pause_ns / 1000000000), (long)(pause_ns % 1000000000)};
         nanosleep(&pause, NULL);
     }
     Py_END_ALLOW_THREADS
@@ -111,8 +127,10 @@ static PyMethodDef doorbell_methods[] = {
     {"ring", doorbell_ring, METH_NOARGS, "ring()\n--\n\nA call has been posted."},
     {"take", doorbell_take, METH_NOARGS, "take()\n--\n\nA thread has taken a posted call to run it."},
     {"close", doorbell_close, METH_NOARGS, "close()\n--\n\nNo more calls: wait() returns at once from now on."},
-    {"wait", doorbell_wait, METH_O,
-     "wait(grace)\n--\n\nSleep without the GIL until a posted call has gone untaken for grace seconds, "
+    {"set_grace", doorbell_set_grace, METH_O,
+     "set_grace(seconds)\n--\n\nHow long a posted call may go untaken before wait() returns (0: not at all)."},
+    {"wait", doorbell_wait, METH_NOARGS,
+     "wait()\n--\n\nSleep without the GIL until a posted call has gone untaken for the grace period, "
      "or the bell is closed."},
     {NULL, NULL, 0, NULL},
 };

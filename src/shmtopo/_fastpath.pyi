@@ -68,9 +68,11 @@ class Doorbell:
     def ring(self) -> None: ...
     def take(self) -> None: ...
     def close(self) -> None: ...
-    def wait(self, grace: float) -> None:
+    def set_grace(self, seconds: float) -> None:
+        """How long a posted call may go untaken before wait() returns (0: not at all)."""
+    def wait(self) -> None:
         """Sleep without the GIL until a posted call has gone untaken for
-        grace seconds, or the bell is closed."""
+        the grace period, or the bell is closed."""
 
 class CommFast:
     """The plain buffer collectives of an accelerated comm, in C: Barrier,

@@ -42,12 +42,14 @@ from ..job import release_at_finalize
 GRACE = 20e-6
 
 #: The same where the node has no spare core for the progress threads (two
-#: threads per rank would outnumber its CPUs): there a thread that runs the
-#: call beside the program's computation slows that computation by more
-#: than the call costs at the Wait (measured: 1.59 ms against 1.17 ms for
-#: 1 MiB and 1 ms of numpy at 2 ranks on 2 cores), so the thread is only a
-#: backstop, for calls no Wait of the program runs (MPI's own Waitall of a
-#: list, a program that polls with Iprobe).
+#: threads per rank would outnumber its CPUs), while the program's own Wait
+#: runs the calls: there a thread that runs the call beside the program's
+#: computation slows that computation by more than the call costs at the
+#: Wait (measured: 1.59 ms against 1.17 ms for 1 MiB and 1 ms of numpy at 2
+#: ranks on 2 cores), so the thread is only a backstop. Once it has had to
+#: take a call (the program waits in MPI's own Waitall of a list, which
+#: runs nothing of ours, or polls), it takes the next ones as soon as it sees
+#: them, until the program calls a request's own Wait again.
 GRACE_WITHOUT_SPARE_CORES = 1e-3
 
 #: How the duplicate's waits for the other ranks spend their time
@@ -106,8 +108,9 @@ class Progress:
         self._finished = threading.Condition(lock)  # complete() waits here for its call
         self._waiting = 0  # threads in complete()
         self._bell = Doorbell()  # rung per call posted, told of each call taken
-        self._grace = GRACE  # set once the duplicate's shmtopo comm says how many cores there are
-        self._graced = False
+        self._bell.set_grace(GRACE)  # 0 once the thread had to take a call, until a Wait of the program
+        self._patient = GRACE  # the grace while the program's Waits run the calls (set once the
+        self._graced = False  # duplicate's shmtopo comm says how many cores there are)
         self._pending: deque[Call] = deque()
         self._running = False  # a thread is inside one of the calls
         self._closing = False  # no more calls: the thread ends when the queue is empty
@@ -128,6 +131,7 @@ class Progress:
     def complete(self, call: Call) -> None:
         """Return when ``call`` has run, running it (and the calls posted
         before it) here if no thread has taken them yet."""
+        self._bell.set_grace(self._patient)  # the program waits with its own Wait: the thread need not hurry
         while True:
             with self._finished:
                 while not call.done and (self._running or not self._pending):
@@ -174,7 +178,7 @@ class Progress:
 
     def _serve(self) -> None:
         while True:
-            self._bell.wait(self._grace)  # without the GIL, until a call has gone untaken, or close()
+            self._bell.wait()  # without the GIL, until a call has gone untaken, or close()
             with self._work:
                 while self._running and (self._pending or self._closing):  # another thread runs one
                     self._work.wait()
@@ -186,6 +190,7 @@ class Progress:
                 first = self._pending.popleft()
                 self._running = True
                 self._bell.take()
+                self._bell.set_grace(0.0)  # no Wait of the program came for it: take the next ones at once
             self._run(first)
 
     def _leave(self) -> None:
@@ -220,7 +225,8 @@ class Progress:
             if not self._graced and not handed:
                 self._graced = True
                 shm = private.shm_comm
-                self._grace = GRACE if 2 * shm.size <= shm.ncpus else GRACE_WITHOUT_SPARE_CORES
+                self._patient = GRACE if 2 * shm.size <= shm.ncpus else GRACE_WITHOUT_SPARE_CORES
+                self._bell.set_grace(self._patient)
         except BaseException as exc:  # noqa: BLE001 - raised by the request's Wait
             call.error = exc
         with self._work:
