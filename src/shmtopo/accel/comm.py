@@ -385,7 +385,7 @@ class AcceleratedComm:
         progress = side.progress
         if progress is None:
             progress = side.progress = self._progress()
-        call = nonblocking.Call(name[1].upper() + name[2:], args, kwargs)
+        call = nonblocking.Call(nonblocking.blocking_name(name), args, kwargs)
         request = nonblocking.new_request(MPI, progress, call)
         progress.post(call)
         return request
@@ -840,8 +840,9 @@ def _nonblocking_method(name: str) -> Callable[..., Any]:
     def method(self: AcceleratedComm, *args: Any, **kwargs: Any) -> Any:
         return self._nonblocking(name, args, kwargs)
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = (f"Collective, nonblocking: mpi4py's ``{name}``, as ``{name[1:]}`` on this comm's progress "
-                      "thread (in shared memory where that call would be); returns an ``MPI.Grequest``.")
+    method.__doc__ = (f"Collective, nonblocking: mpi4py's ``{name}``, as ``{nonblocking.blocking_name(name)}`` "
+                      "on this comm's progress thread (in shared memory where that call would be); returns an "
+                      "``MPI.Grequest``.")
     return method
 
 

@@ -68,9 +68,14 @@ NONBLOCKING = ("Ibarrier", "Ibcast", "Igather", "Igatherv", "Iscatter", "Iscatte
                "Ireduce_scatter", "Iscan", "Iexscan")
 
 
+def blocking_name(name: str) -> str:
+    """The blocking call a nonblocking one runs: ``Iallreduce`` -> ``Allreduce``."""
+    return name[1].upper() + name[2:]
+
+
 class Call:
     """One posted nonblocking collective: the blocking call to make, and
-    once it has run, how (``error``, and whether it ran in shared memory)."""
+    once it has run, whether it failed (``error``)."""
 
     __slots__ = ("name", "args", "kwargs", "request", "done", "error", "reported")
 
