@@ -25,7 +25,7 @@ from mpi4py import MPI  # noqa: E402
 
 import shmtopo  # noqa: E402
 from shmtopo.accel import nonblocking  # noqa: E402
-from shmtopo.bench import mpi_library, print_against_mpi4py, print_load  # noqa: E402
+from shmtopo.bench import mpi_library, print_against_mpi4py, print_load, time_against_mpi4py  # noqa: E402
 
 W = MPI.COMM_WORLD
 MIB = 1 << 17  # doubles in 1 MiB
@@ -97,17 +97,7 @@ def main() -> None:
     acomm = shmtopo.accelerate(W)
     work = Work(args.compute)
     table = rows(W.rank, work)
-    times = {name: ([], []) for name in table}
-    for _ in range(args.repeats):
-        for name, (step, share) in table.items():
-            count = max(1, int(args.calls * share))
-            for side, comm in enumerate((acomm, W)):
-                step(comm)  # warm
-                W.Barrier()
-                t0 = time.perf_counter()
-                for _ in range(count):
-                    step(comm)
-                times[name][side].append(W.allreduce((time.perf_counter() - t0) / count, op=MPI.MAX))
+    times = time_against_mpi4py(table, acomm, W, args.calls, args.repeats)
     delegated = {k: v for k, v in acomm.shm_stats().items() if v[1]}
     acomm.shm_free()
     if W.rank:

@@ -10,14 +10,13 @@ repetitions of the slowest rank's time per call, with its min-max,
 accelerated then plain, and the ratios to plain and to the floor.
 """
 import argparse
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 import shmtopo
 from shmtopo import floor
-from shmtopo.bench import check_floor_held, mpi_library, print_against_mpi4py, print_load
+from shmtopo.bench import check_floor_held, mpi_library, print_against_mpi4py, print_load, time_against_mpi4py
 
 W = MPI.COMM_WORLD
 
@@ -54,17 +53,7 @@ def main():
     measured = floor.measure(shm, copies=False)
     one_way = floor.Model(measured).L() if W.size > 1 else 0.0
     table = calls(W.rank, W.size)
-    times = {name: ([], []) for name in table}
-    for _ in range(args.repeats):
-        for name, (call, share) in table.items():
-            count = max(1, int(args.calls * share))
-            for side, comm in enumerate((acomm, W)):
-                call(comm)  # warm
-                W.Barrier()
-                t0 = time.perf_counter()
-                for _ in range(count):
-                    call(comm)
-                times[name][side].append(W.allreduce((time.perf_counter() - t0) / count, op=MPI.MAX))
+    times = time_against_mpi4py(table, acomm, W, args.calls, args.repeats)
     check_floor_held(shm, measured)
     delegated = {k: v for k, v in acomm.shm_stats().items() if v[1]}
     acomm.shm_free()

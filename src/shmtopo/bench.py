@@ -119,6 +119,29 @@ def _times_floor(t: float, floor: float) -> str:
     return f"{t / floor:.2f}" if floor > 0 else "-"
 
 
+def time_against_mpi4py(table: dict[str, tuple[Callable[[Any], None], float]], acomm: Any, world: Any,
+                        calls: int, repeats: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Collective over ``world``: each ``step(comm)`` of the table (name:
+    (step, share of ``calls``)) timed on the accelerated comm and on the
+    plain one in turn, ``repeats`` rounds interleaved; per name, the slowest
+    rank's seconds per step of each round, accelerated then plain (what
+    print_against_mpi4py prints)."""
+    from mpi4py import MPI
+
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in table}
+    for _ in range(repeats):
+        for name, (step, share) in table.items():
+            count = max(1, int(calls * share))
+            for side, comm in enumerate((acomm, world)):
+                step(comm)  # warm
+                world.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(count):
+                    step(comm)
+                times[name][side].append(world.allreduce((time.perf_counter() - t0) / count, op=MPI.MAX))
+    return times
+
+
 def print_against_mpi4py(times: dict[str, tuple[list[float], list[float]]], one_way: float, ours: str,
                          width: int = 15, digits: int = 3) -> None:
     """The table of a benchmark that times each call both ways: per name,
