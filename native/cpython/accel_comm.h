@@ -29,6 +29,7 @@ typedef struct {
     int nparams, required;   /* mpi4py's parameters, in order, the first `required` without a default */
     int params[4];           /* P_*: op defaults to the drop-in's SUM_DEFAULT, root to 0, recvcounts to None */
     int exclusive;           /* -1, or the entry's trailing flag (scan: 0, exscan: 1) */
+    int kind;                /* SHMTOPO_KIND_*: the call's agreement */
 } accel_call_t;
 
 static PyObject *accel_barrier_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -38,22 +39,24 @@ static PyObject *accel_barrier_entry(PyObject *self, PyObject *const *args, Py_s
 
 #define SR P_SENDBUF, P_RECVBUF
 static const accel_call_t accel_calls[NA] = {
-    [A_BARRIER] = {"Barrier", accel_barrier_entry, NO_WINDOWS, 0, 0, {0}, -1},
-    [A_BCAST] = {"Bcast", accel_bcast, FAST_WINDOWS, 2, 1, {P_BUF, P_ROOT}, -1},
-    [A_REDUCE] = {"Reduce", accel_reduce, FAST_WINDOWS, 4, 2, {SR, P_OP, P_ROOT}, -1},
-    [A_ALLREDUCE] = {"Allreduce", accel_allreduce, FAST_WINDOWS, 3, 2, {SR, P_OP}, -1},
-    [A_ALLGATHER] = {"Allgather", accel_allgather, ALL_WINDOWS, 2, 2, {SR}, -1},
-    [A_ALLTOALL] = {"Alltoall", accel_alltoall, NO_WINDOWS, 2, 2, {SR}, -1},
-    [A_REDUCE_SCATTER_BLOCK] = {"Reduce_scatter_block", accel_reduce_scatter_block, NO_WINDOWS, 3, 2, {SR, P_OP}, -1},
-    [A_GATHER] = {"Gather", accel_gather, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1},
-    [A_SCATTER] = {"Scatter", accel_scatter, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1},
-    [A_GATHERV] = {"Gatherv", accel_gatherv, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1},
-    [A_SCATTERV] = {"Scatterv", accel_scatterv, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1},
-    [A_ALLGATHERV] = {"Allgatherv", accel_allgatherv, NO_WINDOWS, 2, 2, {SR}, -1},
-    [A_ALLTOALLV] = {"Alltoallv", accel_alltoallv, NO_WINDOWS, 2, 2, {SR}, -1},
-    [A_REDUCE_SCATTER] = {"Reduce_scatter", accel_reduce_scatter, NO_WINDOWS, 4, 2, {SR, P_RECVCOUNTS, P_OP}, -1},
-    [A_SCAN] = {"Scan", accel_scan, NO_WINDOWS, 3, 2, {SR, P_OP}, 0},
-    [A_EXSCAN] = {"Exscan", accel_scan, NO_WINDOWS, 3, 2, {SR, P_OP}, 1},
+    [A_BARRIER] = {"Barrier", accel_barrier_entry, NO_WINDOWS, 0, 0, {0}, -1, SHMTOPO_KIND_BARRIER},
+    [A_BCAST] = {"Bcast", accel_bcast, FAST_WINDOWS, 2, 1, {P_BUF, P_ROOT}, -1, SHMTOPO_KIND_BCAST},
+    [A_REDUCE] = {"Reduce", accel_reduce, FAST_WINDOWS, 4, 2, {SR, P_OP, P_ROOT}, -1, SHMTOPO_KIND_REDUCE},
+    [A_ALLREDUCE] = {"Allreduce", accel_allreduce, FAST_WINDOWS, 3, 2, {SR, P_OP}, -1, SHMTOPO_KIND_ALLREDUCE},
+    [A_ALLGATHER] = {"Allgather", accel_allgather, ALL_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLGATHER},
+    [A_ALLTOALL] = {"Alltoall", accel_alltoall, NO_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLTOALL},
+    [A_REDUCE_SCATTER_BLOCK] = {"Reduce_scatter_block", accel_reduce_scatter_block, NO_WINDOWS, 3, 2, {SR, P_OP}, -1,
+                                SHMTOPO_KIND_REDUCE_SCATTER},
+    [A_GATHER] = {"Gather", accel_gather, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1, SHMTOPO_KIND_GATHER},
+    [A_SCATTER] = {"Scatter", accel_scatter, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1, SHMTOPO_KIND_SCATTER},
+    [A_GATHERV] = {"Gatherv", accel_gatherv, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1, SHMTOPO_KIND_GATHERV},
+    [A_SCATTERV] = {"Scatterv", accel_scatterv, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1, SHMTOPO_KIND_SCATTERV},
+    [A_ALLGATHERV] = {"Allgatherv", accel_allgatherv, NO_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLGATHERV},
+    [A_ALLTOALLV] = {"Alltoallv", accel_alltoallv, NO_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLTOALLV},
+    [A_REDUCE_SCATTER] = {"Reduce_scatter", accel_reduce_scatter, NO_WINDOWS, 4, 2, {SR, P_RECVCOUNTS, P_OP}, -1,
+                          SHMTOPO_KIND_REDUCE_SCATTER},
+    [A_SCAN] = {"Scan", accel_scan, NO_WINDOWS, 3, 2, {SR, P_OP}, 0, SHMTOPO_KIND_SCAN},
+    [A_EXSCAN] = {"Exscan", accel_scan, NO_WINDOWS, 3, 2, {SR, P_OP}, 1, SHMTOPO_KIND_EXSCAN},
 };
 #undef SR
 
@@ -65,6 +68,7 @@ typedef struct {
 static PyTypeObject CallCountsType;
 
 #define UNMOVED_DESCRS 4
+#define DERIVED_TYPES 16
 
 static struct {
     PyObject *general[NA];  /* AcceleratedComm's Python methods, by call */
@@ -82,6 +86,7 @@ static struct {
     PyObject *op_class;     /* MPI.Op */
     PyObject *is_predefined; /* "is_predefined" */
     PyObject *unmoved_descrs[UNMOVED_DESCRS]; /* numpy dtypes whose arrays mpi4py types as one of those */
+    PyObject *derived[DERIVED_TYPES]; /* derived Datatypes the planner has handed to MPI (note_derived) */
 } af;
 
 /* Whether `spec`, a message MPI reads, holds entries of a predefined type
@@ -178,6 +183,128 @@ static int accel_mpi_only(int call, PyObject *const *v)
     }
 }
 
+/* ---- derived datatypes: handed to MPI after one agreement, from C -------
+ *
+ * A derived datatype on one rank and plain arrays on another is legal MPI
+ * (the type signatures match), so a call of one is handed to MPI only after
+ * an agreement that every rank does (plans.py's planner, the owner of that
+ * decision: LeftToMPI). The planner notes each derived type it has handed
+ * over (plans.unmoved_in, through note_derived); a call whose messages are
+ * [buf, count, datatype] of such a type, in the forms and on the buffers the
+ * planner reads before it hands the call over (a count >= 0, a buffer it may
+ * write where it writes), is agreed and handed over here, without the
+ * planner's Python: the same decision, its cost that of MPI's call and one
+ * meeting. Anything else goes to the planner (test_plans.py checks both
+ * decide alike). */
+
+/* note_derived(datatype): the planner hands messages of this derived type to MPI. */
+static PyObject *note_derived(PyObject *self, PyObject *datatype)
+{
+    static int next;
+    for (int i = 0; i < DERIVED_TYPES; i++)
+        if (af.derived[i] == datatype)
+            Py_RETURN_NONE;
+    Py_XSETREF(af.derived[next], new_ref(datatype));
+    next = (next + 1) % DERIVED_TYPES;
+    Py_RETURN_NONE;
+}
+
+/* The datatype of `spec` when it is [buf, count, datatype] of a noted derived
+ * type (not freed since), a count >= 0, on a C-contiguous buffer (writable
+ * where `writable`), and its count in *count; else NULL. */
+static PyObject *derived_message(PyObject *spec, int writable, Py_ssize_t *count)
+{
+    if (!(PyList_CheckExact(spec) || PyTuple_CheckExact(spec)) || PySequence_Fast_GET_SIZE(spec) != 3)
+        return NULL;
+    PyObject **item = PySequence_Fast_ITEMS(spec);
+    int noted = 0;
+    for (int i = 0; i < DERIVED_TYPES && !noted; i++)
+        noted = af.derived[i] == item[2];
+    if (!noted || (*count = index_of(item[1])) < 0)
+        return NULL;
+    const int live = PyObject_IsTrue(item[2]); /* MPI.DATATYPE_NULL once freed */
+    if (live <= 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(item[0], &view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyBuffer_Release(&view);
+    return item[2];
+}
+
+/* A reduction's result side, as the planner reads it (plans._reduction on
+ * a receiving rank): recvbuf derived, sendbuf IN_PLACE or of the same type
+ * and count. */
+static int derived_reduction(PyObject *const *v)
+{
+    Py_ssize_t n, m;
+    PyObject *type = derived_message(v[P_RECVBUF], 1, &n);
+    return type && (accel_in_place(v[P_SENDBUF]) || (derived_message(v[P_SENDBUF], 0, &m) == type && m == n));
+}
+
+/* The signature's extra for the op of a delegated reduction (as
+ * AcceleratedComm._op_word gives it): 1 + the core's op (the ops' table
+ * holds the drop-in's SUM default too); -1 for an op this does not know
+ * (the planner decides). */
+static long long derived_op_word(PyObject *op)
+{
+    Py_ssize_t n = accel.ops ? PyTuple_GET_SIZE(accel.ops) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(accel.ops, i);
+        if (PyTuple_GET_ITEM(pair, 0) == op)
+            return 1 + PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+    }
+    return -1;
+}
+
+/* Whether this rank's call is one the planner hands to MPI for a derived
+ * type (see above); its delegated signature in *sig. */
+static int derived_call(int call, PyObject *const *v, shmtopo_comm_t *comm, shmtopo_sig_t *sig)
+{
+    Py_ssize_t n;
+    if (!comm)
+        return 0;
+    const int rank = shmtopo_comm_rank(comm);
+    int root = -1, ok;
+    long long op = 0;
+    if (call == A_BCAST || call == A_REDUCE || call == A_GATHER || call == A_SCATTER)
+        if ((root = root_in(v[P_ROOT], comm)) < 0)
+            return 0;
+    if (call == A_REDUCE || call == A_ALLREDUCE || call == A_SCAN || call == A_EXSCAN)
+        if ((op = derived_op_word(v[P_OP])) < 0)
+            return 0;
+    switch (call) {
+    case A_BCAST:
+        ok = !accel_in_place(v[P_BUF]) && derived_message(v[P_BUF], rank != root, &n);
+        break;
+    case A_REDUCE:
+        ok = rank == root ? derived_reduction(v)
+                          : !accel_in_place(v[P_SENDBUF]) && derived_message(v[P_SENDBUF], 0, &n);
+        break;
+    case A_ALLREDUCE: case A_SCAN: case A_EXSCAN:
+        ok = derived_reduction(v);
+        break;
+    case A_ALLGATHER: case A_ALLTOALL: /* the planner reads recvbuf first */
+        ok = derived_message(v[P_RECVBUF], 1, &n) != NULL;
+        break;
+    case A_GATHER:
+        ok = derived_message(rank == root ? v[P_RECVBUF] : v[P_SENDBUF], rank == root, &n) != NULL;
+        break;
+    case A_SCATTER:
+        ok = derived_message(rank == root ? v[P_SENDBUF] : v[P_RECVBUF], rank != root, &n) != NULL;
+        break;
+    default:
+        ok = 0;
+    }
+    *sig = (shmtopo_sig_t){.kind = accel_calls[call].kind, .dtype = -1, .op = -1, .root = root, .alg = -1,
+                           .flags = SHMTOPO_SIG_DELEGATED, .extra = (uint64_t)op};
+    return ok;
+}
+
 static PyObject *accel_general(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames)
 {
@@ -239,6 +366,17 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
         PyObject *strict = slot_value(self, &af.strict);
         if (strict == Py_False && af.mpi[call] && accel_mpi_only(call, v)) {
             /* every rank knows it from its own arguments: MPI's call, at once */
+            PyObject *done = call_general(af.mpi[call], "bind_mpi_only", self, args, nargs, kwnames);
+            if (done && ++((CallCounts *)counts)->delegated[call] == 1 && first_count(self, c->name) < 0)
+                Py_CLEAR(done);
+            return done;
+        }
+        shmtopo_sig_t sig;
+        shmtopo_comm_t *comm = nc->fast_handle ? comm_of(nc->fast_handle) : NULL;
+        if (strict == Py_False && af.mpi[call] && derived_call(call, v, comm, &sig)) {
+            /* every rank hands it over: agreed (0), or others would have run it here (EDELEGATED) */
+            if (shmtopo_agree_call(comm, &sig) < 0 && errno != SHMTOPO_EDELEGATED)
+                return accel_done(-1, errno);
             PyObject *done = call_general(af.mpi[call], "bind_mpi_only", self, args, nargs, kwnames);
             if (done && ++((CallCounts *)counts)->delegated[call] == 1 && first_count(self, c->name) < 0)
                 Py_CLEAR(done);

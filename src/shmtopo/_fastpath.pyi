@@ -90,6 +90,9 @@ def bind_comm_fast(general: dict[str, Callable[..., Any]], sum_default: Any,
                    to_mpi: dict[str, Callable[..., Any]], delegated: type[BaseException]) -> None: ...
 def bind_mpi_only(unmoved: tuple[Any, ...], unmoved_formats: dict[str, bool], op_class: type,
                   mpi_class: type) -> None: ...
+def note_derived(datatype: Any) -> None:
+    """The planner hands messages of this derived datatype to MPI: CommFast
+    may agree and hand calls of it over itself."""
 
 class NativeWindow:
     """The native half of shmtopo.Window: its fences."""

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._fastpath import note_derived
 from ..comm import Comm
 from .buffers import (Array, Message, Vector, elements, in_place, int_list, message, moved_type, split_spec,
                       vector)
@@ -386,11 +387,14 @@ def unmoved_in(t: Tables, datatype: Any) -> Any:
         return None
     seen = _decoded.get(key)
     if seen is not None and seen[0] is datatype:
-        return seen[1]
-    found = _unmoved_in(t, datatype)
-    if len(_decoded) >= 256:
-        _decoded.clear()
-    _decoded[key] = (datatype, found)
+        found = seen[1]
+    else:
+        found = _unmoved_in(t, datatype)
+        if len(_decoded) >= 256:
+            _decoded.clear()
+        _decoded[key] = (datatype, found)
+    if found is None and not datatype.is_named:
+        note_derived(datatype)  # the planner hands its messages to MPI: CommFast may too, agreed
     return found
 
 
