@@ -78,6 +78,8 @@ static PyMethodDef methods[] = {
      "Bind AcceleratedComm's methods and the op default for CommFast's (shmtopo.accelerate internal)."},
     {"bind_mpi_only", (PyCFunction)(void (*)(void))bind_mpi_only, METH_FASTCALL,
      "Bind what CommFast hands to MPI at once, and mpi4py's methods it calls (shmtopo.accelerate internal)."},
+    {"copied_new", (PyCFunction)(void (*)(void))copied_new, METH_FASTCALL,
+     "copied_new(cls, *args): the __new__ of the accelerated classes (shmtopo.accelerate internal)."},
     {"note_derived", note_derived, METH_O,
      "note_derived(datatype): the planner hands messages of this derived type to MPI (shmtopo.accelerate internal)."},
     {NULL, NULL, 0, NULL},

@@ -90,6 +90,9 @@ def bind_comm_fast(general: dict[str, Callable[..., Any]], sum_default: Any,
                    to_mpi: dict[str, Callable[..., Any]], delegated: type[BaseException]) -> None: ...
 def bind_mpi_only(unmoved: tuple[Any, ...], unmoved_formats: dict[str, bool], op_class: type,
                   mpi_class: type) -> None: ...
+def copied_new(cls: type, *args: Any) -> Any:
+    """The __new__ of the accelerated classes: mpi4py's (cls._mpi_new), then
+    cls._copy_state(new, args[0]) for a copy of an accelerated object."""
 def note_derived(datatype: Any) -> None:
     """The planner hands messages of this derived datatype to MPI: CommFast
     may agree and hand calls of it over itself."""

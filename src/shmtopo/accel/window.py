@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from .. import _types, agreement
-from .._fastpath import RmaState, WinFast, bind_window
+from .._fastpath import RmaState, WinFast, bind_window, copied_new
 from .._base import hold_all, release_all
 from .._native import ffi, lib
 from ..comm import Comm
@@ -724,15 +724,14 @@ def copies_state(own: tuple[str, ...]) -> dict[str, Any]:
     """The methods by which a copy of an accelerated object (``copy.copy``,
     ``copy.deepcopy``, ``type(obj)(obj)``, as mpi4py copies a handle) is the
     same accelerated object: the same MPI handle, and the same shmtopo state
-    (slots `own`), as mpi4py's copies share the handle's."""
+    (slots `own`), as mpi4py's copies share the handle's. ``__new__`` is
+    C's (_fastpath.copied_new: mpi4py's __new__, then _copy_state where
+    the source is of a class whose __new__ is this one)."""
 
-    def __new__(cls: Any, *args: Any) -> Any:
-        new = cls._mpi_new(cls, *args)  # mpi4py's: the handle
-        if args and type(args[0]).__new__ is cls.__new__:
-            for name in own:
-                if hasattr(args[0], name):
-                    setattr(new, name, getattr(args[0], name))
-        return new
+    def _copy_state(new: Any, source: Any) -> None:  # source: of a class with this __new__
+        for name in own:
+            if hasattr(source, name):
+                setattr(new, name, getattr(source, name))
 
     def __copy__(self: Any) -> Any:
         return type(self)(self)
@@ -740,12 +739,13 @@ def copies_state(own: tuple[str, ...]) -> dict[str, Any]:
     def __deepcopy__(self: Any, memo: dict[int, Any]) -> Any:
         return type(self)(self)
 
-    return {"__new__": __new__, "__copy__": __copy__, "__deepcopy__": __deepcopy__}
+    return {"__new__": staticmethod(copied_new), "_copy_state": staticmethod(_copy_state), "__copy__": __copy__,
+            "__deepcopy__": __deepcopy__}
 
 
 def mpi_new(made: Any, cls: type) -> None:
     """Give `made`, the accelerated class of mpi4py's class `cls`, the
-    __new__ of mpi4py's under its own (copies_state's calls it: made once
+    __new__ of mpi4py's under its own (copied_new calls it: made once
     per object, often, as derived comms are made)."""
     made._mpi_new = cls.__new__
 
