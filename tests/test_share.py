@@ -521,7 +521,7 @@ def test_under_the_launcher(tmp_path):
     assert proc.stdout.count("share ok") == 3
 
 
-KILL_POINTS = [("root", "write"), ("reader", "start"), ("reader", "keep"), ("root", "keep")]
+KILL_POINTS = [("root", "write"), ("root", "scatter"), ("reader", "start"), ("reader", "keep"), ("root", "keep")]
 
 
 @pytest.mark.serial

@@ -53,7 +53,7 @@ from ._types import BCAST
 from ._native import lib
 from .agreement import agree, heard_of, leave, normalised
 from .coll.across import run_across_nodes
-from .coll.node import node_bcast
+from .coll.node import checked, native_barrier, node_bcast, node_scatter
 from .errors import PeerDeadError, ShmtopoArgumentError, ShmtopoOSError, ShmtopoValueError
 
 #: the header every share starts with: uint64 words (a count no other call
@@ -187,6 +187,7 @@ class _Payload:
             self.descr = pickle.dumps((descr, list(zip(self.offsets, lengths))), protocol=5)
             self.nbytes = end + len(self.descr)
         self.lengths, self.sources = lengths, sources
+        self.contiguous: npt.NDArray[np.uint8] | None = None  # its bytes, where one run of the root's memory
 
     def write(self, dest: npt.NDArray[np.uint8]) -> None:
         """Copy the data into dest (nbytes, uint8): one copy of each buffer."""
@@ -235,7 +236,10 @@ def _array_payload(a: npt.NDArray[Any], described: bool) -> _Payload:
 
     def write(dest: npt.NDArray[np.uint8]) -> None:
         np.copyto(_typed(dest, dtype, shape, order), a, casting="no")
-    return _Payload(("array", dtype, shape, order) if described else None, [write], [a.nbytes])
+    payload = _Payload(("array", dtype, shape, order) if described else None, [write], [a.nbytes])
+    if not described and (a.flags.c_contiguous or a.flags.f_contiguous) and a.nbytes:
+        payload.contiguous = a.reshape(-1, order="A").view(np.uint8)  # its memory, in the share's order
+    return payload
 
 
 def _object_payload(obj: Any) -> _Payload:
@@ -365,7 +369,7 @@ def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_page
         if comm.world_rank == root:
             payload = _root_header(comm, obj, root, header)
     comm.bcast(header, root=root, out=header)  # type: ignore[attr-defined]
-    tier, nbytes, descr_len, number, code, word, dims, _ = _FIELDS.unpack_from(header)
+    tier, nbytes, descr_len, number, code, word, dims, scattered = _FIELDS.unpack_from(header)
     if tier == _INLINE and not descr_len and not dims >> 8:  # a small C-ordered array: the common case
         dt = _dtype_of(word)
         # on a read-only buffer: nobody can make it writeable again
@@ -385,7 +389,7 @@ def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_page
             payload.write(data)
         comm.bcast(data, root=root, out=data)  # type: ignore[attr-defined]
     else:
-        data = _segment(comm, root, nbytes, payload, placement, huge_pages)
+        data = _segment(comm, root, nbytes, payload, placement, huge_pages, bool(scattered))
     data.flags.writeable = False
     if descr_len:
         return _rebuilt(data, nbytes, descr_len)
@@ -446,14 +450,18 @@ def _root_header(comm: CommLike, obj: Any, root: int, header: Any) -> _Payload |
         payload.write(header[_FIXED:].view(np.uint8))
     else:
         tier = _BCAST if payload.nbytes <= SMALL else _SEGMENT
-    _FIELDS.pack_into(header, 0, tier, payload.nbytes, len(payload.descr), number, 0, word, dims, 0)
+    scattered = tier == _SEGMENT and payload.contiguous is not None
+    _FIELDS.pack_into(header, 0, tier, payload.nbytes, len(payload.descr), number, 0, word, dims, scattered)
     return None if tier in (_INLINE, _IN_PLACE) else payload
 
 
 def _slice(nbytes: int, rank: int, size: int) -> int:
-    """This rank's part of the node's segment: each rank faults its slice
-    of the pages in, in parallel (and near itself), at the allocation."""
-    return nbytes * (rank + 1) // size - nbytes * rank // size
+    """This rank's part of the node's segment: each rank faults its part of
+    the pages in, in parallel (and near itself), at the allocation. Equal
+    parts (the last one with the remainder), so that a scatter can fill
+    them (_scatter_in)."""
+    part = nbytes // size
+    return part if rank < size - 1 else nbytes - part * (size - 1)
 
 
 def _map_in(part: npt.NDArray[np.uint8]) -> None:
@@ -472,19 +480,24 @@ def _region(win: Any) -> npt.NDArray[np.uint8]:
 
 
 def _segment(comm: CommLike, root: int, nbytes: int, payload: _Payload | None, placement: str | None,
-             huge_pages: bool | str) -> npt.NDArray[np.uint8]:
-    """The data in a segment of this node (the root writes it, the leaders
-    carry it across nodes): this rank's read-only view of it."""
+             huge_pages: bool | str, scattered: bool) -> npt.NDArray[np.uint8]:
+    """The data in a segment of this node (on the root's node the root
+    writes it, or every rank copies its own part of the root's bytes
+    where they are one run of its memory; the leaders carry it across
+    nodes): this rank's read-only view of it."""
     allocate: Any = comm.allocate
     win = allocate(_slice(nbytes, comm.rank, comm.size), contiguous=True, placement=placement,
                    huge_pages=huge_pages)
     try:
         part = _region(win)
-        if payload is not None:
+        plan = comm.plan
+        here = plan.node_of[root] == plan.node_index
+        writer = plan.local_of[root] if here else 0
+        if here and scattered:
+            _scatter_in(comm, part, payload, writer)
+        elif payload is not None:
             _map_in(part)
             payload.write(part)
-        plan = comm.plan
-        writer = plan.local_of[root] if plan.node_of[root] == plan.node_index else 0
         if comm.nnodes > 1:
             _node_sync(comm, writer)  # the root's data there for its node's leader
             run_across_nodes(comm, _leaders_bcast, part, root)
@@ -494,6 +507,21 @@ def _segment(comm: CommLike, root: int, nbytes: int, payload: _Payload | None, p
     except BaseException:
         win.abandon()
         raise
+
+
+def _scatter_in(comm: CommLike, data: npt.NDArray[np.uint8], payload: _Payload | None, writer: int) -> None:
+    """Every rank of the root's node copies its own part of the root's
+    bytes (payload.contiguous, on the root) into the node's segment `data`:
+    with single copy, straight from the root's memory, all at once, each
+    into the pages it faulted in itself. The root writes the remainder; a
+    barrier then waits for every part."""
+    size = comm.size
+    part = data.size // size
+    source = None if payload is None else payload.contiguous
+    node_scatter(comm, source, data[comm.rank * part:(comm.rank + 1) * part], writer)
+    if source is not None:
+        data[part * size:] = source[part * size:]
+    checked(native_barrier(comm.handle))
 
 
 def _node_sync(comm: CommLike, writer: int) -> None:

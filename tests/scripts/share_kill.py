@@ -2,11 +2,14 @@
 which one rank kills itself with SIGKILL at a given point; every survivor
 writes what it raised into DIR/rank<R>.txt ("PeerDeadError <rank> ...").
 
-    share_kill.py DIR root|reader start|write|keep
+    share_kill.py DIR root|reader start|write|scatter|keep
 
 root: rank 0 dies; reader: the last rank. start: before the share's header,
 write: while the root writes the data into the node's segment (the root
-only), keep: after the data is everywhere, before the window is freed.
+only: an array that is not one run of its memory), scatter: when the ranks
+of the root's node start to copy their parts of it (a contiguous array:
+the root has written half of its own part), keep: after the data is
+everywhere, before the window is freed.
 Every rank writes its pid into DIR/pid<R>.txt first, for the test to look
 for what the job's processes left in /dev/shm."""
 import os
@@ -41,12 +44,20 @@ if dies and point == "write":
         dest[: len(dest) // 2] = 1  # half written
         die()
     sharing._Payload.write = write
+if dies and point == "scatter":
+    original_scatter = sharing.node_scatter
+
+    def scatter(comm, source, dest, root):
+        dest[: len(dest) // 2] = 1  # half written
+        die()
+    sharing.node_scatter = scatter
 if dies and point == "keep":
     sharing._keep = die
 try:
     if dies and point == "start":
         die()
-    comm.share(np.arange(1 << 20, dtype=np.float64) if world.rank == 0 else None)
+    data = np.arange(2 << 20, dtype=np.float64)[::2] if point == "write" else np.arange(1 << 20, dtype=np.float64)
+    comm.share(data if world.rank == 0 else None)
     result = "no error"
 except BaseException as exc:  # noqa: BLE001 - reported
     result = f"{type(exc).__name__} {getattr(exc, 'rank', None)} {exc}"

@@ -75,6 +75,14 @@ def node_bcast(comm: CommLike, a: Array, root: int, source: Array | None = None)
     checked(lib.shmtopo_bcast(comm.handle, pointer(a), a.size, dtype_code(a), root))
 
 
+def node_scatter(comm: CommLike, a: Array | None, result: Array, root: int) -> None:
+    """result = block r of the node root's a (read on the root only: as many
+    blocks as ranks, each of result's size) on each rank r of the node:
+    each rank reads its own block straight from the root's a where the comm
+    has single copy, so all copy at once."""
+    checked(lib.shmtopo_scatter(comm.handle, pointer(a), pointer(result), result.size, dtype_code(result), root))
+
+
 def node_reduce(comm: CommLike, a: Array, out: Array | None, op: int, root: int, alg: int) -> None:
     """out = the reduction of every rank's a: on root, or on every rank for
     root < 0 (an allreduce)."""
