@@ -9,8 +9,9 @@ memory: the node's memory after every rank holds the root's array, less
     shmtopo.share, mpi4py's Win.Allocate_shared recipe, pshmem's MPIShared
     (where installed), MPI.COMM_WORLD.bcast (mpi4py's pickled bcast) and
     Bcast into a buffer of each rank's own; one run each.
-time: seconds for the same ways (but the pickled bcast) and a numpy copy
-    of the array into new memory on one rank (a memcpy, the floor), each
+time: seconds for the same ways (but the pickled bcast), a numpy copy of
+    the array into new memory on one rank (a memcpy, the floor) and the
+    node's shared pages alone (each rank faulting its part in), each
     from nothing to every rank holding the data (the Allocate_shared recipe
     and pshmem include their communicator splits); the median of --repeat
     runs and the range.
@@ -158,9 +159,19 @@ def timed(fn, repeat: int) -> list[float]:
     return times
 
 
+def _pages_alone(nbytes: int):
+    """The node's shared pages for the data, each rank faulting its part in
+    (as a share does, and every window): what sharing through node shared
+    memory cannot go below, whatever it copies."""
+    comm = shmtopo.anycomm.comm_of(None)
+    win = comm.allocate(nbytes // world.size, contiguous=True)
+    return win, win.free
+
+
 def measure_time(nbytes: int, repeat: int) -> None:
     source = np.ones(nbytes // 8) if world.rank == 0 else None
-    rows = {"numpy copy (memcpy)": timed(lambda: source.copy() if world.rank == 0 else None, repeat)}
+    rows = {"numpy copy (memcpy)": timed(lambda: source.copy() if world.rank == 0 else None, repeat),
+            "shared pages alone": timed(lambda: _pages_alone(nbytes), repeat)}
     for name, way in WAYS.items():
         if name != "COMM_WORLD.bcast" and available(name):
             rows[name] = timed(lambda: way(source, nbytes), repeat)

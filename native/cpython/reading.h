@@ -139,10 +139,26 @@ static int fields_match(PyObject *obj, const Py_buffer *view)
  * error set (and no view held) otherwise. Through the mirror, the view holds
  * no export (view->obj NULL: PyBuffer_Release does nothing): the caller's
  * reference keeps the array, which a thread cannot resize while referenced. */
+/* Once, at the first C-contiguous ndarray of any dtype: whether the mirror
+ * holds (a program whose arrays are all of a type the core lacks, such as
+ * long double, would otherwise ask numpy for a format string per call). */
+static void check_fields(PyObject *obj)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear(); /* not contiguous: the next array decides */
+        return;
+    }
+    fields_checked = fields_match(obj, &view) ? 1 : -1;
+    PyBuffer_Release(&view);
+}
+
 static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
 {
     if (Py_TYPE(obj) != (PyTypeObject *)bound.ndarray)
         return 0;
+    if (!fields_checked)
+        check_fields(obj);
     if (fields_checked > 0) {
         const ArrayFields *a = (const ArrayFields *)obj;
         if ((*code = code_of_dtype(a->descr)) < 0 || !(a->flags & ARRAY_C_CONTIGUOUS) ||
