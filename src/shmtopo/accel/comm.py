@@ -684,7 +684,7 @@ class AcceleratedComm:
         if comm == MPI.COMM_NULL or not isinstance(comm, MPI.Intracomm):
             return comm
         if type(comm) not in _PLAIN:  # (Dup and Clone make one of this comm's own class, to attach)
-            made = accelerated_class(type(comm))
+            made: Any = accelerated_class(type(comm))
             comm = made._mpi_new(made, comm)  # a new comm has no shmtopo state to copy: mpi4py's __new__ alone
         return self._derived(comm)
 
