@@ -135,10 +135,6 @@ static int fields_match(PyObject *obj, const Py_buffer *view)
     return same;
 }
 
-/* A view of an exact, C-contiguous ndarray of a supported type; 0 with no
- * error set (and no view held) otherwise. Through the mirror, the view holds
- * no export (view->obj NULL: PyBuffer_Release does nothing): the caller's
- * reference keeps the array, which a thread cannot resize while referenced. */
 /* Once, at the first C-contiguous ndarray of any dtype: whether the mirror
  * holds (a program whose arrays are all of a type the core lacks, such as
  * long double, would otherwise ask numpy for a format string per call). */
@@ -153,6 +149,10 @@ static void check_fields(PyObject *obj)
     PyBuffer_Release(&view);
 }
 
+/* A view of an exact, C-contiguous ndarray of a supported type; 0 with no
+ * error set (and no view held) otherwise. Through the mirror, the view holds
+ * no export (view->obj NULL: PyBuffer_Release does nothing): the caller's
+ * reference keeps the array, which a thread cannot resize while referenced. */
 static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
 {
     if (Py_TYPE(obj) != (PyTypeObject *)bound.ndarray)
@@ -184,8 +184,6 @@ static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
         PyErr_Clear(); /* not contiguous, read-only: the general path says so */
         return 0;
     }
-    if (!fields_checked)
-        fields_checked = fields_match(obj, view) ? 1 : -1;
     return 1;
 }
 
