@@ -375,17 +375,18 @@ class AcceleratedComm:
         self._stats[name][1] += 1
         return result
 
-    def _nonblocking(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """A nonblocking collective: its request, the blocking call posted
-        to this comm's progress thread (nonblocking.py); MPI's own call once
-        the shmtopo comm is freed, or where no second thread may call MPI."""
+    def _nonblocking(self, name: str, blocking: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A nonblocking collective (`name`): its request, the blocking call
+        (`blocking`) posted to this comm's progress thread (nonblocking.py);
+        MPI's own call once the shmtopo comm is freed, or where no second
+        thread may call MPI."""
         side, MPI = self._side, self._tables.MPI
         if (side.shm is None and not side.lazy) or not nonblocking.threads_may_call_mpi(MPI):
             return self._mpi_only_call(name, *args, **kwargs)
         progress = side.progress
         if progress is None:
             progress = side.progress = self._progress()
-        call = nonblocking.Call(nonblocking.blocking_name(name), args, kwargs)
+        call = nonblocking.Call(blocking, args, kwargs)
         request = nonblocking.new_request(MPI, progress, call)
         progress.post(call)
         return request
@@ -838,8 +839,10 @@ del _name
 
 
 def _nonblocking_method(name: str) -> Callable[..., Any]:
+    blocking = nonblocking.blocking_name(name)
+
     def method(self: AcceleratedComm, *args: Any, **kwargs: Any) -> Any:
-        return self._nonblocking(name, args, kwargs)
+        return self._nonblocking(name, blocking, args, kwargs)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = (f"Collective, nonblocking: mpi4py's ``{name}``, as ``{nonblocking.blocking_name(name)}`` "
                       "on this comm's progress thread (in shared memory where that call would be); returns an "

@@ -108,7 +108,8 @@ class Progress:
         self._broken: BaseException | None = None  # why the Idup never completed
         self._open = threading.Event()  # set once it has completed
         self._count = count  # count(name, accelerated) into the program's comm's shm_stats
-        lock = threading.Lock()
+        # one lock, taken as itself (a Condition's own `with` is a Python frame more, on every call)
+        self._lock = lock = threading.Lock()
         self._work = threading.Condition(lock)  # the thread waits here for a call to take
         self._finished = threading.Condition(lock)  # complete() waits here for its call
         self._waiting = 0  # threads in complete()
@@ -127,7 +128,7 @@ class Progress:
 
     def post(self, call: Call) -> None:
         """Local: queue ``call`` (its request made), to run after those posted before."""
-        with self._work:
+        with self._lock:
             if self._closing:
                 raise ShmtopoValueError(f"I{call.name.lower()}: the comm has been freed")
             self._pending.append(call)
@@ -138,7 +139,7 @@ class Progress:
         before it) here if no thread has taken them yet."""
         self._bell.set_grace(self._patient)  # the program waits with its own Wait: the thread need not hurry
         while True:
-            with self._finished:
+            with self._lock:
                 while not call.done and (self._running or not self._pending):
                     self._waiting += 1
                     self._finished.wait()
@@ -152,7 +153,7 @@ class Progress:
 
     def close(self) -> None:
         """Local: no more calls; the thread runs the posted ones and ends."""
-        with self._work:
+        with self._lock:
             self._closing = True
             self._work.notify()
         self._bell.close()
@@ -167,7 +168,7 @@ class Progress:
         calls not yet run (no one waits for them any more), let the one
         running end (RUNNING_AT_EXIT seconds at most), and make no MPI call
         from here on."""
-        with self._work:
+        with self._lock:
             self._mpi_gone = self._closing = True
             while self._pending:
                 dropped = self._pending.popleft()
@@ -184,7 +185,7 @@ class Progress:
     def _serve(self) -> None:
         while True:
             self._bell.wait()  # without the GIL, until a call has gone untaken, or close()
-            with self._work:
+            with self._lock:
                 while self._running and (self._pending or self._closing):  # another thread runs one
                     self._work.wait()
                 if not self._pending:
@@ -234,7 +235,7 @@ class Progress:
                 self._bell.set_grace(self._patient)
         except BaseException as exc:  # noqa: BLE001 - raised by the request's Wait
             call.error = exc
-        with self._work:
+        with self._lock:
             call.done = True
             call.args, call.kwargs = (), {}
             request, call.request = call.request, None
@@ -296,7 +297,10 @@ def _make_request_class(MPI: Any) -> type:
             if call is not None:
                 self._progress.complete(call)  # type: ignore[union-attr]
                 self._forget(call)
-            super().Wait(status)
+            if status is None and call is not None:
+                super().Free()  # complete: MPI's Wait would only add the query's callback to freeing it
+            else:
+                super().Wait(status)
             if call is not None and call.error is not None:
                 raise call.error
             return True
