@@ -45,8 +45,6 @@ if dies and point == "write":
         die()
     sharing._Payload.write = write
 if dies and point == "scatter":
-    original_scatter = sharing.node_scatter
-
     def scatter(comm, source, dest, root):
         dest[: len(dest) // 2] = 1  # half written
         die()
