@@ -247,18 +247,12 @@ static int derived_reduction(PyObject *const *v)
 }
 
 /* The signature's extra for the op of a delegated reduction (as
- * AcceleratedComm._op_word gives it): 1 + the core's op (the ops' table
- * holds the drop-in's SUM default too); -1 for an op this does not know
- * (the planner decides). */
+ * AcceleratedComm._op_word gives it): 1 + the core's op; -1 for an op this
+ * does not know (the planner decides). */
 static long long derived_op_word(PyObject *op)
 {
-    Py_ssize_t n = accel.ops ? PyTuple_GET_SIZE(accel.ops) : 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(accel.ops, i);
-        if (PyTuple_GET_ITEM(pair, 0) == op)
-            return 1 + PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
-    }
-    return -1;
+    const int opc = accel_op_code(op);
+    return opc < 0 ? -1 : 1 + opc;
 }
 
 /* Whether this rank's call is one the planner hands to MPI for a derived

@@ -56,18 +56,24 @@ static int accel_type_of(PyObject *datatype)
     return -1;
 }
 
-/* The op's core code where MPI defines it on the datatype (index `type`), else -1. */
-static int accel_op(PyObject *op, int type)
+/* The op's core code (the ops' table, by identity: the drop-in's SUM default
+ * too), else -1. */
+static int accel_op_code(PyObject *op)
 {
     Py_ssize_t n = accel.ops ? PyTuple_GET_SIZE(accel.ops) : 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PyTuple_GET_ITEM(accel.ops, i);
-        if (PyTuple_GET_ITEM(pair, 0) == op) {
-            int opc = (int)PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
-            return accel.masks[type] & (1u << opc) ? opc : -1;
-        }
+        if (PyTuple_GET_ITEM(pair, 0) == op)
+            return (int)PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
     }
     return -1;
+}
+
+/* The op's core code where MPI defines it on the datatype (index `type`), else -1. */
+static int accel_op(PyObject *op, int type)
+{
+    const int opc = accel_op_code(op);
+    return opc >= 0 && accel.masks[type] & (1u << opc) ? opc : -1;
 }
 
 /* The datatype of a buffer passed without one, from its format (NULL: bytes). */

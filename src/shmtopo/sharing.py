@@ -516,7 +516,7 @@ def _scatter_in(comm: CommLike, data: npt.NDArray[np.uint8], payload: _Payload |
     into the pages it faulted in itself. The root writes the remainder; a
     barrier then waits for every part."""
     size = comm.size
-    part = data.size // size
+    part = _slice(data.size, 0, size)  # every rank's but the last one's, which holds the remainder too
     source = None if payload is None else payload.contiguous
     node_scatter(comm, source, data[comm.rank * part:(comm.rank + 1) * part], writer)
     if source is not None:

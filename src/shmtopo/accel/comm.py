@@ -844,7 +844,7 @@ def _nonblocking_method(name: str) -> Callable[..., Any]:
     def method(self: AcceleratedComm, *args: Any, **kwargs: Any) -> Any:
         return self._nonblocking(name, blocking, args, kwargs)
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = (f"Collective, nonblocking: mpi4py's ``{name}``, as ``{nonblocking.blocking_name(name)}`` "
+    method.__doc__ = (f"Collective, nonblocking: mpi4py's ``{name}``, as ``{blocking}`` "
                       "on this comm's progress thread (in shared memory where that call would be); returns an "
                       "``MPI.Grequest``.")
     return method
