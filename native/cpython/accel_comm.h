@@ -27,7 +27,7 @@ typedef struct {
     PyObject *(*entry)(PyObject *, PyObject *const *, Py_ssize_t);
     int windows;             /* NO_WINDOWS, FAST_WINDOWS (fast_windows) or ALL_WINDOWS (windows) */
     int nparams, required;   /* mpi4py's parameters, in order, the first `required` without a default */
-    int params[4];           /* P_*: op defaults to the drop-in's SUM_DEFAULT, root to 0, recvcounts to None */
+    signed char params[4];   /* P_*: op defaults to the drop-in's SUM_DEFAULT, root to 0, recvcounts to None */
     int exclusive;           /* -1, or the entry's trailing flag (scan: 0, exscan: 1) */
     int kind;                /* SHMTOPO_KIND_*: the call's agreement */
 } accel_call_t;

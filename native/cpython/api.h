@@ -106,6 +106,22 @@ static int overlaps(const Py_buffer *a, const Py_buffer *b)
     return (const char *)a->buf < (const char *)b->buf + b->len && (const char *)b->buf < (const char *)a->buf + a->len;
 }
 
+/* The root as the core takes it, or -1 for the general path to judge. */
+static int root_in(PyObject *value, const shmtopo_comm_t *comm)
+{
+    int root = root_of(value);
+    return root < shmtopo_comm_size(comm) ? root : -1;
+}
+
+/* The same for the lower-case API, whose roots are ints only: a bool (True
+ * is 1 to mpi4py, whose rule the drop-in keeps, but not a rank number here)
+ * or a numpy scalar goes to the general path, which refuses or takes it
+ * alike on every rank. */
+static int lower_root_in(PyObject *value, const shmtopo_comm_t *comm)
+{
+    return PyLong_CheckExact(value) ? root_in(value, comm) : -1;
+}
+
 /* allreduce(handle, windows, array, out, op) -> result | None */
 static PyObject *fast_allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -134,21 +150,21 @@ static PyObject *fast_allreduce(PyObject *self, PyObject *const *args, Py_ssize_
     return rc < 0 ? failed(result, err) : result;
 }
 
-/* reduce(handle, windows, array, out, op, root, is_root) -> result (None off the root) | NotImplemented */
+/* reduce(handle, windows, array, out, op, root) -> result (None off the
+ * root) | NotImplemented (the fast entries take job ranks as the core's:
+ * one node, in order) */
 static PyObject *fast_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7)
-        return PyErr_Format(PyExc_TypeError, "reduce takes 7 arguments"), NULL;
+    if (nargs != 6)
+        return PyErr_Format(PyExc_TypeError, "reduce takes 6 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, op = op_code(args[4]);
-    int root = root_of(args[5]), is_root = PyObject_IsTrue(args[6]);
+    int code, op = op_code(args[4]), root = comm ? lower_root_in(args[5], comm) : -1;
     Py_buffer in, out = {0};
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (PyErr_Occurred())
-        PyErr_Clear(), comm = NULL;
     if (!comm || op < 0 || root < 0 || !view_of(args[2], &in, 0, &code))
         return PyErr_Occurred() ? NULL : new_ref(Py_NotImplemented);
+    const int is_root = root == shmtopo_comm_rank(comm);
     enum place place = place_of(args[1], comm, &in, &win, &offset);
     PyObject *result = Py_None;
     if (place == UNKNOWN || (is_root && !(result = result_of(args[3], args[2], &in, code, &out)))) {
@@ -176,12 +192,10 @@ static PyObject *fast_bcast(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (nargs != 4)
         return PyErr_Format(PyExc_TypeError, "bcast takes 4 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    int code, root = root_of(args[3]);
+    int code, root = comm ? lower_root_in(args[3], comm) : -1;
     Py_buffer buf;
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (PyErr_Occurred())
-        PyErr_Clear(), comm = NULL;
     if (!comm || root < 0 || !view_of(args[2], &buf, 1, &code))
         return not_handled();
     enum place place = place_of(args[1], comm, &buf, &win, &offset);
@@ -194,21 +208,19 @@ static PyObject *fast_bcast(PyObject *self, PyObject *const *args, Py_ssize_t na
     return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
 }
 
-/* allgather(handle, windows, array, out, nranks) -> out | None */
+/* allgather(handle, windows, array, out) -> out | None (out: a block per rank of the job: one node) */
 static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5)
-        return PyErr_Format(PyExc_TypeError, "allgather takes 5 arguments"), NULL;
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "allgather takes 4 arguments"), NULL;
     shmtopo_comm_t *comm = comm_of(args[0]);
-    Py_ssize_t nranks = PyLong_AsSsize_t(args[4]);
     int code, out_code;
     Py_buffer in, out;
     shmtopo_win_t *win = NULL;
     size_t offset = 0;
-    if (PyErr_Occurred())
-        PyErr_Clear(), comm = NULL;
     if (!comm || !view_of(args[2], &in, 0, &code))
         return not_handled();
+    const Py_ssize_t nranks = shmtopo_comm_size(comm);
     enum place place = place_of(args[1], comm, &in, &win, &offset);
     if (place == UNKNOWN || !view_of(args[3], &out, 1, &out_code)) { /* out: nranks blocks */
         PyBuffer_Release(&in);
@@ -224,22 +236,6 @@ static PyObject *fast_allgather(PyObject *self, PyObject *const *args, Py_ssize_
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
     return rc < 0 ? failed(NULL, err) : new_ref(args[3]);
-}
-
-/* The root as the core takes it, or -1 for the general path to judge. */
-static int root_in(PyObject *value, const shmtopo_comm_t *comm)
-{
-    int root = root_of(value);
-    return root < shmtopo_comm_size(comm) ? root : -1;
-}
-
-/* The same for the lower-case API, whose roots are ints only: a bool (True
- * is 1 to mpi4py, whose rule the drop-in keeps, but not a rank number here)
- * or a numpy scalar goes to the general path, which refuses or takes it
- * alike on every rank. */
-static int lower_root_in(PyObject *value, const shmtopo_comm_t *comm)
-{
-    return PyLong_CheckExact(value) ? root_in(value, comm) : -1;
 }
 
 /* alltoall(handle, array, out) -> out | None: the first axis splits into

@@ -21,14 +21,15 @@ typedef struct {
     PyObject *windows;      /* every open window of the comm (a list) */
 } NativeComm;
 
-enum { C_BARRIER, C_ALLREDUCE, C_REDUCE, C_BCAST, C_ALLGATHER, C_ALLTOALL, C_GATHER, C_SCATTER, NC };
-static const char *const cnames[NC] = {"barrier", "allreduce", "reduce", "bcast", "allgather", "alltoall",
-                                       "gather", "scatter"};
+enum { C_BARRIER, C_ALLREDUCE, C_REDUCE, C_BCAST, C_ALLGATHER, C_ALLTOALL, C_GATHER, C_SCATTER, C_REDUCE_SCATTER,
+       C_GATHERV, C_SCATTERV, C_ALLGATHERV, C_ALLTOALLV, C_SCAN, C_EXSCAN, NC };
 
-/* The parameters' names, interned: keywords compare by identity first. */
-enum { P_ARRAY, P_OP, P_ROOT, P_OUT, P_ALGORITHM, P_BUF, P_SENDBUF, P_RECVBUF, P_RECVCOUNTS, NP };
+/* The parameters' names, interned: keywords compare by identity first.
+ * The first nine are mpi4py's too (CommFast binds with them). */
+enum { P_ARRAY, P_OP, P_ROOT, P_OUT, P_ALGORITHM, P_BUF, P_SENDBUF, P_RECVBUF, P_RECVCOUNTS, P_COUNTS, P_DISPLS,
+       P_SENDCOUNTS, P_SDISPLS, P_RDISPLS, NP };
 static const char *const pnames[NP] = {"array", "op", "root", "out", "algorithm", "buf", "sendbuf", "recvbuf",
-                                       "recvcounts"};
+                                       "recvcounts", "counts", "displs", "sendcounts", "sdispls", "rdispls"};
 
 static struct {
     PyObject *general[NC];  /* the Python functions, by call: general(comm, *args, **kwargs) */
@@ -37,12 +38,55 @@ static struct {
     PyObject *zero;         /* 0, root's default */
 } cm;
 
+/* When an entry is tried at all (else the general function runs): */
+enum { W_OUT = 1, W_OUT_IS_ARRAY = 2, W_NO_ALGORITHM = 4 };
+
+/* One lower-case collective: its Python signature (the first `npos`
+ * parameters may come by position, the first `required` must come; op
+ * defaults to "sum", root to 0, the others to None) and the module entry
+ * that takes its plain case. An entry answers its result, True for "done,
+ * nothing to return" (None), or its "not plain" (None, or NotImplemented
+ * where None is a result) to send the call to the general function. The
+ * entry's arguments are written at its method below. */
+typedef struct {
+    const char *name;
+    PyObject *(*entry)(PyObject *, PyObject *const *, Py_ssize_t);
+    signed char nparams, npos, required, declined_by_notimplemented;
+    unsigned char when;
+    signed char params[6];
+} comm_call_t;
+
+static PyObject *barrier_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return fast_barrier(self, args[0]);
+}
+
+static const comm_call_t comm_calls[NC] = {
+    [C_BARRIER] = {"barrier", barrier_entry, 0, 0, 0, 0, 0, {0}},
+    [C_ALLREDUCE] = {"allreduce", fast_allreduce, 4, 2, 1, 0, W_NO_ALGORITHM, {P_ARRAY, P_OP, P_OUT, P_ALGORITHM}},
+    [C_REDUCE] = {"reduce", fast_reduce, 5, 3, 1, 1, W_NO_ALGORITHM, {P_ARRAY, P_OP, P_ROOT, P_OUT, P_ALGORITHM}},
+    [C_BCAST] = {"bcast", fast_bcast, 3, 2, 1, 0, W_OUT_IS_ARRAY, {P_ARRAY, P_ROOT, P_OUT}},
+    [C_ALLGATHER] = {"allgather", fast_allgather, 2, 1, 1, 0, W_OUT, {P_ARRAY, P_OUT}},
+    [C_ALLTOALL] = {"alltoall", fast_alltoall, 2, 1, 1, 0, W_OUT, {P_ARRAY, P_OUT}},
+    [C_GATHER] = {"gather", fast_gather, 3, 2, 1, 0, 0, {P_ARRAY, P_ROOT, P_OUT}},
+    [C_SCATTER] = {"scatter", fast_scatter, 3, 2, 1, 0, W_OUT, {P_ARRAY, P_ROOT, P_OUT}},
+    [C_REDUCE_SCATTER] = {"reduce_scatter", fast_reduce_scatter, 4, 2, 1, 0, W_OUT, {P_ARRAY, P_OP, P_COUNTS, P_OUT}},
+    [C_GATHERV] = {"gatherv", fast_gatherv, 5, 4, 1, 0, 0, {P_ARRAY, P_COUNTS, P_DISPLS, P_ROOT, P_OUT}},
+    [C_SCATTERV] = {"scatterv", fast_scatterv, 5, 4, 1, 0, W_OUT, {P_ARRAY, P_COUNTS, P_DISPLS, P_ROOT, P_OUT}},
+    [C_ALLGATHERV] = {"allgatherv", fast_allgatherv, 4, 3, 2, 0, W_OUT, {P_ARRAY, P_COUNTS, P_DISPLS, P_OUT}},
+    [C_ALLTOALLV] = {"alltoallv", fast_alltoallv, 6, 5, 5, 0, W_OUT,
+                     {P_ARRAY, P_SENDCOUNTS, P_SDISPLS, P_RECVCOUNTS, P_RDISPLS, P_OUT}},
+    [C_SCAN] = {"scan", fast_scan, 3, 2, 1, 0, 0, {P_ARRAY, P_OP, P_OUT}},
+    [C_EXSCAN] = {"exscan", fast_scan, 3, 2, 1, 0, 0, {P_ARRAY, P_OP, P_OUT}},
+};
+
 /* The call's arguments into values[parameter], for a signature whose first
  * `npos` parameters of `params` may come by position and all by keyword;
  * values keep their defaults where not given. 0 for anything Python would
  * refuse (too many, unknown or repeated names): the general path raises it. */
-static int bind_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const int *params, int nparams,
-                     int npos, PyObject **values)
+static inline __attribute__((always_inline)) int bind_args(PyObject *const *args, Py_ssize_t nargs,
+                                                           PyObject *kwnames, const signed char *params,
+                                                           int nparams, int npos, PyObject **values)
 {
     if (nargs > npos)
         return 0;
@@ -64,167 +108,95 @@ static int bind_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
     return 1;
 }
 
-/* The general function's answer: general(self, *args, **kwargs). */
-static PyObject *comm_general(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    return call_general(cm.general[call], "bind_comm", self, args, nargs, kwnames);
-}
-
 static PyObject *or_none(PyObject *o)
 {
     return o ? o : Py_None;
 }
 
-/* An entry's answer: `declined` (borrowed; None or NotImplemented) sends the
- * call to the general function, anything else (a result, or NULL with an
- * error) is the call's. */
-#define ENTRY_OR_GENERAL(answer, declined)                                \
-    do {                                                                  \
-        PyObject *r_ = (answer);                                          \
-        if (r_ != (declined))                                             \
-            return r_;                                                    \
-        Py_DECREF(r_);                                                    \
-    } while (0)
-
-#define COMM_METHOD(fn) \
-    static PyObject *fn(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-
-COMM_METHOD(comm_barrier)
+/* A method's arguments bound into v (by parameter), and whether its entry
+ * may be tried with them. */
+static inline __attribute__((always_inline)) int comm_bound(const comm_call_t *c, const NativeComm *nc,
+                                                            PyObject *const *args, Py_ssize_t nargs,
+                                                            PyObject *kwnames, PyObject **v)
 {
-    NativeComm *c = (NativeComm *)self;
-    if (!nargs && !kwnames && c->fast_handle) {
-        PyObject *r = fast_barrier(NULL, c->fast_handle);
-        if (r == Py_True) /* done */
-            Py_SETREF(r, new_ref(Py_None));
-        else if (r == Py_None) /* declined */
-            Py_CLEAR(r);
-        if (r || PyErr_Occurred())
-            return r;
-    }
-    return comm_general(C_BARRIER, self, args, nargs, kwnames);
+    v[P_OP] = cm.sum, v[P_ROOT] = cm.zero;
+    for (int i = 0; i < c->nparams; i++)
+        if (i < c->required)
+            v[c->params[i]] = NULL;
+        else if (c->params[i] != P_OP && c->params[i] != P_ROOT)
+            v[c->params[i]] = Py_None;
+    if (!nc->fast_handle || !bind_args(args, nargs, kwnames, c->params, c->nparams, c->npos, v))
+        return 0;
+    for (int i = 0; i < c->required; i++)
+        if (!v[c->params[i]])
+            return 0;
+    return (!(c->when & W_OUT) || v[P_OUT] != Py_None) && (!(c->when & W_OUT_IS_ARRAY) || v[P_OUT] == v[P_ARRAY])
+           && (!(c->when & W_NO_ALGORITHM) || v[P_ALGORITHM] == Py_None);
 }
 
-/* allreduce(array, op="sum", *, out=None, algorithm=None) */
-COMM_METHOD(comm_allreduce)
+/* An entry's answer as the method's: 0 when it declined (nothing held). */
+static inline __attribute__((always_inline)) int comm_answered(const comm_call_t *c, PyObject *r, PyObject **result)
 {
-    static const int params[] = {P_ARRAY, P_OP, P_OUT, P_ALGORITHM};
-    NativeComm *c = (NativeComm *)self;
-    PyObject *v[NP] = {NULL, cm.sum, NULL, Py_None, Py_None};
-    if (c->fast_handle && bind_args(args, nargs, kwnames, params, 4, 2, v) && v[P_ARRAY] &&
-        v[P_ALGORITHM] == Py_None) {
-        PyObject *const e[5] = {c->fast_handle, or_none(c->fast_windows), v[P_ARRAY], v[P_OUT], v[P_OP]};
-        ENTRY_OR_GENERAL(fast_allreduce(NULL, e, 5), Py_None);
+    if (r == (c->declined_by_notimplemented ? Py_NotImplemented : Py_None)) {
+        Py_DECREF(r);
+        return 0;
     }
-    return comm_general(C_ALLREDUCE, self, args, nargs, kwnames);
+    if (r == Py_True) /* done, nothing to return */
+        Py_SETREF(r, new_ref(Py_None));
+    *result = r; /* or NULL: the collective failed */
+    return 1;
 }
 
-/* reduce(array, op="sum", root=0, *, out=None, algorithm=None) */
-COMM_METHOD(comm_reduce)
-{
-    static const int params[] = {P_ARRAY, P_OP, P_ROOT, P_OUT, P_ALGORITHM};
-    NativeComm *c = (NativeComm *)self;
-    PyObject *v[NP] = {NULL, cm.sum, cm.zero, Py_None, Py_None};
-    shmtopo_comm_t *comm = c->fast_handle ? comm_of(c->fast_handle) : NULL;
-    if (comm && bind_args(args, nargs, kwnames, params, 5, 3, v) && v[P_ARRAY] && v[P_ALGORITHM] == Py_None &&
-        PyLong_CheckExact(v[P_ROOT])) {
-        /* the fast entries take job ranks as the core's: one node, in order */
-        const int is_root = PyLong_AsLong(v[P_ROOT]) == shmtopo_comm_rank(comm);
-        if (PyErr_Occurred())
-            PyErr_Clear();
-        PyObject *const e[7] = {c->fast_handle, or_none(c->fast_windows), v[P_ARRAY], v[P_OUT], v[P_OP],
-                                v[P_ROOT], is_root ? Py_True : Py_False};
-        ENTRY_OR_GENERAL(fast_reduce(NULL, e, 7), Py_NotImplemented);
+/* NativeComm's method `fn`: the entry of comm_calls[call] with the
+ * arguments listed (the handle, a window list, bound values v[P_*]) on the
+ * plain case, else the general function with the very arguments. */
+#define COMM_METHOD(fn, call, ...)                                                                      \
+    static PyObject *fn(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)     \
+    {                                                                                                   \
+        const NativeComm *nc = (const NativeComm *)self;                                                \
+        PyObject *v[NP], *result;                                                                       \
+        if (comm_bound(&comm_calls[call], nc, args, nargs, kwnames, v)) {                               \
+            PyObject *const e[] = {__VA_ARGS__};                                                        \
+            if (comm_answered(&comm_calls[call], comm_calls[call].entry(NULL, e, sizeof e / sizeof *e), \
+                              &result))                                                                 \
+                return result;                                                                          \
+        }                                                                                               \
+        return call_general(cm.general[call], "bind_comm", self, args, nargs, kwnames);                \
     }
-    return comm_general(C_REDUCE, self, args, nargs, kwnames);
-}
+#define HANDLE nc->fast_handle
+#define FAST_WINS or_none(nc->fast_windows)
+#define ALL_WINS or_none(nc->windows)
+COMM_METHOD(comm_barrier, C_BARRIER, HANDLE)
+COMM_METHOD(comm_allreduce, C_ALLREDUCE, HANDLE, FAST_WINS, v[P_ARRAY], v[P_OUT], v[P_OP])
+COMM_METHOD(comm_reduce, C_REDUCE, HANDLE, FAST_WINS, v[P_ARRAY], v[P_OUT], v[P_OP], v[P_ROOT])
+COMM_METHOD(comm_bcast, C_BCAST, HANDLE, FAST_WINS, v[P_ARRAY], v[P_ROOT])
+COMM_METHOD(comm_allgather, C_ALLGATHER, HANDLE, ALL_WINS, v[P_ARRAY], v[P_OUT])
+COMM_METHOD(comm_alltoall, C_ALLTOALL, HANDLE, v[P_ARRAY], v[P_OUT])
+COMM_METHOD(comm_gather, C_GATHER, HANDLE, v[P_ARRAY], v[P_OUT], v[P_ROOT])
+COMM_METHOD(comm_scatter, C_SCATTER, HANDLE, v[P_ARRAY], v[P_OUT], v[P_ROOT])
+COMM_METHOD(comm_reduce_scatter, C_REDUCE_SCATTER, HANDLE, v[P_ARRAY], v[P_OUT], v[P_OP], v[P_COUNTS])
+COMM_METHOD(comm_gatherv, C_GATHERV, HANDLE, v[P_ARRAY], v[P_COUNTS], v[P_DISPLS], v[P_ROOT], v[P_OUT])
+COMM_METHOD(comm_scatterv, C_SCATTERV, HANDLE, v[P_ARRAY], v[P_COUNTS], v[P_DISPLS], v[P_ROOT], v[P_OUT])
+COMM_METHOD(comm_allgatherv, C_ALLGATHERV, HANDLE, v[P_ARRAY], v[P_COUNTS], v[P_DISPLS], v[P_OUT])
+COMM_METHOD(comm_alltoallv, C_ALLTOALLV, HANDLE, v[P_ARRAY], v[P_SENDCOUNTS], v[P_SDISPLS], v[P_RECVCOUNTS],
+            v[P_RDISPLS], v[P_OUT])
+COMM_METHOD(comm_scan, C_SCAN, HANDLE, v[P_ARRAY], v[P_OUT], v[P_OP], Py_False)
+COMM_METHOD(comm_exscan, C_EXSCAN, HANDLE, v[P_ARRAY], v[P_OUT], v[P_OP], Py_True)
+#undef HANDLE
+#undef FAST_WINS
+#undef ALL_WINS
 
-/* bcast(array, root=0, *, out=None): in C when in place (out is array) */
-COMM_METHOD(comm_bcast)
-{
-    static const int params[] = {P_ARRAY, P_ROOT, P_OUT};
-    NativeComm *c = (NativeComm *)self;
-    PyObject *v[NP] = {NULL, NULL, cm.zero, Py_None, NULL};
-    if (c->fast_handle && bind_args(args, nargs, kwnames, params, 3, 2, v) && v[P_ARRAY] &&
-        v[P_OUT] == v[P_ARRAY] && PyLong_CheckExact(v[P_ROOT])) {
-        PyObject *const e[4] = {c->fast_handle, or_none(c->fast_windows), v[P_ARRAY], v[P_ROOT]};
-        ENTRY_OR_GENERAL(fast_bcast(NULL, e, 4), Py_None);
-    }
-    return comm_general(C_BCAST, self, args, nargs, kwnames);
-}
-
-/* allgather(array, *, out=None): in C with out given */
-COMM_METHOD(comm_allgather)
-{
-    static const int params[] = {P_ARRAY, P_OUT};
-    NativeComm *c = (NativeComm *)self;
-    PyObject *v[NP] = {NULL, NULL, NULL, Py_None, NULL};
-    shmtopo_comm_t *comm = c->fast_handle ? comm_of(c->fast_handle) : NULL;
-    if (comm && bind_args(args, nargs, kwnames, params, 2, 1, v) && v[P_ARRAY] && v[P_OUT] != Py_None) {
-        PyObject *nranks = PyLong_FromLong(shmtopo_comm_size(comm)); /* the job's: one node */
-        if (!nranks)
-            return NULL;
-        PyObject *const e[5] = {c->fast_handle, or_none(c->windows), v[P_ARRAY], v[P_OUT], nranks};
-        PyObject *r = fast_allgather(NULL, e, 5);
-        Py_DECREF(nranks);
-        ENTRY_OR_GENERAL(r, Py_None);
-    }
-    return comm_general(C_ALLGATHER, self, args, nargs, kwnames);
-}
-
-/* alltoall(array, *, out=None): in C with out given */
-COMM_METHOD(comm_alltoall)
-{
-    static const int params[] = {P_ARRAY, P_OUT};
-    NativeComm *c = (NativeComm *)self;
-    PyObject *v[NP] = {NULL, NULL, NULL, Py_None, NULL};
-    if (c->fast_handle && bind_args(args, nargs, kwnames, params, 2, 1, v) && v[P_ARRAY] && v[P_OUT] != Py_None) {
-        PyObject *const e[3] = {c->fast_handle, v[P_ARRAY], v[P_OUT]};
-        ENTRY_OR_GENERAL(fast_alltoall(NULL, e, 3), Py_None);
-    }
-    return comm_general(C_ALLTOALL, self, args, nargs, kwnames);
-}
-
-/* gather(array, root=0, *, out=None) */
-COMM_METHOD(comm_gather)
-{
-    static const int params[] = {P_ARRAY, P_ROOT, P_OUT};
-    NativeComm *c = (NativeComm *)self;
-    PyObject *v[NP] = {NULL, NULL, cm.zero, Py_None, NULL};
-    if (c->fast_handle && bind_args(args, nargs, kwnames, params, 3, 2, v) && v[P_ARRAY]) {
-        PyObject *const e[4] = {c->fast_handle, v[P_ARRAY], v[P_OUT], v[P_ROOT]};
-        PyObject *r = fast_gather(NULL, e, 4);
-        if (r == Py_True) { /* done, off the root */
-            Py_DECREF(r);
-            Py_RETURN_NONE;
-        }
-        ENTRY_OR_GENERAL(r, Py_None);
-    }
-    return comm_general(C_GATHER, self, args, nargs, kwnames);
-}
-
-/* scatter(array, root=0, *, out=None): in C with out given */
-COMM_METHOD(comm_scatter)
-{
-    static const int params[] = {P_ARRAY, P_ROOT, P_OUT};
-    NativeComm *c = (NativeComm *)self;
-    PyObject *v[NP] = {NULL, NULL, cm.zero, Py_None, NULL};
-    if (c->fast_handle && bind_args(args, nargs, kwnames, params, 3, 2, v) && v[P_ARRAY] && v[P_OUT] != Py_None) {
-        PyObject *const e[4] = {c->fast_handle, v[P_ARRAY], v[P_OUT], v[P_ROOT]};
-        ENTRY_OR_GENERAL(fast_scatter(NULL, e, 4), Py_None);
-    }
-    return comm_general(C_SCATTER, self, args, nargs, kwnames);
-}
-
-/* bind_comm({"barrier": f, ...}): the general functions of NativeComm's methods */
+/* bind_comm(api): the general functions of NativeComm's methods, the
+ * attributes of their names (shmtopo.coll.api) */
 static PyObject *bind_comm(PyObject *self, PyObject *general)
 {
-    if (!PyDict_Check(general))
-        return PyErr_Format(PyExc_TypeError, "bind_comm: expected a dict"), NULL;
     for (int i = 0; i < NC; i++) {
-        PyObject *f = PyDict_GetItemString(general, cnames[i]);
-        if (!f || !PyCallable_Check(f))
-            return PyErr_Format(PyExc_TypeError, "bind_comm: no function for %s", cnames[i]), NULL;
-        Py_XSETREF(cm.general[i], new_ref(f));
+        PyObject *f = PyObject_GetAttrString(general, comm_calls[i].name);
+        if (!f || !PyCallable_Check(f)) {
+            Py_XDECREF(f);
+            return PyErr_Format(PyExc_TypeError, "bind_comm: no function for %s", comm_calls[i].name), NULL;
+        }
+        Py_XSETREF(cm.general[i], f);
     }
     Py_RETURN_NONE;
 }
@@ -280,6 +252,31 @@ static PyMethodDef comm_methods[] = {
     COMM_ENTRY("scatter", comm_scatter,
                "scatter(array, root=0, *, out=None)\n--\n\n"
                "Collective: rank r gets block r of the root's array (see shmtopo.coll.api.scatter)."),
+    COMM_ENTRY("reduce_scatter", comm_reduce_scatter,
+               "reduce_scatter(array, op='sum', *, counts=None, out=None)\n--\n\n"
+               "Collective: rank r gets the reduction of everybody's block r (see shmtopo.coll.api.reduce_scatter)."),
+    COMM_ENTRY("gatherv", comm_gatherv,
+               "gatherv(array, counts=None, displs=None, root=0, *, out=None)\n--\n\n"
+               "Collective: rank r's counts[r] elements land at displs[r] of the root's out "
+               "(see shmtopo.coll.api.gatherv)."),
+    COMM_ENTRY("scatterv", comm_scatterv,
+               "scatterv(array, counts=None, displs=None, root=0, *, out=None)\n--\n\n"
+               "Collective: rank r gets counts[r] elements of the root's array from displs[r] "
+               "(see shmtopo.coll.api.scatterv)."),
+    COMM_ENTRY("allgatherv", comm_allgatherv,
+               "allgatherv(array, counts, displs=None, *, out=None)\n--\n\n"
+               "Collective: every rank's counts[r] elements land at displs[r] of every rank's out "
+               "(see shmtopo.coll.api.allgatherv)."),
+    COMM_ENTRY("alltoallv", comm_alltoallv,
+               "alltoallv(array, sendcounts, sdispls, recvcounts, rdispls, *, out=None)\n--\n\n"
+               "Collective: rank r sends sendcounts[p] elements from sdispls[p] to rank p "
+               "(see shmtopo.coll.api.alltoallv)."),
+    COMM_ENTRY("scan", comm_scan,
+               "scan(array, op='sum', *, out=None)\n--\n\n"
+               "Collective: on rank r, the reduction of ranks 0..r's arrays (see shmtopo.coll.api.scan)."),
+    COMM_ENTRY("exscan", comm_exscan,
+               "exscan(array, op='sum', *, out=None)\n--\n\n"
+               "Collective: on rank r, the reduction of ranks 0..r-1's arrays (see shmtopo.coll.api.exscan)."),
     {NULL, NULL, 0, NULL},
 };
 

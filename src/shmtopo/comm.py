@@ -396,16 +396,9 @@ class Comm(NativeComm, Collective):
         self.fast_windows = self.windows if allowed else None
 
     # -- collectives ------------------------------------------------------
-    # barrier, bcast, reduce, allreduce, allgather, alltoall, gather and
-    # scatter are NativeComm's C methods, whose general path is coll/api.py's
-    # (bound below); the others are coll/api.py's, bound directly.
-    reduce_scatter = api.reduce_scatter
-    gatherv = api.gatherv
-    scatterv = api.scatterv
-    allgatherv = api.allgatherv
-    alltoallv = api.alltoallv
-    scan = api.scan
-    exscan = api.exscan
+    # Every lower-case collective is a C method of NativeComm (its table in
+    # native/cpython/comm.h), whose general path is coll/api.py's function
+    # of the same name (bound below).
 
     # -- one copy per node (sharing.py) ------------------------------------
     # share(obj, root=0): the root's array or object on every rank, read-only,
@@ -638,9 +631,7 @@ class Comm(NativeComm, Collective):
             raise
 
 
-bind_comm({"barrier": api.barrier, "allreduce": api.allreduce, "reduce": api.reduce, "bcast": api.bcast,
-                     "allgather": api.allgather, "alltoall": api.alltoall, "gather": api.gather,
-                     "scatter": api.scatter})
+bind_comm(api)
 
 
 def _as_flag(value: Any, what: str) -> bool:

@@ -49,7 +49,6 @@ import numpy as np
 
 from .. import agreement, sharing
 from .._fastpath import CallCounts, CommFast, bind_comm_fast
-from ..coll import api
 from .._base import holds_comm
 from .._types import (OPS, ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
                       REDUCE, REDUCE_SCATTER, SCAN, SCATTER, SCATTERV)
@@ -450,7 +449,7 @@ class AcceleratedComm:
         """Collective: as mpi4py's ``Reduce_scatter_block``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter_block", plans.reduce_scatter_block, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, out=p.out), op=op)
+                         lambda p: self._run_plan(Comm.reduce_scatter, p, p.send, p.op, out=p.out), op=op)
 
     # -- through the lower-case calls -------------------------------------
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
@@ -466,24 +465,24 @@ class AcceleratedComm:
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Gatherv``."""
         self._shm_or_mpi(GATHERV, "Gatherv", plans.gatherv, (sendbuf, recvbuf, root),
-                         lambda p: self._run_plan(api.gatherv, p, p.send, *(p.counts or (None, None)), p.root,
+                         lambda p: self._run_plan(Comm.gatherv, p, p.send, *(p.counts or (None, None)), p.root,
                                                   out=p.out), root)
 
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Collective: as mpi4py's ``Scatterv``."""
         self._shm_or_mpi(SCATTERV, "Scatterv", plans.scatterv, (sendbuf, recvbuf, root),
-                         lambda p: self._run_plan(api.scatterv, p, self._root_only(p),
+                         lambda p: self._run_plan(Comm.scatterv, p, self._root_only(p),
                                                   *(p.counts or (None, None)), p.root, out=p.out), root)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Allgatherv``."""
         self._shm_or_mpi(ALLGATHERV, "Allgatherv", plans.allgatherv, (sendbuf, recvbuf),
-                         lambda p: self._run_plan(api.allgatherv, p, p.send, *p.counts, out=p.out))
+                         lambda p: self._run_plan(Comm.allgatherv, p, p.send, *p.counts, out=p.out))
 
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoallv``."""
         self._shm_or_mpi(ALLTOALLV, "Alltoallv", plans.alltoallv, (sendbuf, recvbuf),
-                         lambda p: self._run_plan(api.alltoallv, p, p.send, *p.counts, out=p.out))
+                         lambda p: self._run_plan(Comm.alltoallv, p, p.send, *p.counts, out=p.out))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Reduce_scatter`` (recvcounts None: every
@@ -491,20 +490,20 @@ class AcceleratedComm:
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(REDUCE_SCATTER, "Reduce_scatter", plans.reduce_scatter,
                          (sendbuf, recvbuf, recvcounts, op),
-                         lambda p: self._run_plan(api.reduce_scatter, p, p.send, p.op, counts=self._counts(p),
+                         lambda p: self._run_plan(Comm.reduce_scatter, p, p.send, p.op, counts=self._counts(p),
                                                   out=p.out), op=op)
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Scan``."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(SCAN, "Scan", plans.scan, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(api.scan, p, p.send, p.op, out=p.out), op=op)
+                         lambda p: self._run_plan(Comm.scan, p, p.send, p.op, out=p.out), op=op)
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Exscan`` (rank 0's recvbuf is left as it is)."""
         op = self._tables.SUM if op is SUM_DEFAULT else op
         self._shm_or_mpi(EXSCAN, "Exscan", plans.scan, (sendbuf, recvbuf, op),
-                         lambda p: self._run_plan(api.exscan, p, p.send, p.op, out=p.out), op=op)
+                         lambda p: self._run_plan(Comm.exscan, p, p.send, p.op, out=p.out), op=op)
 
     def _root_only(self, p: Call) -> Array | None:
         """A rooted call's input, which only the root has."""

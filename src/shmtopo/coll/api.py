@@ -11,10 +11,10 @@ their data with MPI's own call between all ranks (as alltoall does); scans
 gather every input hierarchically and fold them in job rank order. Ranks
 and roots are ranks of the comm given to from_mpi (comm.world_rank).
 
-barrier, allreduce, reduce, bcast, allgather, alltoall, gather and scatter
-here are the general path of Comm's methods of those names, which are C
-(shmtopo._fastpath.NativeComm) and take the plain case themselves: one
-C call, no Python frame. The others try their C entry first here.
+Each function here is the general path of Comm's method of its name. The
+methods are C (shmtopo._fastpath.NativeComm) and take the plain case
+themselves, one C call and no Python frame; what they decline comes here
+with the very arguments.
 
 Every call is normalised on its own rank first (array, dtype, op, root,
 out); anything that cannot be converted or is out of range does not raise
@@ -42,10 +42,6 @@ from .args import (allgather_args, allgatherv_args, alltoallv_args, bcast_args, 
                    gatherv_args, reduce_args, reduce_scatter_counts_args, scan_args, scatter_args, scatterv_args)
 from .node import (checked, native_barrier, node_allgather, node_bcast, node_reduce, pointer, sizes_pointer,
                    window_of)
-# barrier, allreduce, reduce, bcast, allgather, alltoall, gather and scatter
-# enter C as Comm's methods (_fastpath.NativeComm); these the general path tries
-from .._fastpath import (allgatherv as fast_allgatherv, alltoallv as fast_alltoallv, gatherv as fast_gatherv,
-                         reduce_scatter as fast_reduce_scatter, scan as fast_scan, scatterv as fast_scatterv)
 
 
 def _on_every_rank(result: Array | None) -> Array:
@@ -150,10 +146,6 @@ def reduce_scatter(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, cou
     of sum(counts) elements): rank r gets counts[r] elements, the reduction of
     everybody's elements from sum(counts[:r]). In place: out=array, the
     result then fills its first counts[r] elements (out is returned)."""
-    if out is not None:
-        fast: Array | None = fast_reduce_scatter(comm.fast_handle, array, out, op, counts)
-        if fast is not None:
-            return fast
     with Held(comm.address):
         if counts is not None:
             return _reduce_scatter_counts(comm, array, op, counts, out)
@@ -237,9 +229,6 @@ def gatherv(comm: CommLike, array: Any, counts: Any = None, displs: Any = None, 
     sums of counts. A rank whose array.size is not the root's counts[rank]
     makes every rank raise ShmtopoValueError naming it. In place on the
     root: array None (or the view of out at its displacement)."""
-    done = fast_gatherv(comm.fast_handle, array, counts, displs, root, out)
-    if done is not None:
-        return None if done is True else done  # the root's out
     with Held(comm.address):
         a, code, r, result, c, d, ret = normalised(comm, GATHERV, gatherv_args, comm, array, counts, displs,
                                                     root, out)
@@ -262,10 +251,6 @@ def scatterv(comm: CommLike, array: Any, counts: Any = None, displs: Any = None,
     its size that rank's count: one that is not the root's counts[rank]
     makes every rank raise ShmtopoValueError naming it. In place on the root:
     out is the view of array at its displacement."""
-    if out is not None:
-        fast: Array | None = fast_scatterv(comm.fast_handle, array, counts, displs, root, out)
-        if fast is not None:
-            return fast
     with Held(comm.address):
         a, code, r, result, c, d, ret = normalised(comm, SCATTERV, scatterv_args, comm, array, counts, displs,
                                                     root, out)
@@ -286,10 +271,6 @@ def allgatherv(comm: CommLike, array: Any, counts: Any, displs: Any = None, *, o
     when None). counts must be the same on every rank (displs are each
     rank's own layout, defaulting to the prefix sums). In place: array None
     (or the view of out at this rank's displacement)."""
-    if out is not None:
-        fast: Array | None = fast_allgatherv(comm.fast_handle, array, counts, displs, out)
-        if fast is not None:
-            return fast
     with Held(comm.address):
         a, code, result, c, d, ret = normalised(comm, ALLGATHERV, allgatherv_args, comm, array, counts, displs, out)
         if comm.nnodes == 1:
@@ -308,10 +289,6 @@ def alltoallv(comm: CommLike, array: Any, sendcounts: Any, sdispls: Any, recvcou
     recvcounts[r] (else every rank raises, naming the rank at fault).
     Displacements None: the prefix sums. Returns out (a new 1-D array when
     None); the input must not overlap it."""
-    if out is not None:
-        fast: Array | None = fast_alltoallv(comm.fast_handle, array, sendcounts, sdispls, recvcounts, rdispls, out)
-        if fast is not None:
-            return fast
     with Held(comm.address):
         a, code, result, sc, sd, rc, rd, ret = normalised(comm, ALLTOALLV, alltoallv_args, comm, array, sendcounts,
                                                           sdispls, recvcounts, rdispls, out)
@@ -368,9 +345,6 @@ def scan(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Array | 
     """Collective: on rank r, the reduction of ranks 0..r's arrays, folded in
     rank order (bit for bit what a loop over ranks 0..r computes). Returns
     out (a new array when None); out=array for in place."""
-    fast: Array | None = fast_scan(comm.fast_handle, array, out, op, False)
-    if fast is not None:
-        return fast
     with Held(comm.address):
         return _scan_general(comm, SCAN, array, op, out)
 
@@ -379,8 +353,5 @@ def exscan(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Array 
     """Collective: scan of ranks 0..r-1 (exclusive). Rank 0 has none: its out
     is left as it was (MPI leaves it undefined) and returned, or a new
     zero-filled array when out is None. out=array for in place."""
-    fast: Array | None = fast_scan(comm.fast_handle, array, out, op, True)
-    if fast is not None:
-        return fast
     with Held(comm.address):
         return _scan_general(comm, EXSCAN, array, op, out)
