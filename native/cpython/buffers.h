@@ -259,3 +259,108 @@ static int accel_in_out(PyObject *sendbuf, PyObject *recvbuf, struct msg *in, st
     }
     return 1;
 }
+
+/* A v-variant's buffer argument (buffers.vector) in its plain forms:
+ * [buf, counts], [buf, (counts, displs)], [buf, counts, T],
+ * [buf, (counts, displs), T], [buf, counts, displs, T] (displs None: packed
+ * in rank order), every block inside the buffer; 0 with nothing held
+ * otherwise. m->at is the whole buffer; counts and displs (n each) are in
+ * entries. */
+static int accel_vector(PyObject *spec, int writable, Py_ssize_t n, struct msg *m, size_t *counts, size_t *displs)
+{
+    if (!PyList_CheckExact(spec) && !PyTuple_CheckExact(spec))
+        return 0;
+    const Py_ssize_t len = PySequence_Fast_GET_SIZE(spec);
+    PyObject **item = PySequence_Fast_ITEMS(spec), *c = len > 1 ? item[1] : NULL, *d = Py_None;
+    int type = -1;
+    if (len < 2 || len > 4 || (len > 2 && (type = accel_type_of(item[len - 1])) < 0))
+        return 0;
+    if (len == 4) {
+        d = item[2];
+    } else if (PyTuple_Check(c)) { /* (counts, displs), as mpi4py unpacks any tuple there */
+        if (!PyTuple_CheckExact(c) || PyTuple_GET_SIZE(c) != 2)
+            return 0;
+        d = PyTuple_GET_ITEM(c, 1);
+        c = PyTuple_GET_ITEM(c, 0);
+    }
+    if (!layout_of(c, d, n, counts, displs))
+        return 0;
+    if ((type = accel_buffer(item[0], type, writable, m)) < 0)
+        return 0;
+    const int code = accel.codes[type];
+    const size_t size = shmtopo_dtype_size(code), total = (size_t)m->held.len / size;
+    int fits = (size_t)m->held.len % size == 0 && (uintptr_t)m->held.buf % size == 0;
+    for (Py_ssize_t i = 0; fits && i < n; i++)
+        fits = !counts[i] || (displs[i] <= total && counts[i] <= total - displs[i]);
+    if (!fits) {
+        msg_release(m);
+        return 0;
+    }
+    m->at = m->held;
+    m->type = type;
+    m->code = code;
+    return 1;
+}
+
+/* bind_accelerate(ops, types, by_code, formats, in_place, bottom, last_error): the drop-in's
+ * op objects with their shmtopo_op codes; the predefined datatypes shmtopo
+ * moves, as (Datatype, core type code, mask described at ACCEL_MOVES); per
+ * core type code, the index in types of an ndarray's datatype (-1: none);
+ * {buffer format: index in types}; MPI.IN_PLACE and MPI.BOTTOM; the maker
+ * of failures' exceptions. */
+static PyObject *bind_accelerate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])
+        || PyTuple_GET_SIZE(args[2]) != NDTYPES || !PyDict_Check(args[3]) || !PyCallable_Check(args[6]))
+        return PyErr_Format(PyExc_TypeError, "bind_accelerate takes a tuple of (op, code), a tuple of "
+                            "(datatype, code, mask), %d type indices, a dict, IN_PLACE, BOTTOM and a callable",
+                            NDTYPES), NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(args[0], i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyLong_Check(PyTuple_GET_ITEM(pair, 1)))
+            return PyErr_Format(PyExc_TypeError, "bind_accelerate: ops are (op, code) pairs"), NULL;
+        long opc = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        if (opc < 0 || opc > 30)
+            return PyErr_Format(PyExc_ValueError, "bind_accelerate: op code %ld", opc), NULL;
+    }
+    const Py_ssize_t ntypes = PyTuple_GET_SIZE(args[1]);
+    if (ntypes > ACCEL_MAX_TYPES)
+        return PyErr_Format(PyExc_ValueError, "bind_accelerate: more than %d datatypes", ACCEL_MAX_TYPES), NULL;
+    int codes[ACCEL_MAX_TYPES], by_code[NDTYPES];
+    unsigned masks[ACCEL_MAX_TYPES];
+    PyObject *datatypes = PyTuple_New(ntypes);
+    if (!datatypes)
+        return NULL;
+    for (Py_ssize_t i = 0; i < ntypes; i++) {
+        PyObject *entry = PyTuple_GET_ITEM(args[1], i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
+            Py_DECREF(datatypes);
+            return PyErr_Format(PyExc_TypeError, "bind_accelerate: types are (datatype, code, mask)"), NULL;
+        }
+        PyTuple_SET_ITEM(datatypes, i, new_ref(PyTuple_GET_ITEM(entry, 0)));
+        codes[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
+        masks[i] = (unsigned)PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(entry, 2));
+        if (!PyErr_Occurred() && (codes[i] < 0 || codes[i] >= NDTYPES))
+            PyErr_Format(PyExc_ValueError, "bind_accelerate: type code %d", codes[i]);
+    }
+    for (int i = 0; i < NDTYPES && !PyErr_Occurred(); i++) {
+        by_code[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(args[2], i));
+        if (!PyErr_Occurred() && (by_code[i] < -1 || by_code[i] >= ntypes))
+            PyErr_Format(PyExc_ValueError, "bind_accelerate: type index %d", by_code[i]);
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(datatypes);
+        return NULL;
+    }
+    Py_XSETREF(accel.ops, new_ref(args[0]));
+    Py_XSETREF(accel.datatypes, datatypes);
+    Py_XSETREF(accel.formats, new_ref(args[3]));
+    Py_XSETREF(accel.in_place, new_ref(args[4]));
+    Py_XSETREF(accel.bottom, new_ref(args[5]));
+    Py_XSETREF(accel.last_error, new_ref(args[6]));
+    accel.ntypes = (int)ntypes;
+    memcpy(accel.codes, codes, sizeof codes);
+    memcpy(accel.masks, masks, sizeof masks);
+    memcpy(accel.by_code, by_code, sizeof by_code);
+    Py_RETURN_NONE;
+}

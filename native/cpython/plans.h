@@ -4,6 +4,14 @@
  * The drop-in's entries per call (shmtopo.accel.plans): what each plain
  * call runs in shared memory. */
 
+/* An entry's end: both messages released, then its answer. */
+static PyObject *released(struct msg *a, struct msg *b, PyObject *answer)
+{
+    msg_release(a);
+    msg_release(b);
+    return answer;
+}
+
 /* accel_allreduce(handle, windows, sendbuf, recvbuf, op) -> True | None
  * (windows: the comm's list of its Windows, as for allreduce) */
 static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -19,15 +27,10 @@ static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize
         Py_RETURN_NONE;
     enum place place = place_of(args[1], comm, &in.at, &win, &offset);
     if (place == UNKNOWN || (op = accel_op(args[4], in.type)) < 0
-        || (place == WINDOWED && !apart_or_same(&in.at, &out.at))) {
-        msg_release(&in);
-        msg_release(&out);
-        Py_RETURN_NONE;
-    }
+        || (place == WINDOWED && !apart_or_same(&in.at, &out.at)))
+        return released(&in, &out, new_ref(Py_None));
     int rc = reduce_at(place, comm, win, offset, &in.at, out.at.buf, in.code, op, -1), err = errno;
-    msg_release(&in);
-    msg_release(&out);
-    return accel_done(rc, err);
+    return released(&in, &out, accel_done(rc, err));
 }
 
 /* accel_reduce(handle, windows, sendbuf, recvbuf, op, root) -> True | None
@@ -48,15 +51,10 @@ static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t 
         Py_RETURN_NONE;
     enum place place = place_of(args[1], comm, &in.at, &win, &offset);
     if (place == UNKNOWN || (op = accel_op(args[4], in.type)) < 0
-        || (place == WINDOWED && !apart_or_same(&in.at, &out.at))) {
-        msg_release(&in);
-        msg_release(&out);
-        Py_RETURN_NONE;
-    }
+        || (place == WINDOWED && !apart_or_same(&in.at, &out.at)))
+        return released(&in, &out, new_ref(Py_None));
     int rc = reduce_at(place, comm, win, offset, &in.at, out.at.buf, in.code, op, root), err = errno;
-    msg_release(&in);
-    msg_release(&out);
-    return accel_done(rc, err);
+    return released(&in, &out, accel_done(rc, err));
 }
 
 /* accel_bcast(handle, windows, buf, root) -> True | None (a read-only root
@@ -103,15 +101,10 @@ static PyObject *accel_allgather(PyObject *self, PyObject *const *args, Py_ssize
     }
     enum place place = place_of(args[1], comm, &in.at, &win, &offset);
     if (place == UNKNOWN || out.code != in.code || out.at.len != in.at.len * size
-        || (place == WINDOWED && overlaps(&in.at, &out.at))) {
-        msg_release(&in);
-        msg_release(&out);
-        Py_RETURN_NONE;
-    }
+        || (place == WINDOWED && overlaps(&in.at, &out.at)))
+        return released(&in, &out, new_ref(Py_None));
     int rc = allgather_at(place, comm, win, offset, &in.at, &out.at, in.code), err = errno;
-    msg_release(&in);
-    msg_release(&out);
-    return accel_done(rc, err);
+    return released(&in, &out, accel_done(rc, err));
 }
 
 /* accel_alltoall(handle, sendbuf, recvbuf) -> True | None (send and recv a
@@ -129,17 +122,12 @@ static PyObject *accel_alltoall(PyObject *self, PyObject *const *args, Py_ssize_
         msg_release(&in);
         Py_RETURN_NONE;
     }
-    if (out.code != in.code || out.at.len != in.at.len || !apart_or_same(&in.at, &out.at)) {
-        msg_release(&in);
-        msg_release(&out);
-        Py_RETURN_NONE;
-    }
+    if (out.code != in.code || out.at.len != in.at.len || !apart_or_same(&in.at, &out.at))
+        return released(&in, &out, new_ref(Py_None));
     int rc, err;
     const size_t count = (size_t)in.at.len / shmtopo_dtype_size(in.code) / (size_t)size;
     CORE_CALL(comm, NULL, shmtopo_alltoall(comm, in.at.buf, out.at.buf, count, in.code));
-    msg_release(&in);
-    msg_release(&out);
-    return accel_done(rc, err);
+    return released(&in, &out, accel_done(rc, err));
 }
 
 /* A rooted call's root side: `whole`, a block per rank, and `one`, the
@@ -182,9 +170,7 @@ static PyObject *accel_gather(PyObject *self, PyObject *const *args, Py_ssize_t 
     int rc, err;
     const size_t count = (size_t)in.at.len / shmtopo_dtype_size(in.code);
     CORE_CALL(comm, NULL, shmtopo_gather(comm, in.at.buf, is_root ? out.at.buf : NULL, count, in.code, root));
-    msg_release(&in);
-    msg_release(&out);
-    return accel_done(rc, err);
+    return released(&in, &out, accel_done(rc, err));
 }
 
 /* accel_scatter(handle, sendbuf, recvbuf, root) -> True | None (sendbuf is read on the root only) */
@@ -203,51 +189,7 @@ static PyObject *accel_scatter(PyObject *self, PyObject *const *args, Py_ssize_t
     int rc, err;
     const size_t count = (size_t)out.at.len / shmtopo_dtype_size(out.code);
     CORE_CALL(comm, NULL, shmtopo_scatter(comm, is_root ? in.at.buf : NULL, out.at.buf, count, out.code, root));
-    msg_release(&in);
-    msg_release(&out);
-    return accel_done(rc, err);
-}
-
-/* A v-variant's buffer argument (buffers.vector) in its plain forms:
- * [buf, counts], [buf, (counts, displs)], [buf, counts, T],
- * [buf, (counts, displs), T], [buf, counts, displs, T] (displs None: packed
- * in rank order), every block inside the buffer; 0 with nothing held
- * otherwise. m->at is the whole buffer; counts and displs (n each) are in
- * entries. */
-static int accel_vector(PyObject *spec, int writable, Py_ssize_t n, struct msg *m, size_t *counts, size_t *displs)
-{
-    if (!PyList_CheckExact(spec) && !PyTuple_CheckExact(spec))
-        return 0;
-    const Py_ssize_t len = PySequence_Fast_GET_SIZE(spec);
-    PyObject **item = PySequence_Fast_ITEMS(spec), *c = len > 1 ? item[1] : NULL, *d = Py_None;
-    int type = -1;
-    if (len < 2 || len > 4 || (len > 2 && (type = accel_type_of(item[len - 1])) < 0))
-        return 0;
-    if (len == 4) {
-        d = item[2];
-    } else if (PyTuple_Check(c)) { /* (counts, displs), as mpi4py unpacks any tuple there */
-        if (!PyTuple_CheckExact(c) || PyTuple_GET_SIZE(c) != 2)
-            return 0;
-        d = PyTuple_GET_ITEM(c, 1);
-        c = PyTuple_GET_ITEM(c, 0);
-    }
-    if (!layout_of(c, d, n, counts, displs))
-        return 0;
-    if ((type = accel_buffer(item[0], type, writable, m)) < 0)
-        return 0;
-    const int code = accel.codes[type];
-    const size_t size = shmtopo_dtype_size(code), total = (size_t)m->held.len / size;
-    int fits = (size_t)m->held.len % size == 0 && (uintptr_t)m->held.buf % size == 0;
-    for (Py_ssize_t i = 0; fits && i < n; i++)
-        fits = !counts[i] || (displs[i] <= total && counts[i] <= total - displs[i]);
-    if (!fits) {
-        msg_release(m);
-        return 0;
-    }
-    m->at = m->held;
-    m->type = type;
-    m->code = code;
-    return 1;
+    return released(&in, &out, accel_done(rc, err));
 }
 
 /* accel_alltoallv(handle, sendbuf, recvbuf) -> True | None (apart) */
@@ -324,9 +266,7 @@ static PyObject *accel_allgatherv(PyObject *self, PyObject *const *args, Py_ssiz
         CORE_CALL(comm, NULL, shmtopo_allgatherv(comm, in.at.buf, sizes[rank], out.at.buf, sizes, sizes + size,
                                                  in.code));
         ran = 1;
-        result = accel_done(rc, err);
-        msg_release(&in);
-        msg_release(&out);
+        result = released(&in, &out, accel_done(rc, err));
     }
     PyMem_Free(sizes);
     return ran ? result : new_ref(Py_None);
@@ -368,9 +308,7 @@ static PyObject *accel_v_rooted(PyObject *const *args, Py_ssize_t nargs, int sca
                   scatter ? shmtopo_scatterv(comm, v.at.buf, counts, displs, o.at.buf, counts[rank], o.code, root)
                           : shmtopo_gatherv(comm, o.at.buf, counts[rank], v.at.buf, counts, displs, o.code, root));
         ran = 1;
-        result = accel_done(rc, err);
-        msg_release(&v);
-        msg_release(&o);
+        result = released(&v, &o, accel_done(rc, err));
     }
     PyMem_Free(sizes);
     return ran ? result : new_ref(Py_None);
@@ -399,17 +337,12 @@ static PyObject *accel_scan(PyObject *self, PyObject *const *args, Py_ssize_t na
     int op;
     if (!comm || !accel_in_out(args[1], args[2], &in, &out))
         Py_RETURN_NONE;
-    if ((op = accel_op(args[3], in.type)) < 0 || !apart_or_same(&in.at, &out.at)) {
-        msg_release(&in);
-        msg_release(&out);
-        Py_RETURN_NONE;
-    }
+    if ((op = accel_op(args[3], in.type)) < 0 || !apart_or_same(&in.at, &out.at))
+        return released(&in, &out, new_ref(Py_None));
     int rc, err;
     CORE_CALL(comm, NULL, shmtopo_scan(comm, in.at.buf, out.at.buf, (size_t)in.at.len / shmtopo_dtype_size(in.code),
                                        in.code, op, PyObject_IsTrue(args[4]) == 1));
-    msg_release(&in);
-    msg_release(&out);
-    return accel_done(rc, err);
+    return released(&in, &out, accel_done(rc, err));
 }
 
 /* accel_reduce_scatter_block(handle, sendbuf, recvbuf, op) -> True | None
@@ -429,17 +362,12 @@ static PyObject *accel_reduce_scatter_block(PyObject *self, PyObject *const *arg
         Py_RETURN_NONE;
     }
     if (in.type != out.type || in.at.len != out.at.len * size || overlaps(&in.at, &out.at)
-        || (op = accel_op(args[3], out.type)) < 0) {
-        msg_release(&in);
-        msg_release(&out);
-        Py_RETURN_NONE;
-    }
+        || (op = accel_op(args[3], out.type)) < 0)
+        return released(&in, &out, new_ref(Py_None));
     int rc, err;
     CORE_CALL(comm, NULL, shmtopo_reduce_scatter(comm, in.at.buf, out.at.buf,
                                                  (size_t)out.at.len / shmtopo_dtype_size(out.code), out.code, op));
-    msg_release(&in);
-    msg_release(&out);
-    return accel_done(rc, err);
+    return released(&in, &out, accel_done(rc, err));
 }
 
 /* accel_reduce_scatter(handle, sendbuf, recvbuf, recvcounts, op) -> True |
@@ -491,65 +419,52 @@ static PyObject *accel_barrier(PyObject *self, PyObject *handle)
     return accel_done(rc, err);
 }
 
-/* bind_accelerate(ops, types, by_code, formats, in_place, bottom, last_error): the drop-in's
- * op objects with their shmtopo_op codes; the predefined datatypes shmtopo
- * moves, as (Datatype, core type code, mask described at ACCEL_MOVES); per
- * core type code, the index in types of an ndarray's datatype (-1: none);
- * {buffer format: index in types}; MPI.IN_PLACE and MPI.BOTTOM; the maker
- * of failures' exceptions. */
-static PyObject *bind_accelerate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* ---- the table of the drop-in's calls ----------------------------------
+ *
+ * By call: mpi4py's name, the entry above, which window list follows the
+ * handle, mpi4py's parameters, and the call's agreement (CommFast's
+ * methods, accel_comm.h, read it; so do the decisions of plans_mpi.h). */
+
+enum { A_BARRIER, A_BCAST, A_REDUCE, A_ALLREDUCE, A_ALLGATHER, A_ALLTOALL, A_REDUCE_SCATTER_BLOCK, A_GATHER,
+       A_SCATTER, A_GATHERV, A_SCATTERV, A_ALLGATHERV, A_ALLTOALLV, A_REDUCE_SCATTER, A_SCAN, A_EXSCAN, NA };
+
+enum { NO_WINDOWS, FAST_WINDOWS, ALL_WINDOWS }; /* which window list follows the handle */
+
+typedef struct {
+    const char *name;
+    PyObject *(*entry)(PyObject *, PyObject *const *, Py_ssize_t);
+    int windows;             /* NO_WINDOWS, FAST_WINDOWS (fast_windows) or ALL_WINDOWS (windows) */
+    int nparams, required;   /* mpi4py's parameters, in order, the first `required` without a default */
+    signed char params[4];   /* P_*: op defaults to the drop-in's SUM_DEFAULT, root to 0, recvcounts to None */
+    int exclusive;           /* -1, or the entry's trailing flag (scan: 0, exscan: 1) */
+    int kind;                /* SHMTOPO_KIND_*: the call's agreement */
+} accel_call_t;
+
+static PyObject *accel_barrier_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])
-        || PyTuple_GET_SIZE(args[2]) != NDTYPES || !PyDict_Check(args[3]) || !PyCallable_Check(args[6]))
-        return PyErr_Format(PyExc_TypeError, "bind_accelerate takes a tuple of (op, code), a tuple of "
-                            "(datatype, code, mask), %d type indices, a dict, IN_PLACE, BOTTOM and a callable",
-                            NDTYPES), NULL;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); i++) {
-        PyObject *pair = PyTuple_GET_ITEM(args[0], i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyLong_Check(PyTuple_GET_ITEM(pair, 1)))
-            return PyErr_Format(PyExc_TypeError, "bind_accelerate: ops are (op, code) pairs"), NULL;
-        long opc = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
-        if (opc < 0 || opc > 30)
-            return PyErr_Format(PyExc_ValueError, "bind_accelerate: op code %ld", opc), NULL;
-    }
-    const Py_ssize_t ntypes = PyTuple_GET_SIZE(args[1]);
-    if (ntypes > ACCEL_MAX_TYPES)
-        return PyErr_Format(PyExc_ValueError, "bind_accelerate: more than %d datatypes", ACCEL_MAX_TYPES), NULL;
-    int codes[ACCEL_MAX_TYPES], by_code[NDTYPES];
-    unsigned masks[ACCEL_MAX_TYPES];
-    PyObject *datatypes = PyTuple_New(ntypes);
-    if (!datatypes)
-        return NULL;
-    for (Py_ssize_t i = 0; i < ntypes; i++) {
-        PyObject *entry = PyTuple_GET_ITEM(args[1], i);
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
-            Py_DECREF(datatypes);
-            return PyErr_Format(PyExc_TypeError, "bind_accelerate: types are (datatype, code, mask)"), NULL;
-        }
-        PyTuple_SET_ITEM(datatypes, i, new_ref(PyTuple_GET_ITEM(entry, 0)));
-        codes[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
-        masks[i] = (unsigned)PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(entry, 2));
-        if (!PyErr_Occurred() && (codes[i] < 0 || codes[i] >= NDTYPES))
-            PyErr_Format(PyExc_ValueError, "bind_accelerate: type code %d", codes[i]);
-    }
-    for (int i = 0; i < NDTYPES && !PyErr_Occurred(); i++) {
-        by_code[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(args[2], i));
-        if (!PyErr_Occurred() && (by_code[i] < -1 || by_code[i] >= ntypes))
-            PyErr_Format(PyExc_ValueError, "bind_accelerate: type index %d", by_code[i]);
-    }
-    if (PyErr_Occurred()) {
-        Py_DECREF(datatypes);
-        return NULL;
-    }
-    Py_XSETREF(accel.ops, new_ref(args[0]));
-    Py_XSETREF(accel.datatypes, datatypes);
-    Py_XSETREF(accel.formats, new_ref(args[3]));
-    Py_XSETREF(accel.in_place, new_ref(args[4]));
-    Py_XSETREF(accel.bottom, new_ref(args[5]));
-    Py_XSETREF(accel.last_error, new_ref(args[6]));
-    accel.ntypes = (int)ntypes;
-    memcpy(accel.codes, codes, sizeof codes);
-    memcpy(accel.masks, masks, sizeof masks);
-    memcpy(accel.by_code, by_code, sizeof by_code);
-    Py_RETURN_NONE;
+    return accel_barrier(self, args[0]);
 }
+
+#define SR P_SENDBUF, P_RECVBUF
+static const accel_call_t accel_calls[NA] = {
+    [A_BARRIER] = {"Barrier", accel_barrier_entry, NO_WINDOWS, 0, 0, {0}, -1, SHMTOPO_KIND_BARRIER},
+    [A_BCAST] = {"Bcast", accel_bcast, FAST_WINDOWS, 2, 1, {P_BUF, P_ROOT}, -1, SHMTOPO_KIND_BCAST},
+    [A_REDUCE] = {"Reduce", accel_reduce, FAST_WINDOWS, 4, 2, {SR, P_OP, P_ROOT}, -1, SHMTOPO_KIND_REDUCE},
+    [A_ALLREDUCE] = {"Allreduce", accel_allreduce, FAST_WINDOWS, 3, 2, {SR, P_OP}, -1, SHMTOPO_KIND_ALLREDUCE},
+    [A_ALLGATHER] = {"Allgather", accel_allgather, ALL_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLGATHER},
+    [A_ALLTOALL] = {"Alltoall", accel_alltoall, NO_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLTOALL},
+    [A_REDUCE_SCATTER_BLOCK] = {"Reduce_scatter_block", accel_reduce_scatter_block, NO_WINDOWS, 3, 2, {SR, P_OP}, -1,
+                                SHMTOPO_KIND_REDUCE_SCATTER},
+    [A_GATHER] = {"Gather", accel_gather, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1, SHMTOPO_KIND_GATHER},
+    [A_SCATTER] = {"Scatter", accel_scatter, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1, SHMTOPO_KIND_SCATTER},
+    [A_GATHERV] = {"Gatherv", accel_gatherv, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1, SHMTOPO_KIND_GATHERV},
+    [A_SCATTERV] = {"Scatterv", accel_scatterv, NO_WINDOWS, 3, 2, {SR, P_ROOT}, -1, SHMTOPO_KIND_SCATTERV},
+    [A_ALLGATHERV] = {"Allgatherv", accel_allgatherv, NO_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLGATHERV},
+    [A_ALLTOALLV] = {"Alltoallv", accel_alltoallv, NO_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLTOALLV},
+    [A_REDUCE_SCATTER] = {"Reduce_scatter", accel_reduce_scatter, NO_WINDOWS, 4, 2, {SR, P_RECVCOUNTS, P_OP}, -1,
+                          SHMTOPO_KIND_REDUCE_SCATTER},
+    [A_SCAN] = {"Scan", accel_scan, NO_WINDOWS, 3, 2, {SR, P_OP}, 0, SHMTOPO_KIND_SCAN},
+    [A_EXSCAN] = {"Exscan", accel_scan, NO_WINDOWS, 3, 2, {SR, P_OP}, 1, SHMTOPO_KIND_EXSCAN},
+};
+#undef SR
+

@@ -358,6 +358,26 @@ static int layout_of(PyObject *counts, PyObject *displs, Py_ssize_t n, size_t *c
     return 1;
 }
 
+/* f(self, *args, **kwargs), for a C method's general path: the Python
+ * function or method that reads the arguments in full, which `binder`
+ * (bind_window, bind_comm, bind_comm_fast) handed down. */
+static PyObject *call_general(PyObject *f, const char *binder, PyObject *self, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (!f)
+        return PyErr_Format(PyExc_RuntimeError, "shmtopo._fastpath: %s was not called", binder), NULL;
+    const Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *small[8], **all = total + 1 <= 8 ? small : PyMem_Malloc((size_t)(total + 1) * sizeof(PyObject *));
+    if (!all)
+        return PyErr_NoMemory();
+    all[0] = self;
+    memcpy(all + 1, args, (size_t)total * sizeof(PyObject *));
+    PyObject *result = PyObject_Vectorcall(f, all, (size_t)nargs + 1, kwnames);
+    if (all != small)
+        PyMem_Free(all);
+    return result;
+}
+
 /* One past the last element a layout reaches (blocks of 0 reach nothing). */
 static size_t layout_end(const size_t *c, const size_t *d, Py_ssize_t n)
 {
