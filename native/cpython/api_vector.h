@@ -229,13 +229,13 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(bound.ndarray, new_ref(args[0]));
     Py_XSETREF(bound.empty_like, new_ref(args[1]));
     Py_XSETREF(bound.ops, new_ref(args[2]));
-    forget_all(ops_kept);
+    forget_all(seen.ops);
     bound.window_min = PyLong_AsSsize_t(args[3]);
     if (PyErr_Occurred())
         return NULL;
     if (!PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) != NDTYPES)
         return PyErr_Format(PyExc_TypeError, "bind: expected a tuple of %d dtypes", NDTYPES), NULL;
-    last_dtype = NULL;
+    seen.last_dtype = NULL;
     for (int i = 0; i < NDTYPES; i++)
         Py_XSETREF(bound.dtypes[i], new_ref(PyTuple_GET_ITEM(args[4], i)));
     if (!bound.dtype_name && !(bound.dtype_name = PyUnicode_InternFromString("dtype")))

@@ -100,7 +100,7 @@ PyMODINIT_FUNC PyInit__fastpath(void)
         || comm_init_names() < 0)
         return NULL;
     for (int code = 0; code < NDTYPES; code++)
-        element_size[code] = shmtopo_dtype_size(code);
+        seen.element_size[code] = shmtopo_dtype_size(code);
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;

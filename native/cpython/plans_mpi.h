@@ -19,6 +19,7 @@ static struct {
     PyObject *is_predefined; /* "is_predefined" */
     PyObject *unmoved_descrs[UNMOVED_DESCRS]; /* numpy dtypes whose arrays mpi4py types as one of those */
     PyObject *derived[DERIVED_TYPES]; /* derived Datatypes the planner has handed to MPI (note_derived) */
+    int next_descr, next_derived;     /* the rings' next slots */
 } tm;
 
 /* Whether `spec`, a message MPI reads, holds entries of a predefined type
@@ -49,7 +50,7 @@ static int holds_unmoved(PyObject *spec)
     if (!accel_data(buf))
         return 0;
     /* an ndarray alone of a dtype found unmoved before (numpy's are singletons): its fields say */
-    const int array = !datatype && fields_checked > 0 && Py_TYPE(buf) == (PyTypeObject *)bound.ndarray;
+    const int array = !datatype && seen.fields_checked > 0 && Py_TYPE(buf) == (PyTypeObject *)bound.ndarray;
     if (array) {
         const ArrayFields *a = (const ArrayFields *)buf;
         for (int i = 0; i < UNMOVED_DESCRS; i++)
@@ -72,9 +73,8 @@ static int holds_unmoved(PyObject *spec)
         Py_XDECREF(key);
         PyErr_Clear();
         if (unmoved && array) { /* kept, with a reference, so that the address stays its */
-            static int next;
-            Py_XSETREF(tm.unmoved_descrs[next], new_ref(((const ArrayFields *)buf)->descr));
-            next = (next + 1) % UNMOVED_DESCRS;
+            Py_XSETREF(tm.unmoved_descrs[tm.next_descr], new_ref(((const ArrayFields *)buf)->descr));
+            tm.next_descr = (tm.next_descr + 1) % UNMOVED_DESCRS;
         }
     }
     PyBuffer_Release(&view);
@@ -132,12 +132,11 @@ static int accel_mpi_only(int call, PyObject *const *v)
 /* note_derived(datatype): the planner hands messages of this derived type to MPI. */
 static PyObject *note_derived(PyObject *self, PyObject *datatype)
 {
-    static int next;
     for (int i = 0; i < DERIVED_TYPES; i++)
         if (tm.derived[i] == datatype)
             Py_RETURN_NONE;
-    Py_XSETREF(tm.derived[next], new_ref(datatype));
-    next = (next + 1) % DERIVED_TYPES;
+    Py_XSETREF(tm.derived[tm.next_derived], new_ref(datatype));
+    tm.next_derived = (tm.next_derived + 1) % DERIVED_TYPES;
     Py_RETURN_NONE;
 }
 

@@ -17,6 +17,22 @@ static struct {
     Py_ssize_t window_min;  /* arrays from this size on take the window path where they lie in one */
 } bound;
 
+/* What the entries have read before and keep, under the GIL (see where each is used). */
+#define KEPT 8
+typedef struct kept {
+    PyObject *key;
+    intptr_t value;
+} kept_t;
+
+static struct {
+    int fields_checked;           /* numpy's array fields: 0 not yet checked, 1 read directly, -1 buffer protocol */
+    PyObject *last_dtype;         /* the last dtype found, one of bound.dtypes (bind clears it) ... */
+    int last_code;                /* ... and its code: a program's calls mostly repeat one type */
+    size_t element_size[NDTYPES]; /* bytes per element by code: the core's figures, read once at init */
+    kept_t handles[KEPT];         /* native objects by handle (a Python int) */
+    kept_t ops[KEPT];             /* op codes by op name */
+} seen;
+
 /* Calls into the core keep the GIL while their waits are short: dropping
  * and retaking it costs more than a fence whose peer is already there. The
  * core drops it through the call's gil_release at the first wait that
@@ -77,36 +93,25 @@ typedef struct {
 #define ARRAY_C_CONTIGUOUS 0x0001 /* NPY_ARRAY_C_CONTIGUOUS */
 #define ARRAY_WRITEABLE 0x0400    /* NPY_ARRAY_WRITEABLE */
 
-static int fields_checked; /* 0: not yet, 1: the mirror holds, -1: use the buffer protocol */
-
-/* The last type found, one of bound.dtypes (which keeps it alive; bind
- * clears it): a program's calls mostly repeat one type. Under the GIL. */
-static PyObject *last_dtype;
-static int last_code;
-
 /* The element type's shmtopo_dtype code: numpy's built-in native-order
  * dtypes are singletons, so an identity scan of the ones bound at start finds
  * them (asking the buffer for its format string would make numpy build that
  * string on every call). -1 for anything else: the general path decides. */
 static int code_of_dtype(PyObject *dtype)
 {
-    if (dtype == last_dtype && dtype)
-        return last_code;
+    if (dtype == seen.last_dtype && dtype)
+        return seen.last_code;
     for (int i = 0; i < NDTYPES; i++)
         if (dtype == bound.dtypes[i]) {
-            last_dtype = dtype, last_code = i;
+            seen.last_dtype = dtype, seen.last_code = i;
             return i;
         }
     return -1;
 }
 
-/* Bytes per element by shmtopo_dtype code: the core's figures, read once
- * (on the path of every call, where a call into the library cost more). */
-static size_t element_size[NDTYPES];
-
 static int dtype_code(PyObject *array)
 {
-    if (fields_checked > 0)
+    if (seen.fields_checked > 0)
         return code_of_dtype(((ArrayFields *)array)->descr);
     PyObject *dtype = PyObject_GetAttr(array, bound.dtype_name);
     if (!dtype) {
@@ -145,7 +150,7 @@ static void check_fields(PyObject *obj)
         PyErr_Clear(); /* not contiguous: the next array decides */
         return;
     }
-    fields_checked = fields_match(obj, &view) ? 1 : -1;
+    seen.fields_checked = fields_match(obj, &view) ? 1 : -1;
     PyBuffer_Release(&view);
 }
 
@@ -157,14 +162,14 @@ static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
 {
     if (Py_TYPE(obj) != (PyTypeObject *)bound.ndarray)
         return 0;
-    if (!fields_checked)
+    if (!seen.fields_checked)
         check_fields(obj);
-    if (fields_checked > 0) {
+    if (seen.fields_checked > 0) {
         const ArrayFields *a = (const ArrayFields *)obj;
         if ((*code = code_of_dtype(a->descr)) < 0 || !(a->flags & ARRAY_C_CONTIGUOUS) ||
             (writable && !(a->flags & ARRAY_WRITEABLE)))
             return 0;
-        const Py_ssize_t itemsize = (Py_ssize_t)element_size[*code];
+        const Py_ssize_t itemsize = (Py_ssize_t)seen.element_size[*code];
         Py_ssize_t len = itemsize;
         for (int i = 0; i < a->nd; i++)
             len *= a->dimensions[i];
@@ -190,7 +195,7 @@ static int view_of(PyObject *obj, Py_buffer *view, int writable, int *code)
 /* Elements in a view of an array whose type has code `code`. */
 static size_t count_of(const Py_buffer *view, int code)
 {
-    return (size_t)view->len / element_size[code];
+    return (size_t)view->len / seen.element_size[code];
 }
 
 /* Conversions every call makes again from the same few objects (a comm's
@@ -199,12 +204,6 @@ static size_t count_of(const Py_buffer *view, int code)
  * its object, so that the same object is still the same value: only exact
  * ints and strs are kept, immutable, with no __eq__ of a subclass to ask.
  * Used with the GIL, which guards the tables. */
-#define KEPT 8
-typedef struct kept {
-    PyObject *key;
-    intptr_t value;
-} kept_t;
-
 static kept_t *kept_slot(kept_t *table, PyObject *key)
 {
     return &table[((uintptr_t)key >> 5) % KEPT];
@@ -224,11 +223,9 @@ static void forget_all(kept_t *table)
 
 /* The native object a handle (a Python int) names, NULL for 0 or a
  * non-int (PyLong_AsVoidPtr costs about 70 instructions). */
-static kept_t handles_kept[KEPT];
-
 static shmtopo_comm_t *comm_of(PyObject *handle)
 {
-    kept_t *slot = kept_slot(handles_kept, handle);
+    kept_t *slot = kept_slot(seen.handles, handle);
     if (slot->key == handle)
         return (shmtopo_comm_t *)slot->value;
     void *h = PyLong_AsVoidPtr(handle);
@@ -269,11 +266,9 @@ static PyObject *result_of(PyObject *out, PyObject *like, const Py_buffer *in, i
 
 /* An op's code, by its name in the bound table (a dict lookup costs about
  * 110 instructions), or -1. */
-static kept_t ops_kept[KEPT];
-
 static int op_code(PyObject *op)
 {
-    kept_t *slot = kept_slot(ops_kept, op);
+    kept_t *slot = kept_slot(seen.ops, op);
     if (slot->key == op)
         return (int)slot->value;
     PyObject *code = PyDict_GetItemWithError(bound.ops, op);
