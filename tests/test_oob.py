@@ -1,0 +1,56 @@
+"""Unit tests of shmtopo._oob: every MPI exchange shmtopo makes itself
+waits through _oob.wait, which gives up after the comm's timeout and hears
+of a death meanwhile, keeping the request and its buffers for ever (MPI
+may still write into them). One process, on MPI.COMM_SELF."""
+import errno
+
+import numpy as np
+import pytest
+
+MPI = pytest.importorskip("mpi4py.MPI")
+
+from shmtopo import ShmtopoTimeoutError, _oob  # noqa: E402
+
+pytestmark = pytest.mark.serial  # one process: unit tests
+
+
+def test_a_done_request_returns_at_once():
+    send, recv = np.arange(3.0), np.zeros(3)
+    _oob.wait(MPI.COMM_SELF.Iallgather(send, recv), 0.1, "allgather")
+    np.testing.assert_array_equal(recv, send)
+
+
+def test_a_request_that_never_completes_times_out_and_is_kept_with_its_buffers():
+    late = np.zeros(2)
+    request = MPI.COMM_SELF.Irecv(late, source=0, tag=77)
+    with pytest.raises(ShmtopoTimeoutError, match="a late recv timed out after 0.05 s") as failure:
+        _oob.wait(request, 0.05, "a late recv", late)
+    assert failure.value.errno == errno.ETIMEDOUT
+    assert _oob._abandoned[-1][0] is request and _oob._abandoned[-1][1] == (late,)
+    MPI.COMM_SELF.Send(np.ones(2), dest=0, tag=77)  # the late rank arrives: MPI writes the buffer kept
+    request.Wait()
+    np.testing.assert_array_equal(late, 1.0)
+
+
+def test_news_of_a_death_ends_the_wait_at_once():
+    class Died(Exception):
+        pass
+
+    heard = []
+
+    def news(what):
+        heard.append(what)
+        raise Died(what)
+
+    late = np.zeros(1)
+    request = MPI.COMM_SELF.Irecv(late, source=0, tag=78)
+    with pytest.raises(Died, match="leaders' bcast"):
+        _oob.wait(request, 0, "leaders' bcast", late, news=news)  # 0: no timeout, the news ends it
+    assert heard == ["leaders' bcast"] and _oob._abandoned[-1][0] is request
+    MPI.COMM_SELF.Send(np.ones(1), dest=0, tag=78)
+    request.Wait()
+
+
+def test_objects_gather_in_rank_order():
+    assert _oob.allgather_objects(MPI.COMM_SELF, {"rank": 0, "data": [1, 2]}, 1.0, "objects") == \
+        [{"rank": 0, "data": [1, 2]}]
