@@ -25,7 +25,8 @@ enum { C_BARRIER, C_ALLREDUCE, C_REDUCE, C_BCAST, C_ALLGATHER, C_ALLTOALL, C_GAT
        C_GATHERV, C_SCATTERV, C_ALLGATHERV, C_ALLTOALLV, C_SCAN, C_EXSCAN, NC };
 
 /* The parameters' names, interned: keywords compare by identity first.
- * The first nine are mpi4py's too (CommFast binds with them). */
+ * The lower-case calls' and mpi4py's (CommFast binds with op, root, buf,
+ * sendbuf, recvbuf and recvcounts). */
 enum { P_ARRAY, P_OP, P_ROOT, P_OUT, P_ALGORITHM, P_BUF, P_SENDBUF, P_RECVBUF, P_RECVCOUNTS, P_COUNTS, P_DISPLS,
        P_SENDCOUNTS, P_SDISPLS, P_RDISPLS, NP };
 static const char *const pnames[NP] = {"array", "op", "root", "out", "algorithm", "buf", "sendbuf", "recvbuf",
