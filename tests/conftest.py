@@ -134,6 +134,13 @@ def comm():
     c.free()
 
 
+@pytest.fixture(scope="session")
+def tables():
+    """The drop-in's tables of mpi4py's datatypes and ops (shmtopo.accel.tables)."""
+    from shmtopo.accel.tables import get_tables
+    return get_tables()
+
+
 @pytest.fixture(params=[None, 2], ids=["node", "nodes-of-2"])
 def acomm(request):
     """The world, accelerated (shmtopo.accelerate): on this node, and on

@@ -2,8 +2,6 @@
 the errors it raises on its own rank (the collectives then fail them on
 every rank: test_collectives, test_agreement). One process, no MPI: the
 functions read only a comm's place in the job."""
-from typing import NamedTuple
-
 import numpy as np
 import pytest
 
@@ -11,14 +9,9 @@ from shmtopo import ShmtopoValueError
 from shmtopo._types import SIZES
 from shmtopo.coll import args
 
+from values import Place
+
 pytestmark = pytest.mark.serial  # one process: unit tests
-
-
-class Place(NamedTuple):
-    """What coll.args reads of a comm (the CommLike protocol's place in the job)."""
-    world_size: int
-    world_rank: int
-    nnodes: int = 1
 
 
 FOUR = Place(4, 1)

@@ -1,8 +1,6 @@
 """Unit tests of shmtopo._types: the element types the core has, the
 (value, index) pairs of maxloc/minloc, and the checks every call makes of
 its root, its result array and their overlap. One process."""
-from typing import NamedTuple
-
 import numpy as np
 import pytest
 
@@ -10,12 +8,9 @@ from shmtopo import ShmtopoValueError
 from shmtopo import _types as T
 from shmtopo._native import ffi
 
+from values import Place
+
 pytestmark = pytest.mark.serial  # one process: unit tests
-
-
-class Place(NamedTuple):
-    """What checked_root reads of a comm."""
-    world_size: int
 
 
 @pytest.mark.parametrize("value, struct", [(np.float32, "shmtopo_float_int_t"), (np.float64, "shmtopo_double_int_t"),

@@ -1,6 +1,8 @@
 """What the suite's tests feed, compare and blame, in one place:
 deterministic small inputs, a bitwise comparison, and the ranks a misuse
-test makes the culprit."""
+test makes the culprit, and a comm's place in the job for unit tests."""
+from typing import NamedTuple
+
 import numpy as np
 
 
@@ -31,3 +33,12 @@ def culprits(n, node_size=None):
     if node_size and node_size < n:
         found.add(node_size)
     return sorted(found)
+
+
+class Place(NamedTuple):
+    """A comm's place in the job, what the argument rules read of it (the
+    CommLike protocol's world_size, world_rank, nnodes): unit tests of those
+    rules need no comm."""
+    world_size: int
+    world_rank: int = 0
+    nnodes: int = 1
