@@ -38,6 +38,7 @@ PYTHON_CALLBACKS = """
 extern "Python" int _shmtopo_py_allgather(const void *, void *, size_t, void *);
 extern "Python" int _shmtopo_py_barrier(void *);
 extern "Python" int _shmtopo_py_interrupted(void);
+extern "Python" int _shmtopo_py_slow_wait(int64_t, void *);
 """
 # The core as a shared library: its sources, its name (-lshmtopo) and where
 # the extensions look for it at run time, relative to themselves.

@@ -639,6 +639,18 @@ int shmtopo_step_hashed(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, uint64_t
 
 /* ---- across nodes ------------------------------------------------------------------ */
 
+int shmtopo_leaders_allgather(shmtopo_comm_t *comm, const void *mine, void *all, size_t n)
+{
+    const int leader = shmtopo_world(comm, 0);
+    if (!all)
+        return shmtopo_fail(ENOMEM, leader, "rank %d: out of memory for the leaders' exchange", leader);
+    const int cb = comm->leaders.allgather(mine, all, n, comm->leaders.group);
+    if (cb == 0)
+        return 0;
+    return shmtopo_fail(cb == ETIMEDOUT ? ETIMEDOUT : ECOMM, leader, "rank %d: the exchange between node leaders %s",
+                        leader, cb == ETIMEDOUT ? "timed out" : "failed");
+}
+
 /* The leaders exchange their nodes' summaries and each posts the job's
  * verdict to its node in one more step. */
 static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *votep)
@@ -649,15 +661,10 @@ static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *vo
     message[0] = '\0';
     if (comm->rank == 0) {
         summary_t *all = calloc((size_t)comm->nnodes, sizeof(*all));
-        int cb = all ? comm->leaders.allgather(node, all, sizeof(*node), comm->leaders.group) : -1;
         const int leader = shmtopo_world(comm, 0);
-        if (!all) {
-            err = ENOMEM;
-            snprintf(message, sizeof(message), "rank %d: out of memory for the leaders' exchange", leader);
-        } else if (cb != 0) {
-            err = cb == ETIMEDOUT ? ETIMEDOUT : ECOMM;
-            snprintf(message, sizeof(message), "rank %d: the exchange between node leaders %s", leader,
-                     err == ETIMEDOUT ? "timed out" : "failed");
+        if (shmtopo_leaders_allgather(comm, node, all, sizeof(*node)) < 0) {
+            err = errno;
+            snprintf(message, sizeof(message), "%s", shmtopo_last_error());
         } else {
             summary_t job;
             memset(&job, 0, sizeof(job));
@@ -766,6 +773,20 @@ int shmtopo_agree_call(shmtopo_comm_t *comm, const shmtopo_sig_t *sig)
         return -1;
     int err = check_sig(comm, sig) < 0 ? errno : 0;
     return shmtopo_agree(comm, sig, err, NULL, NULL, 0);
+}
+
+int shmtopo_agree_fields(shmtopo_comm_t *comm, int kind, uint64_t count, int dtype, int op, int root, int alg,
+                         uint64_t extra, int flags)
+{
+    shmtopo_sig_t sig = shmtopo_sig(kind);
+    sig.count = count;
+    sig.dtype = dtype;
+    sig.op = op;
+    sig.root = root;
+    sig.alg = alg;
+    sig.extra = extra;
+    sig.flags = flags;
+    return shmtopo_agree_call(comm, &sig);
 }
 
 int shmtopo_reject(shmtopo_comm_t *comm, int kind, const char *reason)

@@ -579,6 +579,8 @@ int shmtopo_barrier(shmtopo_comm_t *comm)
     if (shmtopo_comm_usable(comm, "barrier") < 0)
         return -1;
     static const shmtopo_sig_t sig = SHMTOPO_SIG_OF(SHMTOPO_KIND_BARRIER);
+    if (comm->nnodes > 1) /* an agreement over the job is a barrier over it */
+        return shmtopo_agree(comm, &sig, 0, NULL, NULL, 0);
     return shmtopo_coll_step(comm, &sig, NULL, 0);
 }
 

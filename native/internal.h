@@ -282,6 +282,10 @@ const void *shmtopo_step_data(const shmtopo_comm_t *comm, int rank);
  * NULL/0 for none. */
 int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine, void *all,
                   size_t n);
+/* The node leaders' allgather (rank 0 of a comm that spans nodes): n bytes
+ * of every node's leader into all, in node order; or -1 with the failure
+ * recorded (all NULL: out of memory). */
+int shmtopo_leaders_allgather(shmtopo_comm_t *comm, const void *mine, void *all, size_t n);
 /* shmtopo_agree that also tells whether every rank of the job voted yes
  * (*allp), so that all ranks take the same turn on a local fact. */
 int shmtopo_agree_vote(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int vote, int *allp);

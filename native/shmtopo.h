@@ -66,6 +66,35 @@ typedef struct shmtopo_oob {
     void *group;
 } shmtopo_oob_t;
 
+/* An out-of-band transport over an MPI communicator, for a caller that finds
+ * the MPI library at run time (the core links no MPI): the addresses of the
+ * library's MPI_Iallgather, MPI_Ibarrier and MPI_Test, the values of the
+ * communicator's and MPI_BYTE's handles, and the handles' width in bytes (4:
+ * integers, as MPICH's; 8: pointers, as Open MPI's). An exchange copies its
+ * data through buffers of its own and tests its request for a few tens of
+ * microseconds; then it hands the request to slow_wait(request, group), which
+ * completes it and returns 0, or returns nonzero to give up (the transport
+ * fails with that value and abandons the request with its buffers: MPI may
+ * still write there, so they are never freed or reused). */
+typedef struct shmtopo_mpi_calls {
+    void *iallgather;
+    void *ibarrier;
+    void *test;
+    uint64_t comm;
+    uint64_t byte;
+    int handle_size;
+    int status_size;
+    int size;            /* ranks of the communicator */
+    int (*slow_wait)(int64_t request, void *group);
+    void *group;
+} shmtopo_mpi_calls_t;
+/* Local: fill *oob with a transport over `calls` (copied), or -1 (EINVAL: a
+ * handle width or status size it cannot call with; ENOMEM).
+ * shmtopo_mpi_oob_free releases what it holds (not an abandoned exchange's
+ * buffers). */
+int shmtopo_mpi_oob(const shmtopo_mpi_calls_t *calls, shmtopo_oob_t *oob);
+void shmtopo_mpi_oob_free(shmtopo_oob_t *oob);
+
 /* Collective: build a comm of `size` ranks on this node. The out-of-band
  * callbacks are used here only: ranks exchange pids, CPU affinity masks and
  * their environment settings (shmtopo_config_t), and map the comm's own
@@ -224,6 +253,18 @@ enum shmtopo_sig_flags {
  * every rank passed the same valid signature; else -1 with the same errno
  * (EINVAL) and message on every rank, naming the rank at fault. */
 int shmtopo_agree_call(shmtopo_comm_t *comm, const shmtopo_sig_t *sig);
+/* shmtopo_agree_call on the signature these fields make (a binding's
+ * cheaper call: no struct to build). */
+int shmtopo_agree_fields(shmtopo_comm_t *comm, int kind, uint64_t count, int dtype, int op, int root, int alg,
+                         uint64_t extra, int flags);
+/* Collective, on a comm that spans nodes: a small allreduce or bcast over the
+ * whole job at once (agreement, the node in shared memory, one exchange
+ * between the node leaders); root is a job rank. 1 when the call is not
+ * small enough (then nothing was done: the caller moves it in parts), 0 when
+ * done, -1 as for the node's own calls. */
+int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
+                           int alg);
+int shmtopo_span_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root);
 /* Collective: this rank could not even convert its arguments to `kind`
  * (reason says why): take part in that operation's agreement as invalid.
  * Always -1: EINVAL on every rank, with "rank R: reason". */

@@ -36,3 +36,32 @@ def test_a_death_is_named_on_every_node(victim, call):
     assert sorted(lines) == sorted({0, 1, 2, 3} - {victim}), report
     for rank, (name, named, seconds, message) in lines.items():
         assert (name, named) == ("PeerDeadError", str(victim)), report
+
+
+LATE_LEADER = """
+import sys, time
+from mpi4py import MPI
+import shmtopo
+comm = shmtopo.Comm.from_mpi(MPI.COMM_WORLD, timeout=1)
+if MPI.COMM_WORLD.rank == 1:
+    time.sleep(3)  # the second node's leader never comes to the barrier
+    sys.exit(0)
+t0 = time.monotonic()
+try:
+    comm.barrier()
+except shmtopo.ShmtopoTimeoutError as exc:
+    print(f"RESULT {time.monotonic() - t0:.2f} {exc}", flush=True)
+"""
+
+
+def test_the_leaders_exchange_waits_only_as_long_as_the_timeout(tmp_path):
+    """The leaders' exchange is C calling MPI (native/mpi_oob.c); a wait that
+    lasts goes on under the comm's timeout: a leader that never comes makes
+    the other raise ShmtopoTimeoutError after the timeout, not hang."""
+    script = tmp_path / "late_leader.py"
+    script.write_text(LATE_LEADER)
+    proc = subprocess.run(mpiexec_command() + ["-n", "2", sys.executable, str(script)], capture_output=True,
+                          text=True, timeout=60, env=dict(CLEAN_ENV, SHMTOPO_NODE_SIZE="1"))
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT")), "")
+    assert "the exchange between node leaders timed out" in line, proc.stdout + proc.stderr
+    assert 0.9 < float(line.split()[1]) < 2.5, line

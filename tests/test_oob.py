@@ -54,3 +54,25 @@ def test_news_of_a_death_ends_the_wait_at_once():
 def test_objects_gather_in_rank_order():
     assert _oob.allgather_objects(MPI.COMM_SELF, {"rank": 0, "data": [1, 2]}, 1.0, "objects") == \
         [{"rank": 0, "data": [1, 2]}]
+
+
+def test_the_leaders_exchange_is_c_calling_the_mpi_library():
+    """mpi_transport is the core's own (native/mpi_oob.c) under both MPIs:
+    the MPI library mpi4py loaded is found, and its calls work from C."""
+    transport = _oob.mpi_transport(MPI.COMM_SELF, 1.0)
+    assert isinstance(transport, _oob.MPITransport)
+    send, recv = np.arange(5, dtype=np.uint8), np.zeros(5, np.uint8)
+    transport.allgather(send, recv)
+    np.testing.assert_array_equal(recv, send)
+    assert transport.oob.barrier(transport.oob.group) == 0
+
+
+def test_a_long_wait_of_the_c_exchange_goes_on_in_wait():
+    """What the C exchange hands over after its short spin: the request's
+    handle, waited for by _oob.wait under the transport's timeout."""
+    transport = _oob.mpi_transport(MPI.COMM_SELF, 0.05, what="a test's")
+    late = np.zeros(2)
+    request = MPI.COMM_SELF.Irecv(late, source=0, tag=78)
+    with pytest.raises(ShmtopoTimeoutError, match="a test's exchange timed out after 0.05 s"):
+        transport.slow_wait(MPI._handleof(request))
+    MPI.COMM_SELF.Send(np.ones(2), dest=0, tag=78)

@@ -13,13 +13,14 @@ so that Ctrl-C works, and gives up after the comm's timeout.
 from __future__ import annotations
 
 import errno as _errno
+import functools
 import pickle
 import struct
 import time
 from typing import Any, Callable
 
 from ._native import ffi, lib
-from .errors import ShmtopoTimeoutError, keep
+from .errors import CallbackError, ShmtopoTimeoutError, keep, take_kept
 
 AllgatherFn = Callable[[memoryview, memoryview], None]
 BarrierFn = Callable[[], None]
@@ -115,12 +116,88 @@ def wait(request: Any, timeout: float, what: str, *keep_alive: Any,
         delay = min(delay * 2, SHORT_POLL if now - start < SHORT_WAIT else LONG_POLL)
 
 
+class MPITransport:
+    """The core's own transport over an mpi4py communicator (native/mpi_oob.c):
+    the exchange is C calling the MPI library, found at run time; a wait that
+    lasts goes on in :func:`wait` (news, timeout, Ctrl-C)."""
+
+    def __init__(self, mpi_comm: Any, calls: dict[str, Any], timeout: float,
+                 news: Callable[[str], None] | None, what: str):
+        self.timeout, self.news, self.what = timeout, news, what
+        self.handle = ffi.new_handle(self)
+        self.calls = ffi.new("shmtopo_mpi_calls_t *", dict(
+            calls, comm=_handle_of(mpi_comm), size=mpi_comm.Get_size(),
+            slow_wait=lib._shmtopo_py_slow_wait, group=self.handle))
+        oob = ffi.new("shmtopo_oob_t *")
+        if lib.shmtopo_mpi_oob(self.calls, oob) < 0:
+            raise OSError(ffi.string(lib.shmtopo_last_error()).decode())
+        self.oob = ffi.gc(oob, lib.shmtopo_mpi_oob_free)
+        self._owner = oob
+
+    def slow_wait(self, request: int) -> None:
+        from mpi4py import MPI
+
+        wait(MPI.Request.fromhandle(request), self.timeout, f"{self.what} exchange", news=self.news)
+
+    def allgather(self, send: Any, recv: Any) -> None:
+        """recv = every rank's send, in rank order (contiguous buffers);
+        raises what the wait raised."""
+        mine = ffi.from_buffer(send)
+        rc = self.oob.allgather(mine, ffi.from_buffer(recv, require_writable=True), len(mine), self.oob.group)
+        if rc:
+            kept = take_kept()  # the wait's own exception: a timeout, a death, Ctrl-C
+            raise kept if kept is not None else CallbackError(f"{self.what} exchange failed (MPI error {rc})",
+                                                              _errno.ECOMM)
+
+
+@ffi.def_extern(onerror=_failed)  # type: ignore[untyped-decorator]
+def _shmtopo_py_slow_wait(request: int, group: Any) -> int:
+    ffi.from_handle(group).slow_wait(request)
+    return 0
+
+
+def _handle_of(obj: Any) -> int:
+    """An MPI handle's value, as the C ABI passes it (an unsigned word)."""
+    from mpi4py import MPI
+
+    return MPI._handleof(obj) & 0xFFFFFFFFFFFFFFFF
+
+
+@functools.cache
+def _mpi_calls() -> dict[str, Any] | None:
+    """What native/mpi_oob.c needs of the MPI library mpi4py loaded, or None
+    where it cannot be found (the exchanges then stay in Python)."""
+    import ctypes
+    import os
+
+    from mpi4py import MPI
+
+    try:
+        library = ctypes.CDLL(MPI.__file__, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        address = {name: ffi.cast("void *", ctypes.cast(getattr(library, f"MPI_{name.capitalize()}"),
+                                                         ctypes.c_void_p).value)
+                   for name in ("iallgather", "ibarrier", "test")}
+        sizes = {MPI._sizeof(MPI.Comm), MPI._sizeof(MPI.Datatype), MPI._sizeof(MPI.Request)}
+    except (OSError, AttributeError, TypeError):
+        return None
+    if len(sizes) != 1:
+        return None
+    return dict(address, byte=_handle_of(MPI.BYTE), handle_size=sizes.pop(), status_size=MPI._sizeof(MPI.Status))
+
+
 def mpi_transport(mpi_comm: Any, timeout: float, news: Callable[[str], None] | None = None,
-                  what: str = "out-of-band") -> Transport:
+                  what: str = "out-of-band") -> Transport | MPITransport:
     """Allgather and barrier over an mpi4py communicator, under a timeout
     (and listening for news while they wait: see wait); `what` names them
-    in messages."""
+    in messages. In C where the MPI library can be reached."""
     from mpi4py import MPI
+
+    calls = _mpi_calls()
+    if calls is not None:
+        try:
+            return MPITransport(mpi_comm, calls, timeout, news, what)
+        except OSError:
+            pass
 
     def allgather(send: memoryview, recv: memoryview) -> None:
         wait(mpi_comm.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE]), timeout,

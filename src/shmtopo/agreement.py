@@ -13,7 +13,7 @@ that leaves a call half done on this rank (Ctrl-C) makes it leave the comm
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NoReturn, TypeVar
 
 from ._base import CommLike
 from ._native import ffi, lib
@@ -53,10 +53,15 @@ def agree(comm: CommLike, kind: int, count: int = 0, dtype: int = -1, op: int = 
           alg: int = -1, extra: int = 0, flags: int = 0) -> None:
     """Agreement on a call over the whole job, before its data moves by
     other means (across nodes). Raises the job's verdict."""
-    if lib.shmtopo_agree_call(comm.handle, signature(kind, count, dtype, op, root, alg, extra, flags)) < 0:
-        exc = last_error()
-        heard_of(comm, exc)
-        raise exc
+    if lib.shmtopo_agree_fields(comm.handle, kind, count, dtype, op, root, alg, extra, flags) < 0:
+        failed(comm)
+
+
+def failed(comm: CommLike) -> NoReturn:
+    """Raise the failure of a call agreed over the job (heard_of it first)."""
+    exc = last_error()
+    heard_of(comm, exc)
+    raise exc
 
 
 def heard_of(comm: CommLike, exc: BaseException) -> None:

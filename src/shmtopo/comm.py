@@ -156,11 +156,8 @@ class Comm(NativeComm, Collective):
             return
         self._set_handle(self._h)  # collectives span nodes: the fast entries stand aside
         plan.listen(self._h)
-        self._leaders_transport = (_oob.mpi_transport(plan.leaders, plan.timeout, plan.news,
-                                                      "the node leaders'")
-                                   if plan.leaders is not None else None)
         world_ranks = ffi.new("int[]", [w for w in plan.world_order if plan.node_of[w] == plan.node_index])
-        leaders = self._leaders_transport.oob if self._leaders_transport else ffi.NULL
+        leaders = plan.exchange.oob if plan.exchange is not None else ffi.NULL
         check(lib.shmtopo_comm_set_span(self._h, plan.world_size, world_ranks, plan.nnodes,
                                         plan.node_index, leaders))
 

@@ -147,6 +147,7 @@ class NodePlan:
     world_order: list[int] = field(default_factory=list)  # world ranks, node by node
     world: Any = None      # our own duplicate of the job's comm (never matches user messages)
     leaders: Any = None    # one rank per node (node rank 0 only)
+    exchange: Any = None   # the leaders' allgather and barrier (node rank 0 only; _oob.mpi_transport)
     timeout: float = 0.0
     node: Any = None       # this node's native comm, while it listens for news (listen)
     dead: int | None = None  # the job rank whose death this rank heard of or found
@@ -225,7 +226,7 @@ class NodePlan:
         for c in (self.leaders, self.world):
             if c is not None:  # never COMM_NULL: job_verdict keeps None instead
                 free_mpi_comm(c)
-        self.leaders = self.world = None
+        self.leaders = self.world = self.exchange = None
 
 
 NEWS_TAG = 0x5E7     # news of a death on the plan's own duplicate of the job's comm
@@ -313,5 +314,7 @@ def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: 
         plan.world = split_once(parent, "world", parent.Dup, timeout)
         leaders = split_once(parent, ("leaders", tuple(node_of)), lambda: parent.Split(
             0 if node.Get_rank() == 0 else MPI.UNDEFINED, key=world_rank), timeout)
-        plan.leaders = None if leaders == MPI.COMM_NULL else leaders
+        if leaders != MPI.COMM_NULL:
+            plan.leaders = leaders
+            plan.exchange = _oob.mpi_transport(leaders, timeout, plan.news, "the node leaders'")
     return plan

@@ -98,7 +98,7 @@ def leaders_allreduce(comm: CommLike, result: np.ndarray, opc: int, code: int) -
     what = "allreduce between nodes"
     if _whole(plan, result.nbytes):
         rows = np.empty((plan.nnodes,) + result.shape, result.dtype)
-        _wait(plan, plan.leaders.Iallgather(_as_bytes(result), _as_bytes(rows)), what, result, rows)
+        plan.exchange.allgather(_as_bytes(result), _as_bytes(rows))
         result[...] = _fold_rows(rows, opc, code)
         return
     block, sizes, offsets = _folded_block(plan, result, opc, code, what)

@@ -31,10 +31,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .._native import ffi, lib
-from .._types import (ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, COUNTS, EXSCAN, GATHER,
+from .._types import (ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BCAST, COUNTS, EXSCAN, GATHER,
                       GATHERV, OWN_COUNT, REDUCE, REDUCE_SCATTER, SCAN, SCATTER, SCATTERV, SIZES, Array)
 from .._base import CommLike, Held
-from ..agreement import agree, counts_digest, counts_verdict, normalised, pairs_verdict, signature
+from ..agreement import agree, counts_digest, counts_verdict, failed, normalised, pairs_verdict, signature
 from . import levels
 from .across import (hier_allgather, hier_allreduce, hier_bcast, hier_reduce, run_across_nodes, world_allgatherv,
                      world_alltoall, world_alltoallv, world_gatherv, world_scatterv)
@@ -53,10 +53,8 @@ def _on_every_rank(result: Array | None) -> Array:
 def barrier(comm: CommLike) -> None:
     """Collective: no rank leaves before every rank arrived."""
     with Held(comm.address):
-        if comm.nnodes == 1:
-            checked(native_barrier(comm.handle))  # a freed comm raises FreedError here
-        else:
-            agree(comm, BARRIER)  # an agreement over the job is a barrier over it
+        if native_barrier(comm.handle) < 0:  # a freed comm raises FreedError here
+            failed(comm)  # across nodes the others may need to hear of a death
 
 
 def allreduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Array | None = None,
@@ -78,8 +76,12 @@ def allreduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Arr
                     return _on_every_rank(result)
             node_reduce(comm, a, result, opc, -1, alg)
             return _on_every_rank(result)
-        agree(comm, ALLREDUCE, a.size, code, opc, -1, alg)
-        run_across_nodes(comm, hier_allreduce, a, result, opc, alg)
+        done = lib.shmtopo_span_allreduce(comm.handle, pointer(a), pointer(result), a.size, code, opc, alg)
+        if done < 0:
+            failed(comm)
+        if done:  # too large to gather whole: in parts
+            agree(comm, ALLREDUCE, a.size, code, opc, -1, alg)
+            run_across_nodes(comm, hier_allreduce, a, result, opc, alg)
         return _on_every_rank(result)
 
 
@@ -118,10 +120,14 @@ def bcast(comm: CommLike, array: npt.ArrayLike, root: int = 0, *, out: Array | N
                     return result
             node_bcast(comm, result, r)
             return result
-        agree(comm, BCAST, a.size, code, -1, r)
-        if result is not a and comm.world_rank == r:
-            result[...] = a
-        run_across_nodes(comm, hier_bcast, result, r)
+        done = lib.shmtopo_span_bcast(comm.handle, pointer(a), pointer(result), a.size, code, r)
+        if done < 0:
+            failed(comm)
+        if done:  # too large to gather whole: in parts
+            agree(comm, BCAST, a.size, code, -1, r)
+            if result is not a and comm.world_rank == r:
+                result[...] = a
+            run_across_nodes(comm, hier_bcast, result, r)
         return result
 
 

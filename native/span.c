@@ -1,0 +1,130 @@
+/* Small collectives over a comm that spans nodes, whole in C. Each is the
+ * binding's hierarchy (coll/across.py) in one call: the agreement over the
+ * job, on the very signature the binding's general path agrees on (so ranks
+ * on either path meet), the node's part in shared memory, one allgather
+ * between the node leaders through the comm's leaders' transport (each leader
+ * keeps what it needs: partials folded in node order give every leader the
+ * same bits), then the node's part again. A failure after the agreement
+ * leaves the comm, so that peers fail instead of waiting.
+ *
+ * Not taken (1, nothing done): calls whose gathered bytes exceed
+ * SPAN_GATHERED, and reductions that accumulate in a wider type (16-bit
+ * floats): the binding moves those in blocks. The rule reads agreed fields
+ * only (the count, the element type, the nodes), so every rank of a call
+ * that can succeed takes the same path. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "state.h"
+
+#define SPAN_GATHERED (64 * 1024) /* bytes one leader gathers from all nodes */
+
+static int not_taken(const shmtopo_comm_t *comm, size_t count, int dtype, int reduces)
+{
+    const size_t size = shmtopo_dtype_size(dtype);
+    if (comm->nnodes < 2 || !size || count > SPAN_GATHERED / size / (size_t)comm->nnodes)
+        return 1;
+    return reduces && shmtopo_dtype_accumulator(dtype) != dtype;
+}
+
+/* After the agreement the call is half done on some ranks: leave. */
+static int broken(shmtopo_comm_t *comm)
+{
+    const int err = errno;
+    shmtopo_comm_leave(comm);
+    errno = err;
+    return -1;
+}
+
+/* The local rank of job rank `root` on this node, or -1. */
+static int local_of(const shmtopo_comm_t *comm, int root)
+{
+    for (int r = 0; r < comm->size; r++)
+        if (shmtopo_world(comm, r) == root)
+            return r;
+    return -1;
+}
+
+/* At a leader: every node's partial (n bytes at part) folded in node order
+ * into part. */
+static int leaders_fold(shmtopo_comm_t *comm, void *part, size_t count, int dtype, int op)
+{
+    const size_t n = count * shmtopo_dtype_size(dtype);
+    char *rows = malloc((size_t)comm->nnodes * n);
+    if (shmtopo_leaders_allgather(comm, part, rows, n) < 0) {
+        free(rows);
+        return -1;
+    }
+    int rc = 0;
+    for (int k = 1; k < comm->nnodes && rc == 0; k++)
+        rc = shmtopo_reduce_local(rows, rows + (size_t)k * n, count, dtype, op);
+    if (rc == 0)
+        memcpy(part, rows, n);
+    free(rows);
+    return rc;
+}
+
+int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
+                           int alg)
+{
+    if (shmtopo_comm_usable(comm, "allreduce") < 0)
+        return -1;
+    if (not_taken(comm, count, dtype, 1))
+        return 1;
+    if (shmtopo_agree_fields(comm, SHMTOPO_KIND_ALLREDUCE, count, dtype, op, -1, alg, 0, 0) < 0)
+        return -1;
+    if (!count)
+        return 0;
+    if (shmtopo_reduce(comm, send, recv, count, dtype, op, 0, alg) < 0)
+        return broken(comm);
+    if (comm->rank == 0 && leaders_fold(comm, recv, count, dtype, op) < 0)
+        return broken(comm);
+    return shmtopo_bcast(comm, recv, count, dtype, 0) < 0 ? broken(comm) : 0;
+}
+
+int shmtopo_span_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root)
+{
+    if (shmtopo_comm_usable(comm, "bcast") < 0)
+        return -1;
+    if (not_taken(comm, count, dtype, 0))
+        return 1;
+    if (shmtopo_agree_fields(comm, SHMTOPO_KIND_BCAST, count, dtype, -1, root, -1, 0, 0) < 0)
+        return -1;
+    if (!count)
+        return 0;
+    const size_t n = count * shmtopo_dtype_size(dtype);
+    const int here = local_of(comm, root);
+    if (here == comm->rank && send != recv)
+        memcpy(recv, send, n);
+    if (here >= 0 && shmtopo_bcast(comm, recv, count, dtype, here) < 0)
+        return broken(comm);
+    if (comm->rank == 0) {
+        /* each leader's row: a word saying whether it holds the root's data, then the data */
+        const size_t row = sizeof(uint64_t) + n;
+        char *rows = malloc((size_t)(comm->nnodes + 1) * row);
+        if (rows) {
+            const uint64_t holds = here >= 0;
+            memcpy(rows, &holds, sizeof(holds));
+            memcpy(rows + sizeof(holds), recv, n);
+        }
+        if (shmtopo_leaders_allgather(comm, rows, rows ? rows + row : NULL, row) < 0) {
+            free(rows);
+            return broken(comm);
+        }
+        for (int k = 0; k < comm->nnodes && here < 0; k++) {
+            const char *theirs = rows + (size_t)(k + 1) * row;
+            uint64_t held;
+            memcpy(&held, theirs, sizeof(held));
+            if (held) {
+                memcpy(recv, theirs + sizeof(held), n);
+                break;
+            }
+        }
+        free(rows);
+    }
+    if (here < 0 && shmtopo_bcast(comm, recv, count, dtype, 0) < 0)
+        return broken(comm);
+    return 0;
+}
