@@ -257,13 +257,15 @@ int shmtopo_agree_call(shmtopo_comm_t *comm, const shmtopo_sig_t *sig);
  * cheaper call: no struct to build). */
 int shmtopo_agree_fields(shmtopo_comm_t *comm, int kind, uint64_t count, int dtype, int op, int root, int alg,
                          uint64_t extra, int flags);
-/* Collective, on a comm that spans nodes: a small allreduce or bcast over the
- * whole job at once (agreement, the node in shared memory, one exchange
+/* Collective, on a comm that spans nodes: a small allreduce, reduce or bcast
+ * over the whole job at once (agreement, the node in shared memory, one exchange
  * between the node leaders); root is a job rank. 1 when the call is not
  * small enough (then nothing was done: the caller moves it in parts), 0 when
  * done, -1 as for the node's own calls. */
 int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
                            int alg);
+int shmtopo_span_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
+                        int root, int alg);
 int shmtopo_span_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root);
 /* Collective: this rank could not even convert its arguments to `kind`
  * (reason says why): take part in that operation's agreement as invalid.

@@ -84,6 +84,26 @@ int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, s
     return shmtopo_bcast(comm, recv, count, dtype, 0) < 0 ? broken(comm) : 0;
 }
 
+int shmtopo_span_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
+                        int root, int alg)
+{
+    if (shmtopo_comm_usable(comm, "reduce") < 0)
+        return -1;
+    if (not_taken(comm, count, dtype, 1))
+        return 1;
+    if (shmtopo_agree_fields(comm, SHMTOPO_KIND_REDUCE, count, dtype, op, root, alg, 0, 0) < 0)
+        return -1;
+    if (!count)
+        return 0;
+    if (shmtopo_reduce(comm, send, recv, count, dtype, op, 0, alg) < 0)
+        return broken(comm);
+    if (comm->rank == 0 && leaders_fold(comm, recv, count, dtype, op) < 0)
+        return broken(comm);
+    /* the result is at the node's rank 0: the root's node passes it on */
+    const int here = local_of(comm, root);
+    return here > 0 && shmtopo_bcast(comm, recv, count, dtype, 0) < 0 ? broken(comm) : 0;
+}
+
 int shmtopo_span_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root)
 {
     if (shmtopo_comm_usable(comm, "bcast") < 0)

@@ -98,8 +98,12 @@ def reduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", root: int = 0,
                     return result
             node_reduce(comm, a, result, opc, r, alg)
             return result
-        agree(comm, REDUCE, a.size, code, opc, r, alg)
-        run_across_nodes(comm, hier_reduce, a, result, opc, r, alg)
+        done = lib.shmtopo_span_reduce(comm.handle, pointer(a), pointer(result), a.size, code, opc, r, alg)
+        if done < 0:
+            failed(comm)
+        if done:  # too large to gather whole: in parts
+            agree(comm, REDUCE, a.size, code, opc, r, alg)
+            run_across_nodes(comm, hier_reduce, a, result, opc, r, alg)
         return result if comm.world_rank == r else None
 
 

@@ -1,0 +1,73 @@
+"""Small calls on a comm that spans nodes, each next to mpi4py's same call
+on the same arrays, interleaved: the lower-case barrier, allreduce, reduce
+and bcast (one element), and the drop-in's Allreduce and a Bcast of a derived
+datatype (handed to MPI after the agreement). Run it on real nodes, or on
+simulated ones (SHMTOPO_NODE_SIZE=1: every rank a node of its own).
+
+    SHMTOPO_NODE_SIZE=1 mpiexec -n 2 python benchmarks/across_nodes.py [--calls 5000] [--repeats 7]
+
+Prints the load before the run, then per call the median over the
+repetitions of the slowest rank's time per call (min-max), shmtopo then
+mpi4py, and their ratio. The last row is the floor of a call across nodes
+as shmtopo makes it: one MPI allgather of a few bytes between the leaders.
+"""
+import argparse
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import shmtopo
+from shmtopo.bench import mpi_library, print_against_mpi4py, print_load
+
+W = MPI.COMM_WORLD
+
+
+def calls(comm, accelerated, plain):
+    x, out = np.ones(1), np.empty(1)
+    small, small_out = np.ones(4, np.int8), np.empty(4, np.int8)
+    spread = np.zeros(8)
+    every_other = MPI.DOUBLE.Create_vector(4, 1, 2).Commit()
+    mine, everyone = np.zeros(8, np.uint8), np.zeros(8 * W.size, np.uint8)
+    return {
+        "barrier": (lambda: comm.barrier(), lambda: plain.Barrier()),
+        "allreduce": (lambda: comm.allreduce(x, out=out), lambda: plain.Allreduce(x, out)),
+        "reduce": (lambda: comm.reduce(x, "sum", 0, out=out), lambda: plain.Reduce(x, out, MPI.SUM, 0)),
+        "bcast": (lambda: comm.bcast(out, 0, out=out), lambda: plain.Bcast(out, 0)),
+        "Allreduce int8": (lambda: accelerated.Allreduce(small, small_out), lambda: plain.Allreduce(small, small_out)),
+        "Bcast derived": (lambda: accelerated.Bcast([spread, 1, every_other], 0),
+                          lambda: plain.Bcast([spread, 1, every_other], 0)),
+        "floor: Allgather": (lambda: plain.Allgather(mine, everyone), lambda: plain.Allgather(mine, everyone)),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=5000, help="calls per timing (default 5000)")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved repetitions (default 7)")
+    args = p.parse_args()
+    if W.rank == 0:
+        print_load()
+    plain = W.Dup()
+    accelerated = shmtopo.accelerate(W.Dup())
+    with shmtopo.Comm.from_mpi(W) as comm:
+        table = calls(comm, accelerated, plain)
+        times = {name: ([], []) for name in table}
+        for _ in range(args.repeats):
+            for name, pair in table.items():
+                for side, fn in enumerate(pair):
+                    W.Barrier()
+                    t0 = time.perf_counter()
+                    for _ in range(args.calls):
+                        fn()
+                    times[name][side].append(W.allreduce((time.perf_counter() - t0) / args.calls, op=MPI.MAX))
+        nnodes = comm.nnodes
+    accelerated.Free()
+    plain.Free()
+    if W.rank == 0:
+        print(f"{W.size} ranks in {nnodes} nodes, {mpi_library()}; per call, median (min-max) of {args.repeats}")
+        print_against_mpi4py(times, 0.0, "shmtopo", width=17)
+
+
+if __name__ == "__main__":
+    main()
