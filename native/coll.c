@@ -84,7 +84,7 @@ int shmtopo_coll_check_root(const shmtopo_comm_t *comm, int root)
     return 0;
 }
 
-static int check_alg(int alg)
+int shmtopo_coll_check_alg(int alg)
 {
     if (alg != SHMTOPO_COLL_AUTO && alg != SHMTOPO_COLL_FLAT && alg != SHMTOPO_COLL_RSAG)
         return shmtopo_fail(EINVAL, -1, "unknown algorithm %d (auto, flat or rsag)", alg);
@@ -493,7 +493,7 @@ static int reduce_prepare(const shmtopo_comm_t *comm, int kind, const source_t *
     }
     errno = 0;
     if ((kind == SHMTOPO_KIND_REDUCE && shmtopo_coll_check_root(comm, root) < 0) || shmtopo_reduce_check(dtype, op) < 0 ||
-        check_alg(alg) < 0 || shmtopo_coll_check_buffers(shmtopo_kind_name(kind), count, src->win ? (void *)1 : src->send,
+        shmtopo_coll_check_alg(alg) < 0 || shmtopo_coll_check_buffers(shmtopo_kind_name(kind), count, src->win ? (void *)1 : src->send,
                                              reads ? recv : (void *)1) < 0 ||
         check_window(comm, src, reads ? recv : NULL, n, n) < 0 ||
         (!src->win && reads && shmtopo_coll_check_overlap(shmtopo_kind_name(kind), src->send, n, recv, n, recv == (void *)src->send) < 0))
@@ -579,8 +579,6 @@ int shmtopo_barrier(shmtopo_comm_t *comm)
     if (shmtopo_comm_usable(comm, "barrier") < 0)
         return -1;
     static const shmtopo_sig_t sig = SHMTOPO_SIG_OF(SHMTOPO_KIND_BARRIER);
-    if (comm->nnodes > 1) /* an agreement over the job is a barrier over it */
-        return shmtopo_agree(comm, &sig, 0, NULL, NULL, 0);
     return shmtopo_coll_step(comm, &sig, NULL, 0);
 }
 

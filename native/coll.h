@@ -54,6 +54,7 @@ static inline int shmtopo_coll_refuse(shmtopo_comm_t *comm, const shmtopo_sig_t 
  * first failure is recorded (errno, message) and returned as -1. */
 int shmtopo_coll_check_dtype(int dtype);
 int shmtopo_coll_check_root(const shmtopo_comm_t *comm, int root);
+int shmtopo_coll_check_alg(int alg);
 int shmtopo_coll_check_buffers(const char *what, size_t count, const void *a, const void *b);
 /* The result may replace its input exactly (in_place), or lie apart from it. */
 int shmtopo_coll_check_overlap(const char *what, const void *send, size_t ns, const void *recv, size_t nr,

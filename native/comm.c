@@ -425,6 +425,18 @@ int shmtopo_comm_size(const shmtopo_comm_t *comm)
     return comm ? comm->size : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
 }
 
+int shmtopo_comm_nnodes(const shmtopo_comm_t *comm)
+{
+    return comm ? (comm->nnodes > 1 ? comm->nnodes : 1) : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+}
+
+int shmtopo_comm_job_size(const shmtopo_comm_t *comm)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    return comm->world_size ? comm->world_size : comm->size;
+}
+
 int shmtopo_comm_pid(const shmtopo_comm_t *comm, int rank)
 {
     if (!comm)

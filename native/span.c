@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll.h"
 #include "internal.h"
 #include "state.h"
 
@@ -27,6 +28,31 @@ static int not_taken(const shmtopo_comm_t *comm, size_t count, int dtype, int re
     if (comm->nnodes < 2 || !size || count > SPAN_GATHERED / size / (size_t)comm->nnodes)
         return 1;
     return reduces && shmtopo_dtype_accumulator(dtype) != dtype;
+}
+
+/* The agreement over the job with this rank's own checks folded in (check:
+ * 0, or -1 with the failure recorded), so that every rank fails with the
+ * first failing rank's reason, before anything moves. */
+static int agreed(shmtopo_comm_t *comm, int kind, size_t count, int dtype, int op, int root, int alg, int check)
+{
+    shmtopo_sig_t sig = shmtopo_coll_sig(kind, count, dtype, op, root, alg);
+    if (check == 0)
+        return shmtopo_agree_call(comm, &sig);
+    if (shmtopo_agree(comm, &sig, errno ? errno : EINVAL, NULL, NULL, 0) == 0)
+        return shmtopo_fail(EINVAL, -1, "%s: the agreement went through a failed check", shmtopo_kind_name(kind));
+    return -1;
+}
+
+/* A reduction's own checks (those of the node's, coll.c). */
+static int reduce_checked(const char *what, const void *send, void *recv, size_t count, int dtype, int op, int alg)
+{
+    const size_t n = count * shmtopo_dtype_size(dtype);
+    errno = 0;
+    if (shmtopo_reduce_check(dtype, op) < 0 || shmtopo_coll_check_alg(alg) < 0 ||
+        shmtopo_coll_check_buffers(what, count, send, recv) < 0 ||
+        shmtopo_coll_check_overlap(what, send, n, recv, n, recv == send) < 0)
+        return -1;
+    return 0;
 }
 
 /* After the agreement the call is half done on some ranks: leave. */
@@ -66,6 +92,14 @@ static int leaders_fold(shmtopo_comm_t *comm, void *part, size_t count, int dtyp
     return rc;
 }
 
+int shmtopo_span_barrier(shmtopo_comm_t *comm)
+{
+    if (shmtopo_comm_usable(comm, "barrier") < 0)
+        return -1;
+    static const shmtopo_sig_t sig = SHMTOPO_SIG_OF(SHMTOPO_KIND_BARRIER);
+    return shmtopo_agree(comm, &sig, 0, NULL, NULL, 0); /* an agreement over the job is a barrier over it */
+}
+
 int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
                            int alg)
 {
@@ -73,7 +107,8 @@ int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, s
         return -1;
     if (not_taken(comm, count, dtype, 1))
         return 1;
-    if (shmtopo_agree_fields(comm, SHMTOPO_KIND_ALLREDUCE, count, dtype, op, -1, alg, 0, 0) < 0)
+    if (agreed(comm, SHMTOPO_KIND_ALLREDUCE, count, dtype, op, -1, alg,
+               reduce_checked("allreduce", send, recv, count, dtype, op, alg)) < 0)
         return -1;
     if (!count)
         return 0;
@@ -91,7 +126,8 @@ int shmtopo_span_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size
         return -1;
     if (not_taken(comm, count, dtype, 1))
         return 1;
-    if (shmtopo_agree_fields(comm, SHMTOPO_KIND_REDUCE, count, dtype, op, root, alg, 0, 0) < 0)
+    if (agreed(comm, SHMTOPO_KIND_REDUCE, count, dtype, op, root, alg,
+               reduce_checked("reduce", send, recv, count, dtype, op, alg)) < 0)
         return -1;
     if (!count)
         return 0;
@@ -110,11 +146,14 @@ int shmtopo_span_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_
         return -1;
     if (not_taken(comm, count, dtype, 0))
         return 1;
-    if (shmtopo_agree_fields(comm, SHMTOPO_KIND_BCAST, count, dtype, -1, root, -1, 0, 0) < 0)
+    const size_t n = count * shmtopo_dtype_size(dtype);
+    errno = 0;
+    const int check = shmtopo_coll_check_dtype(dtype) < 0 || shmtopo_coll_check_buffers("bcast", count, send, recv) < 0 ||
+                      shmtopo_coll_check_overlap("bcast", send, n, recv, n, recv == send) < 0 ? -1 : 0;
+    if (agreed(comm, SHMTOPO_KIND_BCAST, count, dtype, -1, root, -1, check) < 0)
         return -1;
     if (!count)
         return 0;
-    const size_t n = count * shmtopo_dtype_size(dtype);
     const int here = local_of(comm, root);
     if (here == comm->rank && send != recv)
         memcpy(recv, send, n);

@@ -125,8 +125,8 @@ def test_plain_calls_run_without_the_planner(acomm, planned, dtype):
                 same_bits(got[name], want[name], f"{name} {dtype} root {root}")
     if fast(acomm):
         assert planned == dict.fromkeys(PLANNERS, 0), planned
-    else:
-        assert all(planned[name] for name in ("bcast", "reduce", "allreduce", "allgather")), planned  # every call
+    else:  # across nodes: the small bcasts and allreduces whole in C (span.c), the others planned
+        assert planned["bcast"] == planned["allreduce"] == 0 and planned["reduce"] and planned["allgather"], planned
     stats = acomm.shm_stats()
     r = len(roots)
     assert stats == {"Allreduce": (2 * r, 0), "Reduce": (r, 0), "Bcast": (r, 0), "Allgather": (r, 0),
@@ -322,8 +322,8 @@ def test_what_is_not_plain_takes_the_planner(acomm, planned):
         call(acomm, got)
         call(WORLD, want)
         same_bits(got, want, name)
-        # a read-only buffer is not plain at the root only
-        here = not fast(acomm) or name != "a read-only root buffer" or rank == root
+        # a read-only buffer is not plain at the root only (on one node and across nodes alike)
+        here = name != "a read-only root buffer" or rank == root
         assert sum(planned.values()) == before + here, (name, planned)
     assert all(d == 0 for _, d in acomm.shm_stats().values()), acomm.shm_stats()
 

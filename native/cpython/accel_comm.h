@@ -70,7 +70,8 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
         NativeComm *nc = (NativeComm *)shm;
         PyObject *e[8];
         int n = 0;
-        e[n++] = nc->fast_handle ? nc->fast_handle : cm.zero;
+        PyObject *handle = entry_handle(nc, c->spans);
+        e[n++] = handle ? handle : cm.zero;
         if (c->windows != NO_WINDOWS)
             e[n++] = or_none(c->windows == FAST_WINDOWS ? nc->fast_windows : nc->windows);
         for (int i = 0; i < c->nparams; i++)
@@ -90,6 +91,8 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
                 if (++((CallCounts *)counts)->counts[call] == 1 && first_count(self, c->name) < 0)
                     Py_CLEAR(r);
             }
+            if (!r && handle && handle != nc->fast_handle)
+                return told_across(shm);
             return r; /* or NULL: the collective failed */
         }
         Py_DECREF(r);

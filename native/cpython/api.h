@@ -66,7 +66,9 @@ static int reduce_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *win,
 {
     int rc, err;
     const size_t n = count_of(in, code);
-    if (place == WINDOWED)
+    if (spans(comm)) /* a small allreduce whole, else 1: declined */
+        CORE_CALL(comm, NULL, root < 0 ? shmtopo_span_allreduce(comm, in->buf, out, n, code, op, SHMTOPO_COLL_AUTO) : 1);
+    else if (place == WINDOWED)
         CORE_CALL(comm, win, shmtopo_win_reduce(win, offset, out, n, code, op, root, SHMTOPO_COLL_AUTO));
     else if (root < 0)
         CORE_CALL(comm, NULL, shmtopo_allreduce(comm, in->buf, out, n, code, op, SHMTOPO_COLL_AUTO));
@@ -80,7 +82,9 @@ static int bcast_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *win, 
                     const Py_buffer *buf, int code, int root)
 {
     int rc, err;
-    if (place == WINDOWED)
+    if (spans(comm)) /* small: whole, else 1: declined */
+        CORE_CALL(comm, NULL, shmtopo_span_bcast(comm, buf->buf, buf->buf, count_of(buf, code), code, root));
+    else if (place == WINDOWED)
         CORE_CALL(comm, win, shmtopo_win_bcast(win, offset, buf->buf, count_of(buf, code), code, root));
     else
         CORE_CALL(comm, NULL, shmtopo_bcast(comm, buf->buf, count_of(buf, code), code, root));
@@ -110,7 +114,7 @@ static int overlaps(const Py_buffer *a, const Py_buffer *b)
 static int root_in(PyObject *value, const shmtopo_comm_t *comm)
 {
     int root = root_of(value);
-    return root < shmtopo_comm_size(comm) ? root : -1;
+    return root < shmtopo_comm_job_size(comm) ? root : -1;
 }
 
 /* The same for the lower-case API, whose roots are ints only: a bool (True
@@ -147,6 +151,8 @@ static PyObject *fast_allreduce(PyObject *self, PyObject *const *args, Py_ssize_
     int rc = reduce_at(place, comm, win, offset, &in, out.buf, code, op, -1), err = errno;
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
+    if (rc > 0) /* across nodes, too large to take whole */
+        return Py_DECREF(result), not_handled();
     return rc < 0 ? failed(result, err) : result;
 }
 
@@ -183,6 +189,8 @@ static PyObject *fast_reduce(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyBuffer_Release(&in);
     if (is_root)
         PyBuffer_Release(&out);
+    if (rc > 0) /* declined */
+        return Py_DECREF(result), new_ref(Py_NotImplemented);
     return rc < 0 ? failed(result, err) : result;
 }
 
@@ -205,6 +213,8 @@ static PyObject *fast_bcast(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     int rc = bcast_at(place, comm, win, offset, &buf, code, root), err = errno;
     PyBuffer_Release(&buf);
+    if (rc > 0) /* across nodes, too large to take whole */
+        return not_handled();
     return rc < 0 ? failed(NULL, err) : new_ref(args[2]);
 }
 

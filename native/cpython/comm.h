@@ -13,12 +13,14 @@
  * call the entry declines, goes with the very arguments to the general
  * Python function bound by bind_comm (coll/api.py's), which reads them in
  * full and says what is wrong. The handle and window lists are the
- * comm's attributes fast_handle, fast_windows and windows. */
+ * comm's attributes fast_handle (or span_handle), fast_windows and
+ * windows. */
 typedef struct {
     PyObject_HEAD
     PyObject *fast_handle;  /* the native comm as an int; 0 when the fast entries must not be taken */
     PyObject *fast_windows; /* the windows the fast entries may find large arrays in, or None */
     PyObject *windows;      /* every open window of the comm (a list) */
+    PyObject *span_handle;  /* the native comm as an int where it spans nodes, else 0 (see spans()) */
 } NativeComm;
 
 enum { C_BARRIER, C_ALLREDUCE, C_REDUCE, C_BCAST, C_ALLGATHER, C_ALLTOALL, C_GATHER, C_SCATTER, C_REDUCE_SCATTER,
@@ -34,13 +36,15 @@ static const char *const pnames[NP] = {"array", "op", "root", "out", "algorithm"
 
 static struct {
     PyObject *general[NC];  /* the Python functions, by call: general(comm, *args, **kwargs) */
+    PyObject *heard_of;     /* heard_of(comm, exc): a failure across nodes told to the other nodes */
     PyObject *names[NP];
     PyObject *sum;          /* "sum", op's default */
     PyObject *zero;         /* 0, root's default */
 } cm;
 
-/* When an entry is tried at all (else the general function runs): */
-enum { W_OUT = 1, W_OUT_IS_ARRAY = 2, W_NO_ALGORITHM = 4 };
+/* When an entry is tried at all (else the general function runs); W_SPANS:
+ * also on a comm that spans nodes (given span_handle). */
+enum { W_OUT = 1, W_OUT_IS_ARRAY = 2, W_NO_ALGORITHM = 4, W_SPANS = 8 };
 
 /* One lower-case collective: its Python signature (the first `npos`
  * parameters may come by position, the first `required` must come; op
@@ -63,10 +67,11 @@ static PyObject *barrier_entry(PyObject *self, PyObject *const *args, Py_ssize_t
 }
 
 static const comm_call_t comm_calls[NC] = {
-    [C_BARRIER] = {"barrier", barrier_entry, 0, 0, 0, 0, 0, {0}},
-    [C_ALLREDUCE] = {"allreduce", fast_allreduce, 4, 2, 1, 0, W_NO_ALGORITHM, {P_ARRAY, P_OP, P_OUT, P_ALGORITHM}},
+    [C_BARRIER] = {"barrier", barrier_entry, 0, 0, 0, 0, W_SPANS, {0}},
+    [C_ALLREDUCE] = {"allreduce", fast_allreduce, 4, 2, 1, 0, W_NO_ALGORITHM | W_SPANS,
+                     {P_ARRAY, P_OP, P_OUT, P_ALGORITHM}},
     [C_REDUCE] = {"reduce", fast_reduce, 5, 3, 1, 1, W_NO_ALGORITHM, {P_ARRAY, P_OP, P_ROOT, P_OUT, P_ALGORITHM}},
-    [C_BCAST] = {"bcast", fast_bcast, 3, 2, 1, 0, W_OUT_IS_ARRAY, {P_ARRAY, P_ROOT, P_OUT}},
+    [C_BCAST] = {"bcast", fast_bcast, 3, 2, 1, 0, W_OUT_IS_ARRAY | W_SPANS, {P_ARRAY, P_ROOT, P_OUT}},
     [C_ALLGATHER] = {"allgather", fast_allgather, 2, 1, 1, 0, W_OUT, {P_ARRAY, P_OUT}},
     [C_ALLTOALL] = {"alltoall", fast_alltoall, 2, 1, 1, 0, W_OUT, {P_ARRAY, P_OUT}},
     [C_GATHER] = {"gather", fast_gather, 3, 2, 1, 0, 0, {P_ARRAY, P_ROOT, P_OUT}},
@@ -114,11 +119,20 @@ static PyObject *or_none(PyObject *o)
     return o ? o : Py_None;
 }
 
-/* A method's arguments bound into v (by parameter), and whether its entry
- * may be tried with them. */
-static inline __attribute__((always_inline)) int comm_bound(const comm_call_t *c, const NativeComm *nc,
-                                                            PyObject *const *args, Py_ssize_t nargs,
-                                                            PyObject *kwnames, PyObject **v)
+/* The handle a call's entry takes on this comm, or NULL (none: the general
+ * function runs). Handles are ints, 0 (the one small int 0) for none. */
+static inline __attribute__((always_inline)) PyObject *entry_handle(const NativeComm *nc, int spans_too)
+{
+    if (nc->fast_handle && nc->fast_handle != cm.zero)
+        return nc->fast_handle;
+    return spans_too && nc->span_handle && nc->span_handle != cm.zero ? nc->span_handle : NULL;
+}
+
+/* A method's arguments bound into v (by parameter), and the handle its
+ * entry takes with them, or NULL where it may not be tried. */
+static inline __attribute__((always_inline)) PyObject *comm_bound(const comm_call_t *c, const NativeComm *nc,
+                                                                  PyObject *const *args, Py_ssize_t nargs,
+                                                                  PyObject *kwnames, PyObject **v)
 {
     v[P_OP] = cm.sum, v[P_ROOT] = cm.zero;
     for (int i = 0; i < c->nparams; i++)
@@ -126,13 +140,32 @@ static inline __attribute__((always_inline)) int comm_bound(const comm_call_t *c
             v[c->params[i]] = NULL;
         else if (c->params[i] != P_OP && c->params[i] != P_ROOT)
             v[c->params[i]] = Py_None;
-    if (!nc->fast_handle || !bind_args(args, nargs, kwnames, c->params, c->nparams, c->npos, v))
-        return 0;
+    PyObject *handle = entry_handle(nc, c->when & W_SPANS);
+    if (!handle || !bind_args(args, nargs, kwnames, c->params, c->nparams, c->npos, v))
+        return NULL;
     for (int i = 0; i < c->required; i++)
         if (!v[c->params[i]])
-            return 0;
-    return (!(c->when & W_OUT) || v[P_OUT] != Py_None) && (!(c->when & W_OUT_IS_ARRAY) || v[P_OUT] == v[P_ARRAY])
-           && (!(c->when & W_NO_ALGORITHM) || v[P_ALGORITHM] == Py_None);
+            return NULL;
+    const int plain = (!(c->when & W_OUT) || v[P_OUT] != Py_None)
+                      && (!(c->when & W_OUT_IS_ARRAY) || v[P_OUT] == v[P_ARRAY])
+                      && (!(c->when & W_NO_ALGORITHM) || v[P_ALGORITHM] == Py_None);
+    return plain ? handle : NULL;
+}
+
+/* An entry's failure on a comm that spans nodes: a death found on this
+ * node is news for the others, which may be waiting in MPI (heard_of tells
+ * them); the exception stays the call's. */
+static PyObject *told_across(PyObject *comm)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *done = cm.heard_of ? PyObject_CallFunctionObjArgs(cm.heard_of, comm, or_none(value), NULL) : NULL;
+    if (!done && cm.heard_of) /* telling failed too: the call's own failure is the one to raise */
+        PyErr_Clear();
+    Py_XDECREF(done);
+    PyErr_Restore(type, value, tb);
+    return NULL;
 }
 
 /* An entry's answer as the method's: 0 when it declined (nothing held). */
@@ -155,16 +188,16 @@ static inline __attribute__((always_inline)) int comm_answered(const comm_call_t
     static PyObject *fn(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)     \
     {                                                                                                   \
         const NativeComm *nc = (const NativeComm *)self;                                                \
-        PyObject *v[NP], *result;                                                                       \
-        if (comm_bound(&comm_calls[call], nc, args, nargs, kwnames, v)) {                               \
+        PyObject *v[NP], *result, *handle = comm_bound(&comm_calls[call], nc, args, nargs, kwnames, v); \
+        if (handle) {                                                                                   \
             PyObject *const e[] = {__VA_ARGS__};                                                        \
             if (comm_answered(&comm_calls[call], comm_calls[call].entry(NULL, e, sizeof e / sizeof *e), \
                               &result))                                                                 \
-                return result;                                                                          \
+                return result || handle == nc->fast_handle ? result : told_across(self);               \
         }                                                                                               \
         return call_general(cm.general[call], "bind_comm", self, args, nargs, kwnames);                \
     }
-#define HANDLE nc->fast_handle
+#define HANDLE handle
 #define FAST_WINS or_none(nc->fast_windows)
 #define ALL_WINS or_none(nc->windows)
 COMM_METHOD(comm_barrier, C_BARRIER, HANDLE)
@@ -187,10 +220,16 @@ COMM_METHOD(comm_exscan, C_EXSCAN, HANDLE, v[P_ARRAY], v[P_OUT], v[P_OP], Py_Tru
 #undef FAST_WINS
 #undef ALL_WINS
 
-/* bind_comm(api): the general functions of NativeComm's methods, the
- * attributes of their names (shmtopo.coll.api) */
-static PyObject *bind_comm(PyObject *self, PyObject *general)
+/* bind_comm(api, heard_of): the general functions of NativeComm's methods,
+ * the attributes of their names (shmtopo.coll.api), and heard_of(comm, exc)
+ * (shmtopo.agreement) */
+static PyObject *bind_comm(PyObject *self, PyObject *args)
 {
+    PyObject *general, *heard_of;
+    if (!PyArg_ParseTuple(args, "OO:bind_comm", &general, &heard_of))
+        return NULL;
+    if (!PyCallable_Check(heard_of))
+        return PyErr_Format(PyExc_TypeError, "bind_comm: heard_of must be callable"), NULL;
     for (int i = 0; i < NC; i++) {
         PyObject *f = PyObject_GetAttrString(general, comm_calls[i].name);
         if (!f || !PyCallable_Check(f)) {
@@ -199,6 +238,8 @@ static PyObject *bind_comm(PyObject *self, PyObject *general)
         }
         Py_XSETREF(cm.general[i], f);
     }
+    Py_INCREF(heard_of);
+    Py_XSETREF(cm.heard_of, heard_of);
     Py_RETURN_NONE;
 }
 
@@ -207,6 +248,7 @@ static int comm_traverse(PyObject *self, visitproc visit, void *arg)
     NativeComm *c = (NativeComm *)self;
     Py_VISIT(c->fast_handle);
     Py_VISIT(c->fast_windows);
+    Py_VISIT(c->span_handle);
     Py_VISIT(c->windows);
     return 0;
 }
@@ -216,6 +258,7 @@ static int comm_clear(PyObject *self)
     NativeComm *c = (NativeComm *)self;
     Py_CLEAR(c->fast_handle);
     Py_CLEAR(c->fast_windows);
+    Py_CLEAR(c->span_handle);
     Py_CLEAR(c->windows);
     return 0;
 }
@@ -287,6 +330,9 @@ static PyMemberDef comm_members[] = {
     {"fast_windows", T_OBJECT, offsetof(NativeComm, fast_windows), 0,
      "the windows the fast entries may find large arrays in; None while the levels may take large calls"},
     {"windows", T_OBJECT, offsetof(NativeComm, windows), 0, "the comm's open windows, in creation order"},
+    {"span_handle", T_OBJECT, offsetof(NativeComm, span_handle), 0,
+     "the native comm as an int where its collectives span nodes (0 otherwise): small allreduces, bcasts "
+     "and barriers then run whole in C"},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -74,7 +74,9 @@ static PyMethodDef methods[] = {
      "Bind the drop-in's op objects, datatypes and formats (shmtopo.accelerate internal)."},
     {"bind_window", (PyCFunction)(void (*)(void))bind_window, METH_FASTCALL,
      "Bind the accelerated windows' Python methods, op table and masks (shmtopo.accelerate internal)."},
-    {"bind_comm", bind_comm, METH_O, "bind_comm(api): the general functions of NativeComm's methods (shmtopo.Comm internal)."},
+    {"bind_comm", bind_comm, METH_VARARGS,
+     "bind_comm(api, heard_of): the general functions of NativeComm's methods, and what tells other nodes of "
+     "a failure (shmtopo.Comm internal)."},
     {"bind_comm_fast", (PyCFunction)(void (*)(void))bind_comm_fast, METH_FASTCALL,
      "Bind AcceleratedComm's methods and the op default for CommFast's (shmtopo.accelerate internal)."},
     {"bind_mpi_only", (PyCFunction)(void (*)(void))bind_mpi_only, METH_FASTCALL,

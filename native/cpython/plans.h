@@ -30,7 +30,7 @@ static PyObject *accel_allreduce(PyObject *self, PyObject *const *args, Py_ssize
         || (place == WINDOWED && !apart_or_same(&in.at, &out.at)))
         return released(&in, &out, new_ref(Py_None));
     int rc = reduce_at(place, comm, win, offset, &in.at, out.at.buf, in.code, op, -1), err = errno;
-    return released(&in, &out, accel_done(rc, err));
+    return released(&in, &out, rc > 0 ? new_ref(Py_None) : accel_done(rc, err)); /* rc 1: declined */
 }
 
 /* accel_reduce(handle, windows, sendbuf, recvbuf, op, root) -> True | None
@@ -54,7 +54,7 @@ static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t 
         || (place == WINDOWED && !apart_or_same(&in.at, &out.at)))
         return released(&in, &out, new_ref(Py_None));
     int rc = reduce_at(place, comm, win, offset, &in.at, out.at.buf, in.code, op, root), err = errno;
-    return released(&in, &out, accel_done(rc, err));
+    return released(&in, &out, rc > 0 ? new_ref(Py_None) : accel_done(rc, err)); /* rc 1: declined */
 }
 
 /* accel_bcast(handle, windows, buf, root) -> True | None (a read-only root
@@ -77,7 +77,7 @@ static PyObject *accel_bcast(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     int rc = bcast_at(place, comm, win, offset, &buf.at, buf.code, root), err = errno;
     msg_release(&buf);
-    return accel_done(rc, err);
+    return rc > 0 ? new_ref(Py_None) : accel_done(rc, err); /* rc 1: declined */
 }
 
 /* accel_allgather(handle, windows, sendbuf, recvbuf) -> True | None
@@ -415,7 +415,7 @@ static PyObject *accel_barrier(PyObject *self, PyObject *handle)
     if (!comm)
         Py_RETURN_NONE;
     int rc, err;
-    CORE_CALL(comm, NULL, shmtopo_barrier(comm));
+    CORE_CALL(comm, NULL, spans(comm) ? shmtopo_span_barrier(comm) : shmtopo_barrier(comm));
     return accel_done(rc, err);
 }
 
@@ -438,6 +438,7 @@ typedef struct {
     signed char params[4];   /* P_*: op defaults to the drop-in's SUM_DEFAULT, root to 0, recvcounts to None */
     int exclusive;           /* -1, or the entry's trailing flag (scan: 0, exscan: 1) */
     int kind;                /* SHMTOPO_KIND_*: the call's agreement */
+    int spans;               /* the entry also takes a comm that spans nodes (its span_handle) */
 } accel_call_t;
 
 static PyObject *accel_barrier_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -447,10 +448,10 @@ static PyObject *accel_barrier_entry(PyObject *self, PyObject *const *args, Py_s
 
 #define SR P_SENDBUF, P_RECVBUF
 static const accel_call_t accel_calls[NA] = {
-    [A_BARRIER] = {"Barrier", accel_barrier_entry, NO_WINDOWS, 0, 0, {0}, -1, SHMTOPO_KIND_BARRIER},
-    [A_BCAST] = {"Bcast", accel_bcast, FAST_WINDOWS, 2, 1, {P_BUF, P_ROOT}, -1, SHMTOPO_KIND_BCAST},
+    [A_BARRIER] = {"Barrier", accel_barrier_entry, NO_WINDOWS, 0, 0, {0}, -1, SHMTOPO_KIND_BARRIER, 1},
+    [A_BCAST] = {"Bcast", accel_bcast, FAST_WINDOWS, 2, 1, {P_BUF, P_ROOT}, -1, SHMTOPO_KIND_BCAST, 1},
     [A_REDUCE] = {"Reduce", accel_reduce, FAST_WINDOWS, 4, 2, {SR, P_OP, P_ROOT}, -1, SHMTOPO_KIND_REDUCE},
-    [A_ALLREDUCE] = {"Allreduce", accel_allreduce, FAST_WINDOWS, 3, 2, {SR, P_OP}, -1, SHMTOPO_KIND_ALLREDUCE},
+    [A_ALLREDUCE] = {"Allreduce", accel_allreduce, FAST_WINDOWS, 3, 2, {SR, P_OP}, -1, SHMTOPO_KIND_ALLREDUCE, 1},
     [A_ALLGATHER] = {"Allgather", accel_allgather, ALL_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLGATHER},
     [A_ALLTOALL] = {"Alltoall", accel_alltoall, NO_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLTOALL},
     [A_REDUCE_SCATTER_BLOCK] = {"Reduce_scatter_block", accel_reduce_scatter_block, NO_WINDOWS, 3, 2, {SR, P_OP}, -1,

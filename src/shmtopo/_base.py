@@ -219,6 +219,7 @@ class CommLike(Protocol):
     plan: Any                 #: job.NodePlan: where this rank sits in the job
     attributes: Attributes    #: what higher layers attached to the comm
     fast_handle: int          #: the native comm as a number for the fast entries (0: not to be taken)
+    span_handle: int          #: the same where collectives span nodes, for the entries that do (else 0)
     address: int              #: the native comm as a number, to hold it (Held); 0 once freed
     fast_windows: Any         #: the windows list the fast entries search, None while levels may take large calls
     windows: list[Any]        #: the comm's open windows, in creation order (the comm keeps it)

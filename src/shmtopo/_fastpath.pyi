@@ -43,6 +43,7 @@ class NativeComm:
     """The native half of shmtopo.Comm: its plain collectives in C; the rest
     goes to the general functions bound by bind_comm."""
     fast_handle: int         # the native comm as an int (0: the fast entries must not be taken)
+    span_handle: int         # the native comm as an int where it spans nodes (0 otherwise)
     fast_windows: Any        # the windows the fast entries search, None while levels may take large calls
     windows: Any             # every open window of the comm, in creation order
     def barrier(self) -> None: ...
@@ -65,8 +66,9 @@ class NativeComm:
     def scan(self, array: Any, op: str = "sum", *, out: Any = None) -> Any: ...
     def exscan(self, array: Any, op: str = "sum", *, out: Any = None) -> Any: ...
 
-def bind_comm(general: ModuleType) -> None:
-    """The general functions of NativeComm's methods: general's attributes of their names."""
+def bind_comm(general: ModuleType, heard_of: Callable[[Any, BaseException], None]) -> None:
+    """The general functions of NativeComm's methods: general's attributes of their names; and
+    heard_of(comm, exc), which tells the other nodes of a failure across nodes."""
 
 class NativeRequest:
     """The native half of a persistent request: its start()."""

@@ -78,6 +78,9 @@ class Comm(NativeComm, Collective):
         #: the handle as a number for the fast entries (0 when they must not
         #: be taken: freed, or collectives span nodes)
         self.fast_handle = 0
+        #: the handle as a number where collectives span nodes (0 otherwise):
+        #: the fast entries of small allreduces, bcasts and barriers take it
+        self.span_handle = 0
         #: the handle as a number, to hold the comm for one thread's call
         #: (_base.Held); 0 once freed
         self.address = 0
@@ -100,6 +103,7 @@ class Comm(NativeComm, Collective):
         self._h = handle
         self.address = int(ffi.cast("uintptr_t", handle))
         self.fast_handle = self.address if self.plan.nnodes == 1 else 0
+        self.span_handle = self.address if self.plan.nnodes > 1 else 0
 
     # -- construction -----------------------------------------------------
     @classmethod
@@ -628,7 +632,7 @@ class Comm(NativeComm, Collective):
             raise
 
 
-bind_comm(api)
+bind_comm(api, agreement.heard_of)
 
 
 def _as_flag(value: Any, what: str) -> bool:

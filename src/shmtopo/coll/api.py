@@ -53,8 +53,10 @@ def _on_every_rank(result: Array | None) -> Array:
 def barrier(comm: CommLike) -> None:
     """Collective: no rank leaves before every rank arrived."""
     with Held(comm.address):
-        if native_barrier(comm.handle) < 0:  # a freed comm raises FreedError here
-            failed(comm)  # across nodes the others may need to hear of a death
+        if comm.nnodes == 1:
+            checked(native_barrier(comm.handle))  # a freed comm raises FreedError here
+        elif lib.shmtopo_span_barrier(comm.handle) < 0:
+            failed(comm)  # the other nodes may need to hear of a death
 
 
 def allreduce(comm: CommLike, array: npt.ArrayLike, op: str = "sum", *, out: Array | None = None,
