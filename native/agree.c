@@ -651,33 +651,76 @@ int shmtopo_leaders_allgather(shmtopo_comm_t *comm, const void *mine, void *all,
                         leader, cb == ETIMEDOUT ? "timed out" : "failed");
 }
 
-/* The leaders exchange their nodes' summaries and each posts the job's
- * verdict to its node in one more step. */
-static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *votep)
+/* A small payload the job folds on the way through its agreement
+ * (shmtopo_agree_fold): each leader's node part, then the job's. */
+typedef struct fold {
+    size_t n, count;
+    int dtype, op;    /* op < 0: the job's payload is the one node part there is (a bcast's) */
+    uint64_t holds;   /* this node has a part (in data) */
+    unsigned char data[SHMTOPO_INLINE];
+} fold_t;
+
+/* What each leader sends the others: its node's summary and its part of
+ * the payload, if any (every agreement across nodes sends the same size, so
+ * that a rank that agrees without a payload meets those that fold one). */
+typedef struct node_row {
+    summary_t sum;
+    uint64_t holds;
+    unsigned char data[SHMTOPO_INLINE];
+} node_row_t;
+
+/* At a leader, the verdict good: the job's payload from the nodes' parts,
+ * folded in node order (every leader gets the same bits). */
+static int fold_rows(fold_t *fold, const node_row_t *all, int nnodes)
+{
+    int have = 0;
+    for (int i = 0; i < nnodes; i++) {
+        if (!all[i].holds)
+            continue;
+        if (have && fold->op < 0)
+            break;
+        if (!have)
+            memcpy(fold->data, all[i].data, fold->n);
+        else if (shmtopo_reduce_local(fold->data, all[i].data, fold->count, fold->dtype, fold->op) < 0)
+            return -1;
+        have = 1;
+    }
+    return have ? 0 : shmtopo_fail(EPROTO, -1, "%s: no node holds the data", shmtopo_kind_name(SHMTOPO_KIND_BCAST));
+}
+
+/* The leaders exchange their nodes' summaries (and parts of a payload) and
+ * each posts the job's verdict (and payload) to its node in one more step. */
+static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *votep, fold_t *fold)
 {
     int err = 0, origin = -1;
     uint32_t vote = 1;
     char message[MESSAGE];
     message[0] = '\0';
     if (comm->rank == 0) {
-        summary_t *all = calloc((size_t)comm->nnodes, sizeof(*all));
+        node_row_t *all = calloc((size_t)comm->nnodes + 1, sizeof(*all)), *mine = all ? all + comm->nnodes : NULL;
         const int leader = shmtopo_world(comm, 0);
-        if (shmtopo_leaders_allgather(comm, node, all, sizeof(*node)) < 0) {
+        if (mine) {
+            mine->sum = *node;
+            mine->holds = fold && fold->holds;
+            if (mine->holds)
+                memcpy(mine->data, fold->data, fold->n);
+        }
+        if (shmtopo_leaders_allgather(comm, mine, all, sizeof(*all)) < 0) {
             err = errno;
             snprintf(message, sizeof(message), "%s", shmtopo_last_error());
         } else {
             summary_t job;
             memset(&job, 0, sizeof(job));
             for (int i = 0; i < comm->nnodes; i++)
-                vote &= all[i].vote;
+                vote &= all[i].sum.vote;
             for (int i = 0; i < comm->nnodes && !job.err; i++)
-                if (all[i].err)
-                    job = all[i];
+                if (all[i].sum.err)
+                    job = all[i].sum;
             for (int i = 0; i < comm->nnodes && !job.err; i++)
-                for (int g = 0; g < all[i].ngroups; g++)
-                    add_group(&job, all[i].groups[g].hash, all[i].groups[g].count, all[i].groups[g].first,
-                              &all[i].groups[g].sig);
-            if (verdict(&job, 1) < 0) {
+                for (int g = 0; g < all[i].sum.ngroups; g++)
+                    add_group(&job, all[i].sum.groups[g].hash, all[i].sum.groups[g].count,
+                              all[i].sum.groups[g].first, &all[i].sum.groups[g].sig);
+            if (verdict(&job, 1) < 0 || (fold && fold->n && fold_rows(fold, all, comm->nnodes) < 0)) {
                 err = errno;
                 origin = shmtopo_last_error_rank();
                 snprintf(message, sizeof(message), "%s", shmtopo_last_error());
@@ -689,12 +732,18 @@ static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *vo
     }
     shmtopo_sig_t sig = shmtopo_sig(SHMTOPO_KIND_VERDICT);
     summary_t sum;
+    const int carries = fold && comm->rank == 0 && !err;
     /* only the leader's vote counts: it is the job's */
-    if (post_and_gather(comm, &sig, shmtopo_sig_hash(&sig), err, origin, message, comm->rank == 0 ? vote : 1, NULL, 0, &sum) < 0)
+    if (post_and_gather(comm, &sig, shmtopo_sig_hash(&sig), err, origin, message, comm->rank == 0 ? vote : 1,
+                        carries ? fold->data : NULL, carries ? fold->n : 0, &sum) < 0)
         return -1;
     if (votep)
         *votep = sum.vote;
-    return verdict(&sum, 1);
+    if (verdict(&sum, 1) < 0)
+        return -1;
+    if (fold && comm->rank != 0)
+        memcpy(fold->data, shmtopo_step_data(comm, 0), fold->n);
+    return 0;
 }
 
 /* ---- the agreement ------------------------------------------------------------------ */
@@ -730,7 +779,7 @@ static int agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, uint32
         }
     }
     if (comm->nnodes > 1)
-        return job_verdict(comm, &sum, votep);
+        return job_verdict(comm, &sum, votep, NULL);
     if (votep)
         *votep = sum.vote;
     return verdict(&sum, 1);
@@ -740,6 +789,36 @@ int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const
                   size_t n)
 {
     return agree(comm, sig, err, 1, NULL, mine, all, n);
+}
+
+int shmtopo_agree_fold(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine, size_t count,
+                       int dtype, int op, int from, void *result)
+{
+    if (shmtopo_comm_usable(comm, shmtopo_kind_name(sig->kind)) < 0)
+        return -1;
+    fold_t fold = {count * shmtopo_dtype_size(dtype), count, dtype, op, 0, {0}};
+    if (comm->nnodes < 2 || fold.n > SHMTOPO_INLINE)
+        return shmtopo_fail(EINVAL, -1, "agree_fold: %zu bytes on %d nodes", fold.n, comm->nnodes);
+    summary_t sum;
+    const int posts = !err && mine && (op >= 0 || from == comm->rank);
+    if (step_summary(comm, sig, shmtopo_sig_hash(sig), err, 1, posts ? mine : NULL, posts ? fold.n : 0, &sum) < 0)
+        return -1;
+    if (comm->rank == 0 && !sum.err && sum.ngroups == 1 && fold.n) {
+        if (op >= 0) { /* the node's ranks in rank order, as the node's own flat fold */
+            memcpy(fold.data, shmtopo_step_data(comm, 0), fold.n);
+            for (int r = 1; r < comm->size; r++)
+                shmtopo_reduce_local(fold.data, shmtopo_step_data(comm, r), count, dtype, op);
+            fold.holds = 1;
+        } else if (from >= 0) {
+            memcpy(fold.data, shmtopo_step_data(comm, from), fold.n);
+            fold.holds = 1;
+        }
+    }
+    if (job_verdict(comm, &sum, NULL, &fold) < 0)
+        return -1;
+    if (fold.n && result)
+        memcpy(result, fold.data, fold.n);
+    return 0;
 }
 
 int shmtopo_agree_vote(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int vote, int *allp)

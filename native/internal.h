@@ -286,6 +286,17 @@ int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const
  * of every node's leader into all, in node order; or -1 with the failure
  * recorded (all NULL: out of memory). */
 int shmtopo_leaders_allgather(shmtopo_comm_t *comm, const void *mine, void *all, size_t n);
+/* The agreement over the job (nnodes > 1) with a small reduction or bcast
+ * folded in on the way, for calls of at most SHMTOPO_INLINE bytes: every
+ * rank posts its count elements of dtype (mine; a bcast: only local rank
+ * `from`, on the root's node, -1 elsewhere) in the agreement's step; the
+ * leader folds its node's in rank order (op >= 0) or takes the root's (op
+ * < 0) and sends that part with its summary; the leaders fold the parts in
+ * node order, and the verdict's step brings the job's to every rank
+ * (result). The same steps and exchange as shmtopo_agree: a rank that
+ * refuses the call meets the others there. */
+int shmtopo_agree_fold(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const void *mine, size_t count,
+                       int dtype, int op, int from, void *result);
 /* shmtopo_agree that also tells whether every rank of the job voted yes
  * (*allp), so that all ranks take the same turn on a local fact. */
 int shmtopo_agree_vote(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, int vote, int *allp);

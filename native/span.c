@@ -30,17 +30,47 @@ static int not_taken(const shmtopo_comm_t *comm, size_t count, int dtype, int re
     return reduces && shmtopo_dtype_accumulator(dtype) != dtype;
 }
 
+/* What travels with an agreement (at most SHMTOPO_INLINE bytes): this
+ * rank's data (a bcast's: from local rank `from` of the root's node only),
+ * and where the job's comes back. */
+typedef struct payload {
+    const void *mine;
+    int from;
+    void *result;
+} payload_t;
+
 /* The agreement over the job with this rank's own checks folded in (check:
  * 0, or -1 with the failure recorded), so that every rank fails with the
- * first failing rank's reason, before anything moves. */
-static int agreed(shmtopo_comm_t *comm, int kind, size_t count, int dtype, int op, int root, int alg, int check)
+ * first failing rank's reason before anything moves; with a payload, the
+ * call itself (shmtopo_agree_fold: one exchange between the leaders). */
+static int agreed(shmtopo_comm_t *comm, int kind, size_t count, int dtype, int op, int root, int alg, int check,
+                  const payload_t *p)
 {
     shmtopo_sig_t sig = shmtopo_coll_sig(kind, count, dtype, op, root, alg);
-    if (check == 0)
+    const int err = check < 0 ? (errno ? errno : EINVAL) : 0;
+    if (p)
+        return shmtopo_agree_fold(comm, &sig, err, p->mine, count, dtype, op, p->from, p->result);
+    if (!err)
         return shmtopo_agree_call(comm, &sig);
-    if (shmtopo_agree(comm, &sig, errno ? errno : EINVAL, NULL, NULL, 0) == 0)
+    if (shmtopo_agree(comm, &sig, err, NULL, NULL, 0) == 0)
         return shmtopo_fail(EINVAL, -1, "%s: the agreement went through a failed check", shmtopo_kind_name(kind));
     return -1;
+}
+
+/* Whether the call is small enough to travel with its agreement: a bcast,
+ * or a reduction folded in rank order (as the node's flat fold). */
+static int travels(const shmtopo_comm_t *comm, size_t n, int alg)
+{
+    if (alg == SHMTOPO_COLL_AUTO)
+        alg = comm->config.coll_alg;
+    return n && n <= SHMTOPO_INLINE && alg != SHMTOPO_COLL_RSAG;
+}
+
+static int root_checked(const shmtopo_comm_t *comm, int root)
+{
+    if (root < 0 || root >= comm->world_size)
+        return shmtopo_fail(EINVAL, -1, "root %d out of range [0, %d)", root, comm->world_size);
+    return 0;
 }
 
 /* A reduction's own checks (those of the node's, coll.c). */
@@ -107,8 +137,11 @@ int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, s
         return -1;
     if (not_taken(comm, count, dtype, 1))
         return 1;
-    if (agreed(comm, SHMTOPO_KIND_ALLREDUCE, count, dtype, op, -1, alg,
-               reduce_checked("allreduce", send, recv, count, dtype, op, alg)) < 0)
+    const int check = reduce_checked("allreduce", send, recv, count, dtype, op, alg);
+    const payload_t p = {send, -1, recv};
+    if (travels(comm, count * shmtopo_dtype_size(dtype), alg))
+        return agreed(comm, SHMTOPO_KIND_ALLREDUCE, count, dtype, op, -1, alg, check, &p);
+    if (agreed(comm, SHMTOPO_KIND_ALLREDUCE, count, dtype, op, -1, alg, check, NULL) < 0)
         return -1;
     if (!count)
         return 0;
@@ -126,8 +159,12 @@ int shmtopo_span_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size
         return -1;
     if (not_taken(comm, count, dtype, 1))
         return 1;
-    if (agreed(comm, SHMTOPO_KIND_REDUCE, count, dtype, op, root, alg,
-               reduce_checked("reduce", send, recv, count, dtype, op, alg)) < 0)
+    errno = 0;
+    const int check = root_checked(comm, root) < 0 ? -1 : reduce_checked("reduce", send, recv, count, dtype, op, alg);
+    const payload_t p = {send, -1, recv};
+    if (travels(comm, count * shmtopo_dtype_size(dtype), alg))
+        return agreed(comm, SHMTOPO_KIND_REDUCE, count, dtype, op, root, alg, check, &p);
+    if (agreed(comm, SHMTOPO_KIND_REDUCE, count, dtype, op, root, alg, check, NULL) < 0)
         return -1;
     if (!count)
         return 0;
@@ -148,9 +185,13 @@ int shmtopo_span_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_
         return 1;
     const size_t n = count * shmtopo_dtype_size(dtype);
     errno = 0;
-    const int check = shmtopo_coll_check_dtype(dtype) < 0 || shmtopo_coll_check_buffers("bcast", count, send, recv) < 0 ||
+    const int check = root_checked(comm, root) < 0 || shmtopo_coll_check_dtype(dtype) < 0 ||
+                      shmtopo_coll_check_buffers("bcast", count, send, recv) < 0 ||
                       shmtopo_coll_check_overlap("bcast", send, n, recv, n, recv == send) < 0 ? -1 : 0;
-    if (agreed(comm, SHMTOPO_KIND_BCAST, count, dtype, -1, root, -1, check) < 0)
+    const payload_t p = {send, local_of(comm, root), recv};
+    if (travels(comm, n, SHMTOPO_COLL_AUTO))
+        return agreed(comm, SHMTOPO_KIND_BCAST, count, dtype, -1, root, -1, check, &p);
+    if (agreed(comm, SHMTOPO_KIND_BCAST, count, dtype, -1, root, -1, check, NULL) < 0)
         return -1;
     if (!count)
         return 0;
