@@ -12,13 +12,12 @@ mpi4py, and their ratio. The last row is the floor of a call across nodes
 as shmtopo makes it: one MPI allgather of a few bytes between the leaders.
 """
 import argparse
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 import shmtopo
-from shmtopo.bench import mpi_library, print_against_mpi4py, print_load
+from shmtopo.bench import mpi_library, print_against_mpi4py, print_load, time_pairs
 
 W = MPI.COMM_WORLD
 
@@ -51,16 +50,7 @@ def main():
     plain = W.Dup()
     accelerated = shmtopo.accelerate(W.Dup())
     with shmtopo.Comm.from_mpi(W) as comm:
-        table = calls(comm, accelerated, plain)
-        times = {name: ([], []) for name in table}
-        for _ in range(args.repeats):
-            for name, pair in table.items():
-                for side, fn in enumerate(pair):
-                    W.Barrier()
-                    t0 = time.perf_counter()
-                    for _ in range(args.calls):
-                        fn()
-                    times[name][side].append(W.allreduce((time.perf_counter() - t0) / args.calls, op=MPI.MAX))
+        times = time_pairs(calls(comm, accelerated, plain), W, args.calls, args.repeats)
         nnodes = comm.nnodes
     accelerated.Free()
     plain.Free()

@@ -21,7 +21,6 @@ the data, the sum), its persistent form and the drop-in's Allreduce.
 """
 import argparse
 import statistics
-import time
 import timeit
 
 import numpy as np
@@ -29,7 +28,7 @@ from mpi4py import MPI
 
 import shmtopo
 from shmtopo import floor
-from shmtopo.bench import check_floor_held, mpi_library, print_against_mpi4py, print_load
+from shmtopo.bench import check_floor_held, mpi_library, print_against_mpi4py, print_load, time_pairs
 
 W = MPI.COMM_WORLD
 
@@ -112,16 +111,7 @@ def main():
             layers(comm, args.calls, args.repeats, one_way)
             check_floor_held(comm, measured)
             return
-        table = calls(comm)
-        times = {name: ([], []) for name in table}
-        for _ in range(args.repeats):
-            for name, pair in table.items():
-                for side, fn in enumerate(pair):
-                    W.Barrier()
-                    t0 = time.perf_counter()
-                    for _ in range(args.calls):
-                        fn()
-                    times[name][side].append(W.allreduce((time.perf_counter() - t0) / args.calls, op=MPI.MAX))
+        times = time_pairs(calls(comm), W, args.calls, args.repeats)
         check_floor_held(comm, measured)
     if W.rank:
         return

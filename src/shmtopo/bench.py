@@ -12,9 +12,10 @@ measured again after the rows, with a warning when the cores were moved.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -119,27 +120,35 @@ def _times_floor(t: float, floor: float) -> str:
     return f"{t / floor:.2f}" if floor > 0 else "-"
 
 
-def time_against_mpi4py(table: dict[str, tuple[Callable[[Any], None], float]], acomm: Any, world: Any,
-                        calls: int, repeats: int) -> dict[str, tuple[list[float], list[float]]]:
-    """Collective over ``world``: each ``step(comm)`` of the table (name:
-    (step, share of ``calls``)) timed on the accelerated comm and on the
-    plain one in turn, ``repeats`` rounds interleaved; per name, the slowest
-    rank's seconds per step of each round, accelerated then plain (what
-    print_against_mpi4py prints)."""
+def time_pairs(table: Mapping[str, tuple[Callable[[], object], Callable[[], object]]], world: Any, calls: int,
+               repeats: int, shares: dict[str, float] | None = None) -> dict[str, tuple[list[float], list[float]]]:
+    """Collective over ``world``: each name's two calls (shmtopo's, then
+    mpi4py's) timed ``calls`` times in turn (times its share, where given),
+    ``repeats`` rounds interleaved; per name, the slowest rank's seconds per
+    call of each round, shmtopo's then mpi4py's (what print_against_mpi4py
+    prints)."""
     from mpi4py import MPI
 
     times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in table}
     for _ in range(repeats):
-        for name, (step, share) in table.items():
-            count = max(1, int(calls * share))
-            for side, comm in enumerate((acomm, world)):
-                step(comm)  # warm
+        for name, pair in table.items():
+            count = max(1, int(calls * (shares or {}).get(name, 1.0)))
+            for side, fn in enumerate(pair):
+                fn()  # warm
                 world.Barrier()
                 t0 = time.perf_counter()
                 for _ in range(count):
-                    step(comm)
+                    fn()
                 times[name][side].append(world.allreduce((time.perf_counter() - t0) / count, op=MPI.MAX))
     return times
+
+
+def time_against_mpi4py(table: dict[str, tuple[Callable[[Any], None], float]], acomm: Any, world: Any,
+                        calls: int, repeats: int) -> dict[str, tuple[list[float], list[float]]]:
+    """time_pairs of each ``step(comm)`` of the table (name: (step, share of
+    ``calls``)) on the accelerated comm and on the plain one."""
+    pairs = {name: (functools.partial(step, acomm), functools.partial(step, world)) for name, (step, _) in table.items()}
+    return time_pairs(pairs, world, calls, repeats, {name: share for name, (_, share) in table.items()})
 
 
 def print_against_mpi4py(times: dict[str, tuple[list[float], list[float]]], one_way: float, ours: str,
