@@ -182,6 +182,8 @@ int shmtopo_comm_size(const shmtopo_comm_t *comm);
 /* Ranks in the job: the comm's size, or across nodes all nodes' (roots of
  * the collectives lie in [0, job size)). */
 int shmtopo_comm_job_size(const shmtopo_comm_t *comm);
+/* This rank's rank in the job (its rank in the comm where it spans no nodes). */
+int shmtopo_comm_job_rank(const shmtopo_comm_t *comm);
 /* Nodes the comm's collectives span (1: this node only). */
 int shmtopo_comm_nnodes(const shmtopo_comm_t *comm);
 /* Process id of a rank; -1/EINVAL for a rank out of range. */

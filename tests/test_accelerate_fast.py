@@ -369,6 +369,23 @@ def test_reduce_reads_no_result_buffer_off_the_root(acomm, planned):
         assert planned["reduce"] == 0, planned
 
 
+def test_a_derived_bcast_is_agreed_and_handed_to_mpi_from_c(acomm, planned):
+    """A derived datatype on every rank: once the planner has read it (its
+    first call), agreed and handed to MPI by the C method, on one node and
+    across nodes alike."""
+    n = WORLD.size
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()
+    try:
+        for call in range(3):
+            b = small_ints(WORLD.rank, 6, np.float64)
+            acomm.Bcast([b, 3, pair], root=n - 1)
+            same_bits(b, small_ints(n - 1, 6, np.float64))
+    finally:
+        pair.Free()
+    assert planned["bcast"] == 1, planned
+    assert acomm.shm_stats()["Bcast"] == (0, 3), acomm.shm_stats()
+
+
 def test_a_fast_rank_and_a_delegating_one_both_hand_the_call_to_mpi(acomm):
     """Ranks on the fast entry and a rank whose derived datatype (of the same
     type signature) goes to MPI: legal MPI, so every rank hands the call to

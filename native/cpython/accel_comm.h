@@ -105,11 +105,14 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
             return done;
         }
         shmtopo_sig_t sig;
-        shmtopo_comm_t *comm = nc->fast_handle ? comm_of(nc->fast_handle) : NULL;
+        PyObject *agreeing = entry_handle(nc, 1); /* an agreement spans nodes as well */
+        shmtopo_comm_t *comm = agreeing ? comm_of(agreeing) : NULL;
         if (strict == Py_False && tm.mpi[call] && derived_call(call, v, comm, &sig)) {
             /* every rank hands it over: agreed (0), or others would have run it here (EDELEGATED) */
-            if (shmtopo_agree_call(comm, &sig) < 0 && errno != SHMTOPO_EDELEGATED)
-                return accel_done(-1, errno);
+            if (shmtopo_agree_call(comm, &sig) < 0 && errno != SHMTOPO_EDELEGATED) {
+                PyObject *failure = accel_done(-1, errno);
+                return agreeing == nc->fast_handle ? failure : told_across(shm);
+            }
             PyObject *done = call_general(tm.mpi[call], "bind_mpi_only", self, args, nargs, kwnames);
             if (done && ++((CallCounts *)counts)->delegated[call] == 1 && first_count(self, c->name) < 0)
                 Py_CLEAR(done);

@@ -193,7 +193,7 @@ static int derived_call(int call, PyObject *const *v, shmtopo_comm_t *comm, shmt
     Py_ssize_t n;
     if (!comm)
         return 0;
-    const int rank = shmtopo_comm_rank(comm);
+    const int rank = shmtopo_comm_job_rank(comm); /* roots are job ranks, across nodes too */
     int root = -1, ok;
     long long op = 0;
     if (call == A_BCAST || call == A_REDUCE || call == A_GATHER || call == A_SCATTER)
