@@ -159,22 +159,33 @@ int shmtopo_span_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size
         return -1;
     if (not_taken(comm, count, dtype, 1))
         return 1;
+    /* recv is the root's only (others may pass NULL, as to MPI); the other
+     * ranks fold and pass on the way in room of their own */
+    const size_t n = count * shmtopo_dtype_size(dtype);
+    const int is_root = root == shmtopo_world(comm, comm->rank);
     errno = 0;
-    const int check = root_checked(comm, root) < 0 ? -1 : reduce_checked("reduce", send, recv, count, dtype, op, alg);
-    const payload_t p = {send, -1, recv};
-    if (travels(comm, count * shmtopo_dtype_size(dtype), alg))
+    const int check = root_checked(comm, root) < 0
+        ? -1 : reduce_checked("reduce", send, is_root ? recv : (void *)send, count, dtype, op, alg);
+    const payload_t p = {send, -1, is_root ? recv : NULL};
+    if (travels(comm, n, alg))
         return agreed(comm, SHMTOPO_KIND_REDUCE, count, dtype, op, root, alg, check, &p);
     if (agreed(comm, SHMTOPO_KIND_REDUCE, count, dtype, op, root, alg, check, NULL) < 0)
         return -1;
     if (!count)
         return 0;
-    if (shmtopo_reduce(comm, send, recv, count, dtype, op, 0, alg) < 0)
-        return broken(comm);
-    if (comm->rank == 0 && leaders_fold(comm, recv, count, dtype, op) < 0)
-        return broken(comm);
+    void *room = is_root ? recv : malloc(n);
+    if (!room)
+        return shmtopo_fail(ENOMEM, -1, "reduce: out of memory"), broken(comm);
+    int rc = shmtopo_reduce(comm, send, room, count, dtype, op, 0, alg);
+    if (rc == 0 && comm->rank == 0)
+        rc = leaders_fold(comm, room, count, dtype, op);
     /* the result is at the node's rank 0: the root's node passes it on */
     const int here = local_of(comm, root);
-    return here > 0 && shmtopo_bcast(comm, recv, count, dtype, 0) < 0 ? broken(comm) : 0;
+    if (rc == 0 && here > 0)
+        rc = shmtopo_bcast(comm, room, count, dtype, 0);
+    if (!is_root)
+        free(room);
+    return rc < 0 ? broken(comm) : 0;
 }
 
 int shmtopo_span_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root)

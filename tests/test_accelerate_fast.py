@@ -125,8 +125,8 @@ def test_plain_calls_run_without_the_planner(acomm, planned, dtype):
                 same_bits(got[name], want[name], f"{name} {dtype} root {root}")
     if fast(acomm):
         assert planned == dict.fromkeys(PLANNERS, 0), planned
-    else:  # across nodes: the small bcasts and allreduces whole in C (span.c), the others planned
-        assert planned["bcast"] == planned["allreduce"] == 0 and planned["reduce"] and planned["allgather"], planned
+    else:  # across nodes: the small bcasts, reduces and allreduces whole in C (span.c), the others planned
+        assert planned["bcast"] == planned["reduce"] == planned["allreduce"] == 0 and planned["allgather"], planned
     stats = acomm.shm_stats()
     r = len(roots)
     assert stats == {"Allreduce": (2 * r, 0), "Reduce": (r, 0), "Bcast": (r, 0), "Allgather": (r, 0),

@@ -270,9 +270,9 @@ def test_plain_calls_of_comms_methods_run_no_python(comm):
         exchanged = comm.alltoall(table, out=swapped)
     if comm.nnodes == 1:
         assert python_calls == [], python_calls
-    else:  # the general path: the small barrier, allreduces, reduce and bcast whole in C (span.c),
-        # the others through the hierarchy in Python
-        assert python_calls.count("run_across_nodes") == 4, python_calls
+    else:  # the small barrier, allreduces, reduce and bcast whole in C (span.c), with no Python; the
+        # others through the general path and the hierarchy in Python
+        assert python_calls.count("run_across_nodes") == 4 and "reduce" not in python_calls, python_calls
         assert "_shmtopo_py_allgather" not in python_calls  # the leaders' exchange is C's (mpi_oob.c)
     everyone_x = np.array(everyone(comm, 6, np.int32))
     assert got_sum is summed and got_rows is rows and got_sent is sent

@@ -66,8 +66,9 @@ static int reduce_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *win,
 {
     int rc, err;
     const size_t n = count_of(in, code);
-    if (spans(comm)) /* a small allreduce whole, else 1: declined */
-        CORE_CALL(comm, NULL, root < 0 ? shmtopo_span_allreduce(comm, in->buf, out, n, code, op, SHMTOPO_COLL_AUTO) : 1);
+    if (spans(comm)) /* small: whole, else 1: declined */
+        CORE_CALL(comm, NULL, root < 0 ? shmtopo_span_allreduce(comm, in->buf, out, n, code, op, SHMTOPO_COLL_AUTO)
+                                       : shmtopo_span_reduce(comm, in->buf, out, n, code, op, root, SHMTOPO_COLL_AUTO));
     else if (place == WINDOWED)
         CORE_CALL(comm, win, shmtopo_win_reduce(win, offset, out, n, code, op, root, SHMTOPO_COLL_AUTO));
     else if (root < 0)
@@ -170,7 +171,7 @@ static PyObject *fast_reduce(PyObject *self, PyObject *const *args, Py_ssize_t n
     size_t offset = 0;
     if (!comm || op < 0 || root < 0 || !view_of(args[2], &in, 0, &code))
         return PyErr_Occurred() ? NULL : new_ref(Py_NotImplemented);
-    const int is_root = root == shmtopo_comm_rank(comm);
+    const int is_root = root == shmtopo_comm_job_rank(comm);
     enum place place = place_of(args[1], comm, &in, &win, &offset);
     PyObject *result = Py_None;
     if (place == UNKNOWN || (is_root && !(result = result_of(args[3], args[2], &in, code, &out)))) {

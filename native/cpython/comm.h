@@ -70,7 +70,8 @@ static const comm_call_t comm_calls[NC] = {
     [C_BARRIER] = {"barrier", barrier_entry, 0, 0, 0, 0, W_SPANS, {0}},
     [C_ALLREDUCE] = {"allreduce", fast_allreduce, 4, 2, 1, 0, W_NO_ALGORITHM | W_SPANS,
                      {P_ARRAY, P_OP, P_OUT, P_ALGORITHM}},
-    [C_REDUCE] = {"reduce", fast_reduce, 5, 3, 1, 1, W_NO_ALGORITHM, {P_ARRAY, P_OP, P_ROOT, P_OUT, P_ALGORITHM}},
+    [C_REDUCE] = {"reduce", fast_reduce, 5, 3, 1, 1, W_NO_ALGORITHM | W_SPANS,
+                  {P_ARRAY, P_OP, P_ROOT, P_OUT, P_ALGORITHM}},
     [C_BCAST] = {"bcast", fast_bcast, 3, 2, 1, 0, W_OUT_IS_ARRAY | W_SPANS, {P_ARRAY, P_ROOT, P_OUT}},
     [C_ALLGATHER] = {"allgather", fast_allgather, 2, 1, 1, 0, W_OUT, {P_ARRAY, P_OUT}},
     [C_ALLTOALL] = {"alltoall", fast_alltoall, 2, 1, 1, 0, W_OUT, {P_ARRAY, P_OUT}},
@@ -331,7 +332,7 @@ static PyMemberDef comm_members[] = {
      "the windows the fast entries may find large arrays in; None while the levels may take large calls"},
     {"windows", T_OBJECT, offsetof(NativeComm, windows), 0, "the comm's open windows, in creation order"},
     {"span_handle", T_OBJECT, offsetof(NativeComm, span_handle), 0,
-     "the native comm as an int where its collectives span nodes (0 otherwise): small allreduces, bcasts "
+     "the native comm as an int where its collectives span nodes (0 otherwise): small allreduces, reduces, bcasts "
      "and barriers then run whole in C"},
     {NULL, 0, 0, 0, NULL},
 };

@@ -46,7 +46,7 @@ static PyObject *accel_reduce(PyObject *self, PyObject *const *args, Py_ssize_t 
     size_t offset = 0;
     if (!comm || (root = root_in(args[5], comm)) < 0)
         Py_RETURN_NONE;
-    const int is_root = root == shmtopo_comm_rank(comm);
+    const int is_root = root == shmtopo_comm_job_rank(comm);
     if (is_root ? !accel_in_out(args[2], args[3], &in, &out) : !accel_msg(args[2], 0, 1, &in))
         Py_RETURN_NONE;
     enum place place = place_of(args[1], comm, &in.at, &win, &offset);
@@ -450,7 +450,7 @@ static PyObject *accel_barrier_entry(PyObject *self, PyObject *const *args, Py_s
 static const accel_call_t accel_calls[NA] = {
     [A_BARRIER] = {"Barrier", accel_barrier_entry, NO_WINDOWS, 0, 0, {0}, -1, SHMTOPO_KIND_BARRIER, 1},
     [A_BCAST] = {"Bcast", accel_bcast, FAST_WINDOWS, 2, 1, {P_BUF, P_ROOT}, -1, SHMTOPO_KIND_BCAST, 1},
-    [A_REDUCE] = {"Reduce", accel_reduce, FAST_WINDOWS, 4, 2, {SR, P_OP, P_ROOT}, -1, SHMTOPO_KIND_REDUCE},
+    [A_REDUCE] = {"Reduce", accel_reduce, FAST_WINDOWS, 4, 2, {SR, P_OP, P_ROOT}, -1, SHMTOPO_KIND_REDUCE, 1},
     [A_ALLREDUCE] = {"Allreduce", accel_allreduce, FAST_WINDOWS, 3, 2, {SR, P_OP}, -1, SHMTOPO_KIND_ALLREDUCE, 1},
     [A_ALLGATHER] = {"Allgather", accel_allgather, ALL_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLGATHER},
     [A_ALLTOALL] = {"Alltoall", accel_alltoall, NO_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLTOALL},

@@ -68,8 +68,8 @@ static void release_gil(shmtopo_release_t *hook)
     } while (0)
 
 /* Whether the comm's collectives span nodes: the entries given its
- * span_handle then run small allreduces, bcasts and barriers whole across
- * the nodes (native/span.c), and decline the rest. */
+ * span_handle then run small allreduces, reduces, bcasts and barriers whole
+ * across the nodes (native/span.c), and decline the rest. */
 static int spans(const shmtopo_comm_t *comm)
 {
     return shmtopo_comm_nnodes(comm) > 1;

@@ -79,7 +79,7 @@ class Comm(NativeComm, Collective):
         #: be taken: freed, or collectives span nodes)
         self.fast_handle = 0
         #: the handle as a number where collectives span nodes (0 otherwise):
-        #: the fast entries of small allreduces, bcasts and barriers take it
+        #: the fast entries of small allreduces, reduces, bcasts and barriers take it
         self.span_handle = 0
         #: the handle as a number, to hold the comm for one thread's call
         #: (_base.Held); 0 once freed
