@@ -11,13 +11,12 @@ repetitions of the slowest rank's time per call (min-max), shmtopo then
 mpi4py, and their ratio. The last row is the floor of a call across nodes
 as shmtopo makes it: one MPI allgather of a few bytes between the leaders.
 """
-import argparse
 
 import numpy as np
 from mpi4py import MPI
 
 import shmtopo
-from shmtopo.bench import mpi_library, print_against_mpi4py, print_load, time_pairs
+from shmtopo.bench import mpi_library, print_against_mpi4py, time_pairs, timing_args
 
 W = MPI.COMM_WORLD
 
@@ -41,12 +40,7 @@ def calls(comm, accelerated, plain):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=5000, help="calls per timing (default 5000)")
-    p.add_argument("--repeats", type=int, default=7, help="interleaved repetitions (default 7)")
-    args = p.parse_args()
-    if W.rank == 0:
-        print_load()
+    args = timing_args(__doc__, W.rank)
     plain = W.Dup()
     accelerated = shmtopo.accelerate(W.Dup())
     with shmtopo.Comm.from_mpi(W) as comm:

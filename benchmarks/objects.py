@@ -9,14 +9,13 @@ Prints the load before the run, then per call the median over the
 repetitions of the slowest rank's time per call, with its min-max,
 accelerated then plain, and the ratios to plain and to the floor.
 """
-import argparse
 
 import numpy as np
 from mpi4py import MPI
 
 import shmtopo
 from shmtopo import floor
-from shmtopo.bench import check_floor_held, mpi_library, print_against_mpi4py, print_load, time_against_mpi4py
+from shmtopo.bench import check_floor_held, mpi_library, print_against_mpi4py, time_against_mpi4py, timing_args
 
 W = MPI.COMM_WORLD
 
@@ -42,12 +41,7 @@ def calls(rank, n):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=5000, help="calls per timing (default 5000)")
-    p.add_argument("--repeats", type=int, default=7, help="interleaved repetitions (default 7)")
-    args = p.parse_args()
-    if W.rank == 0:
-        print_load()
+    args = timing_args(__doc__, W.rank)
     acomm = shmtopo.accelerate(W)
     shm = acomm.shm_comm
     measured = floor.measure(shm, copies=False)

@@ -857,14 +857,8 @@ int shmtopo_agree_call(shmtopo_comm_t *comm, const shmtopo_sig_t *sig)
 int shmtopo_agree_fields(shmtopo_comm_t *comm, int kind, uint64_t count, int dtype, int op, int root, int alg,
                          uint64_t extra, int flags)
 {
-    shmtopo_sig_t sig = shmtopo_sig(kind);
-    sig.count = count;
-    sig.dtype = dtype;
-    sig.op = op;
-    sig.root = root;
-    sig.alg = alg;
-    sig.extra = extra;
-    sig.flags = flags;
+    const shmtopo_sig_t sig = {.kind = kind, .dtype = dtype, .op = op, .root = root, .alg = alg, .flags = flags,
+                               .count = count, .extra = extra};
     return shmtopo_agree_call(comm, &sig);
 }
 

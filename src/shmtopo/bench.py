@@ -12,6 +12,7 @@ measured again after the rows, with a warning when the cores were moved.
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import time
@@ -118,6 +119,18 @@ def _num(x: float) -> str:
 
 def _times_floor(t: float, floor: float) -> str:
     return f"{t / floor:.2f}" if floor > 0 else "-"
+
+
+def timing_args(doc: str, rank: int, calls: int = 5000, repeats: int = 7) -> argparse.Namespace:
+    """A benchmark's --calls and --repeats (its docstring's first line says
+    what it is); rank 0 then prints the load before the run."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--calls", type=int, default=calls, help=f"calls per timing (default {calls})")
+    p.add_argument("--repeats", type=int, default=repeats, help=f"interleaved repetitions (default {repeats})")
+    args = p.parse_args()
+    if rank == 0:
+        print_load()
+    return args
 
 
 def time_pairs(table: Mapping[str, tuple[Callable[[], object], Callable[[], object]]], world: Any, calls: int,
