@@ -425,11 +425,6 @@ int shmtopo_comm_size(const shmtopo_comm_t *comm)
     return comm ? comm->size : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
 }
 
-int shmtopo_comm_nnodes(const shmtopo_comm_t *comm)
-{
-    return comm ? (comm->nnodes > 1 ? comm->nnodes : 1) : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
-}
-
 int shmtopo_comm_job_rank(const shmtopo_comm_t *comm)
 {
     return comm ? shmtopo_world(comm, comm->rank) : shmtopo_fail(EBADF, -1, "communicator is NULL or freed");

@@ -184,8 +184,6 @@ int shmtopo_comm_size(const shmtopo_comm_t *comm);
 int shmtopo_comm_job_size(const shmtopo_comm_t *comm);
 /* This rank's rank in the job (its rank in the comm where it spans no nodes). */
 int shmtopo_comm_job_rank(const shmtopo_comm_t *comm);
-/* Nodes the comm's collectives span (1: this node only). */
-int shmtopo_comm_nnodes(const shmtopo_comm_t *comm);
 /* Process id of a rank; -1/EINVAL for a rank out of range. */
 int shmtopo_comm_pid(const shmtopo_comm_t *comm, int rank);
 /* CPUs in the union of all ranks' affinity masks. */
@@ -264,12 +262,13 @@ int shmtopo_agree_call(shmtopo_comm_t *comm, const shmtopo_sig_t *sig);
  * cheaper call: no struct to build). */
 int shmtopo_agree_fields(shmtopo_comm_t *comm, int kind, uint64_t count, int dtype, int op, int root, int alg,
                          uint64_t extra, int flags);
-/* Collective, on a comm that spans nodes (the node's own calls above stay
- * on the node): a barrier over the job; a small allreduce, reduce or bcast
- * over the whole job at once (agreement, the node in shared memory, one
- * exchange between the node leaders); root is a job rank. 1 when the call is
- * not small enough (then nothing was done: the caller moves it in parts), 0
- * when done, -1 as for the node's own calls. */
+/* Collective, over the job of a comm that spans nodes (the node's own calls
+ * above stay on the node; on a comm that spans none these are those): a
+ * barrier; a small allreduce, reduce or bcast at once (agreement, the node in
+ * shared memory, one exchange between the node leaders); root is a job rank,
+ * recv the root's only for a reduce. 1 when the call is not small enough
+ * (then nothing was done: the caller moves it in parts), 0 when done, -1 as
+ * for the node's own calls. */
 int shmtopo_span_barrier(shmtopo_comm_t *comm);
 int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
                            int alg);

@@ -25,7 +25,7 @@
 static int not_taken(const shmtopo_comm_t *comm, size_t count, int dtype, int reduces)
 {
     const size_t size = shmtopo_dtype_size(dtype);
-    if (comm->nnodes < 2 || !size || count > SPAN_GATHERED / size / (size_t)comm->nnodes)
+    if (!size || count > SPAN_GATHERED / size / (size_t)comm->nnodes)
         return 1;
     return reduces && shmtopo_dtype_accumulator(dtype) != dtype;
 }
@@ -122,7 +122,7 @@ static int leaders_fold(shmtopo_comm_t *comm, void *part, size_t count, int dtyp
     return rc;
 }
 
-int shmtopo_span_barrier(shmtopo_comm_t *comm)
+static __attribute__((noinline)) int across_barrier(shmtopo_comm_t *comm)
 {
     if (shmtopo_comm_usable(comm, "barrier") < 0)
         return -1;
@@ -130,8 +130,16 @@ int shmtopo_span_barrier(shmtopo_comm_t *comm)
     return shmtopo_agree(comm, &sig, 0, NULL, NULL, 0); /* an agreement over the job is a barrier over it */
 }
 
-int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
-                           int alg)
+int shmtopo_span_barrier(shmtopo_comm_t *comm)
+{
+    if (!comm || comm->nnodes < 2) /* the node is the job */
+        return shmtopo_barrier(comm);
+    return across_barrier(comm);
+}
+
+/* Out of line, so that the node's call above is a plain jump. */
+static __attribute__((noinline)) int across_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                                                      int dtype, int op, int alg)
 {
     if (shmtopo_comm_usable(comm, "allreduce") < 0)
         return -1;
@@ -152,8 +160,16 @@ int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, s
     return shmtopo_bcast(comm, recv, count, dtype, 0) < 0 ? broken(comm) : 0;
 }
 
-int shmtopo_span_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
-                        int root, int alg)
+int shmtopo_span_allreduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
+                           int alg)
+{
+    if (!comm || comm->nnodes < 2) /* the node is the job */
+        return shmtopo_allreduce(comm, send, recv, count, dtype, op, alg);
+    return across_allreduce(comm, send, recv, count, dtype, op, alg);
+}
+
+static __attribute__((noinline)) int across_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                                                   int dtype, int op, int root, int alg)
 {
     if (shmtopo_comm_usable(comm, "reduce") < 0)
         return -1;
@@ -188,7 +204,16 @@ int shmtopo_span_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size
     return rc < 0 ? broken(comm) : 0;
 }
 
-int shmtopo_span_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root)
+int shmtopo_span_reduce(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
+                        int root, int alg)
+{
+    if (!comm || comm->nnodes < 2) /* the node is the job */
+        return shmtopo_reduce(comm, send, recv, count, dtype, op, root, alg);
+    return across_reduce(comm, send, recv, count, dtype, op, root, alg);
+}
+
+static __attribute__((noinline)) int across_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                                                  int dtype, int root)
 {
     if (shmtopo_comm_usable(comm, "bcast") < 0)
         return -1;
@@ -238,4 +263,22 @@ int shmtopo_span_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_
     if (here < 0 && shmtopo_bcast(comm, recv, count, dtype, 0) < 0)
         return broken(comm);
     return 0;
+}
+
+/* One node, the root's data in a buffer of its own: into recv first. */
+static __attribute__((noinline)) int node_bcast_from(shmtopo_comm_t *comm, const void *send, void *recv, size_t count,
+                                                     int dtype, int root)
+{
+    const size_t n = count * shmtopo_dtype_size(dtype);
+    if (root == comm->rank && n && send && recv)
+        memmove(recv, send, n);
+    return shmtopo_bcast(comm, recv, count, dtype, root);
+}
+
+int shmtopo_span_bcast(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int root)
+{
+    if (!comm || comm->nnodes < 2) /* the node is the job */
+        return send == recv || !comm ? shmtopo_bcast(comm, recv, count, dtype, root)
+                                     : node_bcast_from(comm, send, recv, count, dtype, root);
+    return across_bcast(comm, send, recv, count, dtype, root);
 }

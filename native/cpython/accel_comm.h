@@ -72,8 +72,9 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
         int n = 0;
         PyObject *handle = entry_handle(nc, c->spans);
         e[n++] = handle ? handle : cm.zero;
-        if (c->windows != NO_WINDOWS)
-            e[n++] = or_none(c->windows == FAST_WINDOWS ? nc->fast_windows : nc->windows);
+        if (c->windows != NO_WINDOWS) /* none across nodes: the entries there take private arrays */
+            e[n++] = handle != nc->fast_handle ? Py_None
+                     : or_none(c->windows == FAST_WINDOWS ? nc->fast_windows : nc->windows);
         for (int i = 0; i < c->nparams; i++)
             e[n++] = v[c->params[i]];
         if (c->exclusive >= 0)

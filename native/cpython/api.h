@@ -66,15 +66,12 @@ static int reduce_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *win,
 {
     int rc, err;
     const size_t n = count_of(in, code);
-    if (spans(comm)) /* small: whole, else 1: declined */
-        CORE_CALL(comm, NULL, root < 0 ? shmtopo_span_allreduce(comm, in->buf, out, n, code, op, SHMTOPO_COLL_AUTO)
-                                       : shmtopo_span_reduce(comm, in->buf, out, n, code, op, root, SHMTOPO_COLL_AUTO));
-    else if (place == WINDOWED)
+    if (place == WINDOWED) /* never across nodes: span_handle's entries get no windows */
         CORE_CALL(comm, win, shmtopo_win_reduce(win, offset, out, n, code, op, root, SHMTOPO_COLL_AUTO));
-    else if (root < 0)
-        CORE_CALL(comm, NULL, shmtopo_allreduce(comm, in->buf, out, n, code, op, SHMTOPO_COLL_AUTO));
+    else if (root < 0) /* the node's, or across nodes small: whole, else 1: declined */
+        CORE_CALL(comm, NULL, shmtopo_span_allreduce(comm, in->buf, out, n, code, op, SHMTOPO_COLL_AUTO));
     else
-        CORE_CALL(comm, NULL, shmtopo_reduce(comm, in->buf, out, n, code, op, root, SHMTOPO_COLL_AUTO));
+        CORE_CALL(comm, NULL, shmtopo_span_reduce(comm, in->buf, out, n, code, op, root, SHMTOPO_COLL_AUTO));
     errno = err;
     return rc;
 }
@@ -83,12 +80,10 @@ static int bcast_at(enum place place, shmtopo_comm_t *comm, shmtopo_win_t *win, 
                     const Py_buffer *buf, int code, int root)
 {
     int rc, err;
-    if (spans(comm)) /* small: whole, else 1: declined */
-        CORE_CALL(comm, NULL, shmtopo_span_bcast(comm, buf->buf, buf->buf, count_of(buf, code), code, root));
-    else if (place == WINDOWED)
+    if (place == WINDOWED) /* never across nodes: span_handle's entries get no windows */
         CORE_CALL(comm, win, shmtopo_win_bcast(win, offset, buf->buf, count_of(buf, code), code, root));
-    else
-        CORE_CALL(comm, NULL, shmtopo_bcast(comm, buf->buf, count_of(buf, code), code, root));
+    else /* the node's, or across nodes small: whole, else 1: declined */
+        CORE_CALL(comm, NULL, shmtopo_span_bcast(comm, buf->buf, buf->buf, count_of(buf, code), code, root));
     errno = err;
     return rc;
 }

@@ -20,7 +20,7 @@ typedef struct {
     PyObject *fast_handle;  /* the native comm as an int; 0 when the fast entries must not be taken */
     PyObject *fast_windows; /* the windows the fast entries may find large arrays in, or None */
     PyObject *windows;      /* every open window of the comm (a list) */
-    PyObject *span_handle;  /* the native comm as an int where it spans nodes, else 0 (see spans()) */
+    PyObject *span_handle;  /* the native comm as an int where it spans nodes, else 0 (see entry_handle) */
 } NativeComm;
 
 enum { C_BARRIER, C_ALLREDUCE, C_REDUCE, C_BCAST, C_ALLGATHER, C_ALLTOALL, C_GATHER, C_SCATTER, C_REDUCE_SCATTER,
@@ -199,7 +199,7 @@ static inline __attribute__((always_inline)) int comm_answered(const comm_call_t
         return call_general(cm.general[call], "bind_comm", self, args, nargs, kwnames);                \
     }
 #define HANDLE handle
-#define FAST_WINS or_none(nc->fast_windows)
+#define FAST_WINS (handle == nc->fast_handle ? or_none(nc->fast_windows) : Py_None) /* none across nodes */
 #define ALL_WINS or_none(nc->windows)
 COMM_METHOD(comm_barrier, C_BARRIER, HANDLE)
 COMM_METHOD(comm_allreduce, C_ALLREDUCE, HANDLE, FAST_WINS, v[P_ARRAY], v[P_OUT], v[P_OP])

@@ -415,7 +415,7 @@ static PyObject *accel_barrier(PyObject *self, PyObject *handle)
     if (!comm)
         Py_RETURN_NONE;
     int rc, err;
-    CORE_CALL(comm, NULL, spans(comm) ? shmtopo_span_barrier(comm) : shmtopo_barrier(comm));
+    CORE_CALL(comm, NULL, shmtopo_span_barrier(comm)); /* the node's, or the job's across nodes */
     return accel_done(rc, err);
 }
 

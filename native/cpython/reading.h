@@ -67,14 +67,6 @@ static void release_gil(shmtopo_release_t *hook)
         shmtopo_call_end(comm, win);                                \
     } while (0)
 
-/* Whether the comm's collectives span nodes: the entries given its
- * span_handle then run small allreduces, reduces, bcasts and barriers whole
- * across the nodes (native/span.c), and decline the rest. */
-static int spans(const shmtopo_comm_t *comm)
-{
-    return shmtopo_comm_nnodes(comm) > 1;
-}
-
 static PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
 {
     Py_INCREF(o);
