@@ -17,7 +17,7 @@ import functools
 import pickle
 import struct
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 from ._native import ffi, lib
 from .errors import CallbackError, ShmtopoTimeoutError, keep, take_kept
@@ -185,8 +185,12 @@ def _mpi_calls() -> dict[str, Any] | None:
     return dict(address, byte=_handle_of(MPI.BYTE), handle_size=sizes.pop(), status_size=MPI._sizeof(MPI.Status))
 
 
+#: either transport: what the core is given is its ``oob``
+AnyTransport = Union[Transport, MPITransport]
+
+
 def mpi_transport(mpi_comm: Any, timeout: float, news: Callable[[str], None] | None = None,
-                  what: str = "out-of-band") -> Transport | MPITransport:
+                  what: str = "out-of-band") -> AnyTransport:
     """Allgather and barrier over an mpi4py communicator, under a timeout
     (and listening for news while they wait: see wait); `what` names them
     in messages. In C where the MPI library can be reached."""

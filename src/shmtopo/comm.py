@@ -65,7 +65,7 @@ class Comm(NativeComm, Collective):
     freeing needs every rank.
     """
 
-    def __init__(self, create: Callable[[Any], int], transport: _oob.Transport | None = None,
+    def __init__(self, create: Callable[[Any], int], transport: _oob.AnyTransport | None = None,
                  mpi_comm: Any = None):
         # Use from_mpi, from_callbacks or shrink: they agree on the options
         # first. create(out) makes the native comm into out[0].
@@ -95,7 +95,7 @@ class Comm(NativeComm, Collective):
         opened(self)
 
     @staticmethod
-    def _created_by(transport: _oob.Transport, size: int, rank: int) -> Callable[[Any], int]:
+    def _created_by(transport: _oob.AnyTransport, size: int, rank: int) -> Callable[[Any], int]:
         return lambda handle: lib.shmtopo_comm_create(size, rank, transport.oob, handle)
 
     def _set_handle(self, handle: Any) -> None:
