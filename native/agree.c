@@ -644,6 +644,7 @@ int shmtopo_leaders_allgather(shmtopo_comm_t *comm, const void *mine, void *all,
     const int leader = shmtopo_world(comm, 0);
     if (!all)
         return shmtopo_fail(ENOMEM, leader, "rank %d: out of memory for the leaders' exchange", leader);
+    shmtopo_release_armed(comm); /* MPI's lock, held by a thread waiting for ours, would never come */
     const int cb = comm->leaders.allgather(mine, all, n, comm->leaders.group);
     if (cb == 0)
         return 0;

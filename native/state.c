@@ -104,6 +104,16 @@ void shmtopo_call_end(shmtopo_comm_t *comm, shmtopo_win_t *win)
     }
 }
 
+void shmtopo_release_armed(shmtopo_comm_t *comm)
+{
+    if (atomic_load_explicit(&comm->claim.user, memory_order_relaxed) == (uintptr_t)pthread_self() &&
+        comm->claim.release) {
+        shmtopo_release_t *release = comm->claim.release;
+        comm->claim.release = NULL;
+        release->release(release);
+    }
+}
+
 shmtopo_release_t **shmtopo_armed_release(shmtopo_win_t *win)
 {
     const uintptr_t me = (uintptr_t)pthread_self();

@@ -37,5 +37,11 @@ void shmtopo_unclaim(shmtopo_claim_t *claim);
  * (shmtopo_call_begin): the claim's slot, or NULL. Another thread's hook is
  * never returned: only the claim's user runs it. */
 shmtopo_release_t **shmtopo_armed_release(shmtopo_win_t *win);
+/* Run this thread's armed hook of its call on `comm` now, as a long wait
+ * does (the binding's lock then stays released until the call returns):
+ * before calling a library that takes locks of its own, which its threads
+ * may hold while they wait for the binding's (MPI's, around callbacks into
+ * Python). */
+void shmtopo_release_armed(shmtopo_comm_t *comm);
 
 #endif /* SHMTOPO_STATE_H */
