@@ -31,6 +31,7 @@
  * the same message as where it was judged at once, and leaves the comm
  * broken on every rank (the calls in between cannot be undone). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -670,23 +671,45 @@ typedef struct node_row {
     unsigned char data[SHMTOPO_INLINE];
 } node_row_t;
 
-/* At a leader, the verdict good: the job's payload from the nodes' parts,
- * folded in node order (every leader gets the same bits). */
-static int fold_rows(fold_t *fold, const node_row_t *all, int nnodes)
+/* The job's payload from the nodes' parts (rows of `stride` bytes, each a
+ * word at `holds` saying whether the node has a part, its n bytes at
+ * `data`): folded in node order (every leader gets the same bits), or, for
+ * op < 0 (a bcast's), the first part a node holds. */
+static int combine_parts(void *out, const unsigned char *rows, size_t stride, size_t holds, size_t data,
+                         int nnodes, size_t n, size_t count, int dtype, int op)
 {
     int have = 0;
     for (int i = 0; i < nnodes; i++) {
-        if (!all[i].holds)
+        const unsigned char *row = rows + (size_t)i * stride;
+        uint64_t held;
+        memcpy(&held, row + holds, sizeof(held));
+        if (!held)
             continue;
-        if (have && fold->op < 0)
+        if (have && op < 0)
             break;
         if (!have)
-            memcpy(fold->data, all[i].data, fold->n);
-        else if (shmtopo_reduce_local(fold->data, all[i].data, fold->count, fold->dtype, fold->op) < 0)
+            memcpy(out, row + data, n);
+        else if (shmtopo_reduce_local(out, row + data, count, dtype, op) < 0)
             return -1;
         have = 1;
     }
     return have ? 0 : shmtopo_fail(EPROTO, -1, "%s: no node holds the data", shmtopo_kind_name(SHMTOPO_KIND_BCAST));
+}
+
+int shmtopo_leaders_combine(shmtopo_comm_t *comm, void *part, int holds, size_t count, int dtype, int op)
+{
+    const size_t n = count * shmtopo_dtype_size(dtype), row = sizeof(uint64_t) + n;
+    unsigned char *rows = malloc((size_t)(comm->nnodes + 1) * row), *mine = rows ? rows + comm->nnodes * row : NULL;
+    if (mine) {
+        const uint64_t held = holds != 0;
+        memcpy(mine, &held, sizeof(held));
+        memcpy(mine + sizeof(held), part, n);
+    }
+    int rc = shmtopo_leaders_allgather(comm, mine, rows, row);
+    if (rc == 0)
+        rc = combine_parts(part, rows, row, 0, sizeof(uint64_t), comm->nnodes, n, count, dtype, op);
+    free(rows);
+    return rc;
 }
 
 /* The leaders exchange their nodes' summaries (and parts of a payload) and
@@ -721,7 +744,11 @@ static int job_verdict(shmtopo_comm_t *comm, const summary_t *node, uint32_t *vo
                 for (int g = 0; g < all[i].sum.ngroups; g++)
                     add_group(&job, all[i].sum.groups[g].hash, all[i].sum.groups[g].count,
                               all[i].sum.groups[g].first, &all[i].sum.groups[g].sig);
-            if (verdict(&job, 1) < 0 || (fold && fold->n && fold_rows(fold, all, comm->nnodes) < 0)) {
+            if (verdict(&job, 1) < 0 || (fold && fold->n &&
+                                          combine_parts(fold->data, (const unsigned char *)all, sizeof(*all),
+                                                        offsetof(node_row_t, holds), offsetof(node_row_t, data),
+                                                        comm->nnodes, fold->n, fold->count, fold->dtype,
+                                                        fold->op) < 0)) {
                 err = errno;
                 origin = shmtopo_last_error_rank();
                 snprintf(message, sizeof(message), "%s", shmtopo_last_error());

@@ -286,6 +286,11 @@ int shmtopo_agree(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int err, const
  * of every node's leader into all, in node order; or -1 with the failure
  * recorded (all NULL: out of memory). */
 int shmtopo_leaders_allgather(shmtopo_comm_t *comm, const void *mine, void *all, size_t n);
+/* At a node leader: part (count elements of dtype) exchanged with the other
+ * leaders and replaced by the job's: every node's folded in node order (op
+ * >= 0; the same bits on every leader), or the part of the first node that
+ * holds one (op < 0, a bcast's; holds: whether this node's is). */
+int shmtopo_leaders_combine(shmtopo_comm_t *comm, void *part, int holds, size_t count, int dtype, int op);
 /* The agreement over the job (nnodes > 1) with a small reduction or bcast
  * folded in on the way, for calls of at most SHMTOPO_INLINE bytes: every
  * rank posts its count elements of dtype (mine; a bcast: only local rank

@@ -103,25 +103,6 @@ static int local_of(const shmtopo_comm_t *comm, int root)
     return -1;
 }
 
-/* At a leader: every node's partial (n bytes at part) folded in node order
- * into part. */
-static int leaders_fold(shmtopo_comm_t *comm, void *part, size_t count, int dtype, int op)
-{
-    const size_t n = count * shmtopo_dtype_size(dtype);
-    char *rows = malloc((size_t)comm->nnodes * n);
-    if (shmtopo_leaders_allgather(comm, part, rows, n) < 0) {
-        free(rows);
-        return -1;
-    }
-    int rc = 0;
-    for (int k = 1; k < comm->nnodes && rc == 0; k++)
-        rc = shmtopo_reduce_local(rows, rows + (size_t)k * n, count, dtype, op);
-    if (rc == 0)
-        memcpy(part, rows, n);
-    free(rows);
-    return rc;
-}
-
 static __attribute__((noinline)) int across_barrier(shmtopo_comm_t *comm)
 {
     if (shmtopo_comm_usable(comm, "barrier") < 0)
@@ -155,7 +136,7 @@ static __attribute__((noinline)) int across_allreduce(shmtopo_comm_t *comm, cons
         return 0;
     if (shmtopo_reduce(comm, send, recv, count, dtype, op, 0, alg) < 0)
         return broken(comm);
-    if (comm->rank == 0 && leaders_fold(comm, recv, count, dtype, op) < 0)
+    if (comm->rank == 0 && shmtopo_leaders_combine(comm, recv, 1, count, dtype, op) < 0)
         return broken(comm);
     return shmtopo_bcast(comm, recv, count, dtype, 0) < 0 ? broken(comm) : 0;
 }
@@ -194,7 +175,7 @@ static __attribute__((noinline)) int across_reduce(shmtopo_comm_t *comm, const v
         return shmtopo_fail(ENOMEM, -1, "reduce: out of memory"), broken(comm);
     int rc = shmtopo_reduce(comm, send, room, count, dtype, op, 0, alg);
     if (rc == 0 && comm->rank == 0)
-        rc = leaders_fold(comm, room, count, dtype, op);
+        rc = shmtopo_leaders_combine(comm, room, 1, count, dtype, op);
     /* the result is at the node's rank 0: the root's node passes it on */
     const int here = local_of(comm, root);
     if (rc == 0 && here > 0)
@@ -236,30 +217,9 @@ static __attribute__((noinline)) int across_bcast(shmtopo_comm_t *comm, const vo
         memcpy(recv, send, n);
     if (here >= 0 && shmtopo_bcast(comm, recv, count, dtype, here) < 0)
         return broken(comm);
-    if (comm->rank == 0) {
-        /* each leader's row: a word saying whether it holds the root's data, then the data */
-        const size_t row = sizeof(uint64_t) + n;
-        char *rows = malloc((size_t)(comm->nnodes + 1) * row);
-        if (rows) {
-            const uint64_t holds = here >= 0;
-            memcpy(rows, &holds, sizeof(holds));
-            memcpy(rows + sizeof(holds), recv, n);
-        }
-        if (shmtopo_leaders_allgather(comm, rows, rows ? rows + row : NULL, row) < 0) {
-            free(rows);
-            return broken(comm);
-        }
-        for (int k = 0; k < comm->nnodes && here < 0; k++) {
-            const char *theirs = rows + (size_t)(k + 1) * row;
-            uint64_t held;
-            memcpy(&held, theirs, sizeof(held));
-            if (held) {
-                memcpy(recv, theirs + sizeof(held), n);
-                break;
-            }
-        }
-        free(rows);
-    }
+    /* the leaders pass the root's data on: the node that has it to the others */
+    if (comm->rank == 0 && shmtopo_leaders_combine(comm, recv, here >= 0, count, dtype, -1) < 0)
+        return broken(comm);
     if (here < 0 && shmtopo_bcast(comm, recv, count, dtype, 0) < 0)
         return broken(comm);
     return 0;
