@@ -65,3 +65,12 @@ def test_choices_default_to_the_first_and_flags_are_booleans():
     for bad in (2, "yes", None):
         with pytest.raises(ShmtopoValueError, match="overload must be True or False"):
             C._as_flag(bad, "overload")
+
+
+def test_a_comm_made_as_mpi4pys_are_says_how_to_make_one():
+    """shmtopo.Comm(MPI.COMM_WORLD), the way mpi4py's classes are made: a
+    TypeError that names the constructors, not one from inside __init__."""
+    from mpi4py import MPI
+
+    with pytest.raises(TypeError, match=r"shmtopo\.Comm\(Intracomm object\): .*shmtopo\.Comm\.from_mpi\(mpi_comm\)"):
+        C.Comm(MPI.COMM_WORLD)

@@ -69,6 +69,9 @@ class Comm(NativeComm, Collective):
                  mpi_comm: Any = None):
         # Use from_mpi, from_callbacks or shrink: they agree on the options
         # first. create(out) makes the native comm into out[0].
+        if not callable(create):  # Comm(MPI.COMM_WORLD), as mpi4py's classes are made
+            raise TypeError(f"shmtopo.Comm({type(create).__name__} object): make a comm with "
+                            "shmtopo.Comm.from_mpi(mpi_comm) or shmtopo.Comm.from_callbacks(...)")
         self._transport = transport
         self._mpi = mpi_comm
         #: the open windows, in creation order (read-only for the layers below)
