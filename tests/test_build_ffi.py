@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi, pytest.mark.unsanitized]
 ROOT = Path(__file__).resolve().parent.parent
 NO_PKG_CONFIG = {"PKG_CONFIG_LIBDIR": "/nonexistent", "PKG_CONFIG_PATH": ""}
 

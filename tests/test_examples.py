@@ -8,7 +8,7 @@ import pytest
 
 from conftest import CLEAN_ENV, REPEATED_RUN, run_mpiexec
 
-pytestmark = pytest.mark.serial
+pytestmark = [pytest.mark.serial, pytest.mark.unsanitized]
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 

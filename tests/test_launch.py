@@ -22,7 +22,7 @@ import ranks
 import shmtopo
 from conftest import environment_without_a_job
 
-pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi, pytest.mark.unsanitized]
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -21,7 +21,7 @@ import mpi4py
 import pytest
 from mpi4py import MPI
 
-from conftest import CLEAN_ENV, REPEATED_RUN, SANITIZED, fetch_sdist, run_mpiexec
+from conftest import CLEAN_ENV, REPEATED_RUN, fetch_sdist, run_mpiexec
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -107,8 +107,6 @@ def test_mpi4py_collective_tests(mpi4py_tests, n, node_size, only):
     if SPINS_WHEN_OVERSUBSCRIBED and n > (os.cpu_count() or 1):
         pytest.skip(f"{n} ranks on {os.cpu_count()} cores: MPICH's spinning waits would take minutes "
                     "(the strict runs cover these sizes under MPICH)")
-    if SANITIZED and n > 2:
-        pytest.skip("sanitized build: beyond 2 ranks the strict runs cover what the sanitizers can see")
     counts, _ = run_suite(mpi4py_tests, n, node_size=node_size, only=only)
     assert counts["ran"] > 0 and counts["failed"] == 0
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import environment_without_a_job, run_mpiexec
 from test_kupl import build, mpicc
 
-pytestmark = pytest.mark.serial
+pytestmark = [pytest.mark.serial, pytest.mark.unsanitized]
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]

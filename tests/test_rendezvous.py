@@ -11,7 +11,7 @@ import pytest
 from shmtopo import rendezvous
 from shmtopo.errors import ForkedProcessError, PeerDeadError, ShmtopoOSError, ShmtopoTimeoutError, ShmtopoValueError
 
-pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi, pytest.mark.unsanitized]
 
 
 def on_every_rank(server, body):

@@ -13,7 +13,7 @@ from shmtopo.coll.levels import structure_of
 from shmtopo.scale_model import GB, MACHINES, NS, TOP, Layout, Level
 
 # a model on paper: the same under any MPI and at any number of ranks
-pytestmark = [pytest.mark.serial, pytest.mark.no_mpi]
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi, pytest.mark.unsanitized]
 
 EPYC, KUNPENG, KNL = MACHINES
 MiB = 1 << 20

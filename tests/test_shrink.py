@@ -19,13 +19,11 @@ import pytest
 
 import ranks
 import shmtopo
-from conftest import CLEAN_ENV, SANITIZED, WORLD, mpiexec_command
+from conftest import CLEAN_ENV, WORLD, mpiexec_command
 
 HERE = Path(__file__).resolve().parent
-# Under ./dev sanitize the sanitizers check the memory of each path, which
-# a few rounds reach; the races the loops look for are the plain runs' task.
 #: rounds of the kill-and-shrink loops (SHMTOPO_SHRINK_ROUNDS to run more)
-ROUNDS = int(os.environ.get("SHMTOPO_SHRINK_ROUNDS", "10" if SANITIZED else "50"))
+ROUNDS = int(os.environ.get("SHMTOPO_SHRINK_ROUNDS", "50"))
 SEED = int(os.environ.get("SHMTOPO_SHRINK_SEED", str(int(time.time()))))
 
 

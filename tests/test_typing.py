@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SANITIZED
 from test_readme import blocks
 
-pytestmark = [pytest.mark.serial, pytest.mark.no_mpi,
-              pytest.mark.skipif(SANITIZED, reason="sanitized build: the type checker runs no native code")]
+pytestmark = [pytest.mark.serial, pytest.mark.no_mpi, pytest.mark.unsanitized]
 ROOT = Path(__file__).resolve().parent.parent
 mypy_api = pytest.importorskip("mypy.api", reason="mypy is in the [test] extra")
 
