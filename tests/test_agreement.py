@@ -61,9 +61,11 @@ REPORT = os.environ.get("MISUSE_REPORT")
 FULL = os.environ.get("MISUSE_FULL") == "1"
 
 # (id, ranks, node_size): one node, and simulated nodes
-LAYOUTS = [("1node-2", 2, None), ("1node-3", 3, None), ("1node-4", 4, None),
+# (the first, middle and last rank of 3 take every path 2 ranks take; a rank
+# running ahead of 2 others every path it takes ahead of 3)
+LAYOUTS = [("1node-3", 3, None), ("1node-4", 4, None),
            ("nodes2-4", 4, 2), ("nodes1-3", 3, 1), ("nodes2-3", 3, 2),
-           ("ahead-3", 3, None), ("ahead-4", 4, None)]
+           ("ahead-3", 3, None)]
 # The agreement is shmtopo's own (no MPI takes part). Where a run repeats the
 # first (conftest.REPEATED_RUN), the smallest layouts that take each path:
 # first, middle and last rank, a node of one, another node's leader, running ahead.

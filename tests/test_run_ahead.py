@@ -8,7 +8,7 @@ by calls that reuse the scratch buffers; a failure some rank ran past is
 raised with the same exception on every rank, at the failed call or at most
 LAG calls later, and leaves the comm broken on every rank (then freed without
 leftovers); a rank that dies while its peers run ahead is reported by every
-survivor. The misuse matrix (test_agreement.py, layouts ahead-3/ahead-4) runs
+survivor. The misuse matrix (test_agreement.py, layout ahead-3) runs
 every case of one rank's bad or disagreeing argument under mpiexec too.
 """
 import os
