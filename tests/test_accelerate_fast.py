@@ -386,6 +386,47 @@ def test_a_derived_bcast_is_agreed_and_handed_to_mpi_from_c(acomm, planned):
     assert acomm.shm_stats()["Bcast"] == (0, 3), acomm.shm_stats()
 
 
+def test_an_agreed_derived_call_runs_mpis_own_function_from_c(acomm, monkeypatch):
+    """Once agreed, a derived-datatype Bcast or Allgather (IN_PLACE too) is
+    MPI's own function called from the C method, with MPI's result: the
+    mpi4py methods the C method would otherwise call are never called."""
+    t = tables.get_tables()
+    called = []
+
+    class Counting(MPI.Intracomm):
+        def Bcast(self, *args, **kwargs):
+            called.append("Bcast")
+            return MPI.Intracomm.Bcast(self, *args, **kwargs)
+
+        def Allgather(self, *args, **kwargs):
+            called.append("Allgather")
+            return MPI.Intracomm.Allgather(self, *args, **kwargs)
+
+    monkeypatch.setattr(t, "methods", Counting)
+    tables._bind_fast_entries(t)
+    n, rank = WORLD.size, WORLD.rank
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()
+    everyone = np.concatenate([small_ints(r, 4, np.float64) for r in range(n)])
+    try:
+        for call in range(3):  # the first of each through the planner
+            b = small_ints(rank, 6, np.float64)
+            acomm.Bcast([b, 3, pair], root=n - 1)
+            same_bits(b, small_ints(n - 1, 6, np.float64))
+            out = np.zeros(4 * n)
+            acomm.Allgather([small_ints(rank, 4, np.float64), 2, pair], [out, 2, pair])
+            same_bits(out, everyone)
+            out = np.zeros(4 * n)
+            out[4 * rank:4 * rank + 4] = small_ints(rank, 4, np.float64)
+            acomm.Allgather(MPI.IN_PLACE, [out, 2, pair])
+            same_bits(out, everyone)
+    finally:
+        pair.Free()
+        monkeypatch.undo()
+        tables._bind_fast_entries(t)
+    assert called == [], called
+    assert acomm.shm_stats()["Bcast"] == (0, 3) and acomm.shm_stats()["Allgather"] == (0, 6), acomm.shm_stats()
+
+
 def test_a_fast_rank_and_a_delegating_one_both_hand_the_call_to_mpi(acomm):
     """Ranks on the fast entry and a rank whose derived datatype (of the same
     type signature) goes to MPI: legal MPI, so every rank hands the call to

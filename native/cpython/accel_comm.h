@@ -114,7 +114,12 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
                 PyObject *failure = accel_done(-1, errno);
                 return agreeing == nc->fast_handle ? failure : told_across(shm);
             }
-            PyObject *done = call_general(tm.mpi[call], "bind_mpi_only", self, args, nargs, kwnames);
+            const int is_root = shmtopo_comm_job_rank(comm) == root_in(v[P_ROOT], comm);
+            PyObject *done = direct_call(call, self, v, is_root);
+            if (done == Py_NotImplemented) {
+                Py_DECREF(done);
+                done = call_general(tm.mpi[call], "bind_mpi_only", self, args, nargs, kwnames);
+            }
             if (done && ++((CallCounts *)counts)->delegated[call] == 1 && first_count(self, c->name) < 0)
                 Py_CLEAR(done);
             return done;

@@ -79,6 +79,9 @@ static PyMethodDef methods[] = {
      "a failure (shmtopo.Comm internal)."},
     {"bind_comm_fast", (PyCFunction)(void (*)(void))bind_comm_fast, METH_FASTCALL,
      "Bind AcceleratedComm's methods and the op default for CommFast's (shmtopo.accelerate internal)."},
+    {"bind_mpi_direct", (PyCFunction)(void (*)(void))bind_mpi_direct, METH_FASTCALL,
+     "bind_mpi_direct(bcast, allgather, handle_size, capi, in_place, exception): MPI's own functions, for the "
+     "derived-datatype calls CommFast hands over (shmtopo.accelerate internal)."},
     {"bind_mpi_only", (PyCFunction)(void (*)(void))bind_mpi_only, METH_FASTCALL,
      "Bind what CommFast hands to MPI at once, and mpi4py's methods it calls (shmtopo.accelerate internal)."},
     {"copied_new", (PyCFunction)(void (*)(void))copied_new, METH_FASTCALL,

@@ -142,8 +142,9 @@ static PyObject *note_derived(PyObject *self, PyObject *datatype)
 
 /* The datatype of `spec` when it is [buf, count, datatype] of a noted derived
  * type (not freed since), a count >= 0, on a C-contiguous buffer (writable
- * where `writable`), and its count in *count; else NULL. */
-static PyObject *derived_message(PyObject *spec, int writable, Py_ssize_t *count)
+ * where `writable`), and its count in *count; else NULL. With a view, the
+ * buffer stays held there (the caller releases it). */
+static PyObject *derived_view(PyObject *spec, int writable, Py_ssize_t *count, Py_buffer *view)
 {
     if (!(PyList_CheckExact(spec) || PyTuple_CheckExact(spec)) || PySequence_Fast_GET_SIZE(spec) != 3)
         return NULL;
@@ -158,13 +159,21 @@ static PyObject *derived_message(PyObject *spec, int writable, Py_ssize_t *count
         PyErr_Clear();
         return NULL;
     }
-    Py_buffer view;
-    if (PyObject_GetBuffer(item[0], &view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
+    Py_buffer mine;
+    if (!view)
+        view = &mine;
+    if (PyObject_GetBuffer(item[0], view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) {
         PyErr_Clear();
         return NULL;
     }
-    PyBuffer_Release(&view);
+    if (view == &mine)
+        PyBuffer_Release(&mine);
     return item[2];
+}
+
+static PyObject *derived_message(PyObject *spec, int writable, Py_ssize_t *count)
+{
+    return derived_view(spec, writable, count, NULL);
 }
 
 /* A reduction's result side, as the planner reads it (plans._reduction on
@@ -228,6 +237,160 @@ static int derived_call(int call, PyObject *const *v, shmtopo_comm_t *comm, shmt
     *sig = (shmtopo_sig_t){.kind = accel_calls[call].kind, .dtype = -1, .op = -1, .root = root, .alg = -1,
                            .flags = SHMTOPO_SIG_DELEGATED, .extra = (uint64_t)op};
     return ok;
+}
+
+/* ---- MPI's own call, from C ---------------------------------------------
+ *
+ * Once every rank has agreed to hand a derived-datatype call over, mpi4py's
+ * method would read its arguments again (most of what a plain call costs
+ * above MPI's own); this method has read them, so it calls the function of
+ * the MPI library mpi4py loaded itself (found by address: _oob.mpi_functions),
+ * on the handles mpi4py's C API keeps in the comm and datatype objects,
+ * without the GIL, and raises mpi4py's MPI.Exception for an error code, as
+ * mpi4py's method does. Bcast and Allgather, in the forms derived_call
+ * agrees on (an Allgather's sendbuf a noted derived type too, or IN_PLACE);
+ * anything else, a count beyond an int, or a library not found: mpi4py's
+ * method. Handles are ints where 4 bytes wide, pointers where 8 (the
+ * prototypes of native/mpi_oob.c). */
+typedef union mpi_handle {
+    int i;
+    void *p;
+} mpi_handle_t;
+typedef int (*bcast_int_fn)(void *, int, int, int, int);
+typedef int (*bcast_ptr_fn)(void *, int, void *, int, void *);
+typedef int (*allgather_int_fn)(const void *, int, int, void *, int, int, int);
+typedef int (*allgather_ptr_fn)(const void *, int, void *, void *, int, void *, void *);
+typedef void *(*handle_get_fn)(PyObject *);
+
+static struct {
+    void *bcast, *allgather;                /* MPI_Bcast, MPI_Allgather; NULL: mpi4py's methods */
+    int handle_size;                        /* 4, or sizeof(void *) */
+    handle_get_fn comm_get, datatype_get;   /* mpi4py's PyMPIComm_Get, PyMPIDatatype_Get */
+    void *in_place;                         /* MPI_IN_PLACE */
+    PyObject *exception;                    /* MPI.Exception */
+} md;
+
+static int handle_of(handle_get_fn get, PyObject *obj, mpi_handle_t *h)
+{
+    const void *at = get(obj); /* where the object keeps its handle */
+    if (!at) {
+        PyErr_Clear();
+        return -1;
+    }
+    memcpy(md.handle_size == 4 ? (void *)&h->i : (void *)&h->p, at, (size_t)md.handle_size);
+    return 0;
+}
+
+static PyObject *mpi_failed(int rc)
+{
+    PyObject *exc = PyObject_CallFunction(md.exception, "i", rc);
+    if (exc) {
+        PyErr_SetObject(md.exception, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+/* MPI_Bcast of [buf, count, datatype] (root: this rank is it): None, NULL
+ * with mpi4py's exception, or NotImplemented (mpi4py's method, then). */
+static PyObject *direct_bcast(PyObject *self, PyObject *const *v, int is_root)
+{
+    Py_buffer view;
+    Py_ssize_t count;
+    mpi_handle_t comm, type;
+    const int root = root_of(v[P_ROOT]);
+    PyObject *dt = md.bcast && root >= 0 ? derived_view(v[P_BUF], !is_root, &count, &view) : NULL;
+    if (!dt)
+        return new_ref(Py_NotImplemented);
+    if (count > INT_MAX || handle_of(md.comm_get, self, &comm) < 0 || handle_of(md.datatype_get, dt, &type) < 0) {
+        PyBuffer_Release(&view);
+        return new_ref(Py_NotImplemented);
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = md.handle_size == 4 ? ((bcast_int_fn)md.bcast)(view.buf, (int)count, type.i, root, comm.i)
+                             : ((bcast_ptr_fn)md.bcast)(view.buf, (int)count, type.p, root, comm.p);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return rc ? mpi_failed(rc) : new_ref(Py_None);
+}
+
+/* MPI_Allgather of [buf, count, datatype] (or IN_PLACE) into [buf, count, datatype]. */
+static PyObject *direct_allgather(PyObject *self, PyObject *const *v)
+{
+    Py_buffer send = {0}, recv;
+    Py_ssize_t scount = 0, rcount;
+    mpi_handle_t comm, stype, rtype;
+    const int in_place = accel_in_place(v[P_SENDBUF]);
+    PyObject *rt = md.allgather ? derived_view(v[P_RECVBUF], 1, &rcount, &recv) : NULL;
+    if (!rt)
+        return new_ref(Py_NotImplemented);
+    PyObject *st = in_place ? rt : derived_view(v[P_SENDBUF], 0, &scount, &send);
+    int ok = st && scount <= INT_MAX && rcount <= INT_MAX && handle_of(md.comm_get, self, &comm) == 0 &&
+             handle_of(md.datatype_get, st, &stype) == 0 && handle_of(md.datatype_get, rt, &rtype) == 0;
+    if (!ok) {
+        if (st && !in_place)
+            PyBuffer_Release(&send);
+        PyBuffer_Release(&recv);
+        return new_ref(Py_NotImplemented);
+    }
+    const void *sbuf = in_place ? md.in_place : send.buf;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = md.handle_size == 4
+        ? ((allgather_int_fn)md.allgather)(sbuf, (int)scount, stype.i, recv.buf, (int)rcount, rtype.i, comm.i)
+        : ((allgather_ptr_fn)md.allgather)(sbuf, (int)scount, stype.p, recv.buf, (int)rcount, rtype.p, comm.p);
+    Py_END_ALLOW_THREADS
+    if (!in_place)
+        PyBuffer_Release(&send);
+    PyBuffer_Release(&recv);
+    return rc ? mpi_failed(rc) : new_ref(Py_None);
+}
+
+/* The agreed derived-datatype call by MPI's own function where it has one
+ * here; NotImplemented elsewhere. */
+static PyObject *direct_call(int call, PyObject *self, PyObject *const *v, int is_root)
+{
+    switch (call) {
+    case A_BCAST:
+        return direct_bcast(self, v, is_root);
+    case A_ALLGATHER:
+        return direct_allgather(self, v);
+    default:
+        return new_ref(Py_NotImplemented);
+    }
+}
+
+/* bind_mpi_direct(bcast, allgather, handle_size, capi, in_place, exception):
+ * the addresses of MPI_Bcast and MPI_Allgather (0: none), the width of a
+ * handle, mpi4py's C API (MPI.__pyx_capi__), MPI.IN_PLACE and MPI.Exception. */
+static PyObject *bind_mpi_direct(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyDict_Check(args[3]))
+        return PyErr_Format(PyExc_TypeError, "bind_mpi_direct(bcast, allgather, handle_size, capi, in_place, "
+                                             "exception)"), NULL;
+    void *get[2] = {NULL, NULL};
+    const char *names[2] = {"PyMPIComm_Get", "PyMPIDatatype_Get"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *capsule = PyDict_GetItemString(args[3], names[i]);
+        if (capsule && PyCapsule_CheckExact(capsule))
+            get[i] = PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
+        if (!get[i]) {
+            PyErr_Clear();
+            Py_RETURN_NONE; /* no C API: mpi4py's methods */
+        }
+    }
+    const long long size = PyLong_AsLongLong(args[2]);
+    void *bcast = PyLong_AsVoidPtr(args[0]), *allgather = PyLong_AsVoidPtr(args[1]),
+         *in_place = PyLong_AsVoidPtr(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (size != 4 && size != (long long)sizeof(void *))
+        Py_RETURN_NONE;
+    md.bcast = bcast, md.allgather = allgather, md.handle_size = (int)size, md.in_place = in_place;
+    md.comm_get = (handle_get_fn)get[0], md.datatype_get = (handle_get_fn)get[1];
+    Py_XSETREF(md.exception, new_ref(args[5]));
+    Py_RETURN_NONE;
 }
 
 /* bind_mpi_only(unmoved, unmoved_formats, op_class, mpi_class): what

@@ -164,9 +164,9 @@ def _handle_of(obj: Any) -> int:
 
 
 @functools.cache
-def _mpi_calls() -> dict[str, Any] | None:
-    """What native/mpi_oob.c needs of the MPI library mpi4py loaded, or None
-    where it cannot be found (the exchanges then stay in Python)."""
+def mpi_functions(*names: str) -> dict[str, int] | None:
+    """The addresses of MPI_<Name> for each lower-case name, in the MPI
+    library mpi4py loaded; None where one cannot be found."""
     import ctypes
     import os
 
@@ -174,15 +174,32 @@ def _mpi_calls() -> dict[str, Any] | None:
 
     try:
         library = ctypes.CDLL(MPI.__file__, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-        address = {name: ffi.cast("void *", ctypes.cast(getattr(library, f"MPI_{name.capitalize()}"),
-                                                         ctypes.c_void_p).value)
-                   for name in ("iallgather", "ibarrier", "test")}
-        sizes = {MPI._sizeof(MPI.Comm), MPI._sizeof(MPI.Datatype), MPI._sizeof(MPI.Request)}
+        return {name: ctypes.cast(getattr(library, f"MPI_{name.capitalize()}"), ctypes.c_void_p).value or 0
+                for name in names}
     except (OSError, AttributeError, TypeError):
         return None
-    if len(sizes) != 1:
+
+
+def mpi_handle_size() -> int | None:
+    """The width in bytes of the MPI library's handles (comm, datatype and
+    request alike), or None where they differ."""
+    from mpi4py import MPI
+
+    sizes = {MPI._sizeof(MPI.Comm), MPI._sizeof(MPI.Datatype), MPI._sizeof(MPI.Request)}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+@functools.cache
+def _mpi_calls() -> dict[str, Any] | None:
+    """What native/mpi_oob.c needs of the MPI library mpi4py loaded, or None
+    where it cannot be found (the exchanges then stay in Python)."""
+    from mpi4py import MPI
+
+    functions, handle_size = mpi_functions("iallgather", "ibarrier", "test"), mpi_handle_size()
+    if functions is None or handle_size is None or not all(functions.values()):
         return None
-    return dict(address, byte=_handle_of(MPI.BYTE), handle_size=sizes.pop(), status_size=MPI._sizeof(MPI.Status))
+    return dict({name: ffi.cast("void *", address) for name, address in functions.items()},
+                byte=_handle_of(MPI.BYTE), handle_size=handle_size, status_size=MPI._sizeof(MPI.Status))
 
 
 #: either transport: what the core is given is its ``oob``

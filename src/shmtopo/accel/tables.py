@@ -11,8 +11,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from .. import _types
-from .._fastpath import bind_accelerate, bind_mpi_only
+from .. import _oob, _types
+from .._fastpath import bind_accelerate, bind_mpi_direct, bind_mpi_only
 from .._native import lib
 from ..errors import DelegatedToMPI, ShmtopoArgumentError, ShmtopoValueError, last_error
 
@@ -64,6 +64,7 @@ class Tables:
         self.SUM = MPI.SUM
         self.Datatype, self.Op = MPI.Datatype, MPI.Op
         self.Win = MPI.Win  # mpi4py's, whatever a program later binds to MPI.Win
+        self.methods: type = MPI.Intracomm  # whose collectives are mpi4py's own (CommFast's methods call them)
         self.handle: Callable[[Any], int] = (operator.attrgetter("handle") if hasattr(MPI.Datatype, "handle")
                                              else operator.methodcaller("py2f"))
         # the table mpi4py itself types a buffer by, from its format
@@ -217,7 +218,13 @@ def _bind_fast_entries(t: Tables) -> None:
             continue
     unmoved_formats = {prefix + fmt: True for fmt, datatype in t.typedict.items()
                        if t.handle(datatype) in unmoved for prefix in ("", "@", native)}
-    bind_mpi_only(tuple(unmoved.values()), unmoved_formats, t.Op, t.MPI.Intracomm)
+    bind_mpi_only(tuple(unmoved.values()), unmoved_formats, t.Op, t.methods)
+    # MPI's own functions, for the derived-datatype calls every rank agreed to hand over
+    functions, handle_size = _oob.mpi_functions("bcast", "allgather"), _oob.mpi_handle_size()
+    capi = getattr(t.MPI, "__pyx_capi__", None)
+    if functions is not None and handle_size is not None and isinstance(capi, dict):
+        bind_mpi_direct(functions["bcast"], functions["allgather"], handle_size, capi, int(t.IN_PLACE),
+                        t.MPI.Exception)
 
 
 def _fast_failure(err: int) -> BaseException:
