@@ -427,6 +427,28 @@ def test_an_agreed_derived_call_runs_mpis_own_function_from_c(acomm, monkeypatch
     assert acomm.shm_stats()["Bcast"] == (0, 3) and acomm.shm_stats()["Allgather"] == (0, 6), acomm.shm_stats()
 
 
+def test_an_error_of_mpis_own_function_is_mpi4pys_exception(acomm):
+    """MPI's error from the function the C method calls (a datatype never
+    committed) is the MPI.Exception mpi4py's own call raises, with its error
+    class, on every rank, at every call; the comm goes on."""
+    n = WORLD.size
+    loose = MPI.DOUBLE.Create_contiguous(2)  # not committed: MPI refuses it
+    plain = MPI.COMM_WORLD.Dup()
+    try:
+        with pytest.raises(MPI.Exception) as theirs:
+            plain.Bcast([np.zeros(4), 2, loose], root=0)
+        for call in range(3):  # the first through the planner, then from C
+            with pytest.raises(MPI.Exception) as ours:
+                acomm.Bcast([np.zeros(4), 2, loose], root=n - 1)
+            assert ours.value.Get_error_class() == theirs.value.Get_error_class(), (call, ours.value)
+    finally:
+        loose.Free()
+        plain.Free()
+    b = small_ints(WORLD.rank, 4, np.float64)
+    acomm.Bcast(b, root=0)
+    same_bits(b, small_ints(0, 4, np.float64))
+
+
 def test_a_fast_rank_and_a_delegating_one_both_hand_the_call_to_mpi(acomm):
     """Ranks on the fast entry and a rank whose derived datatype (of the same
     type signature) goes to MPI: legal MPI, so every rank hands the call to
