@@ -114,8 +114,8 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
                 PyObject *failure = accel_done(-1, errno);
                 return agreeing == nc->fast_handle ? failure : told_across(shm);
             }
-            const int is_root = shmtopo_comm_job_rank(comm) == root_in(v[P_ROOT], comm);
-            PyObject *done = direct_call(call, self, v, is_root);
+            /* sig.root: a rooted call's root as derived_call read it (-1 for the others) */
+            PyObject *done = direct_call(call, self, v, sig.root == shmtopo_comm_job_rank(comm));
             if (done == Py_NotImplemented) {
                 Py_DECREF(done);
                 done = call_general(tm.mpi[call], "bind_mpi_only", self, args, nargs, kwnames);
