@@ -411,6 +411,9 @@ void shmtopo_win_leave(shmtopo_win_t *win, int origin);
  * waiting for this rank fail too instead of hanging. Returns -1, errno
  * kept. */
 int shmtopo_win_wait_failed(shmtopo_win_t *win, int origin);
+/* shmtopo_sweep_stale_files where a peer was just found dead: a segment
+ * still attached by its dying creator is waited for, a little. */
+int shmtopo_sweep_after_death(const char *topo_dir);
 /* Local: unmap (unless disowned) and free, telling nobody. */
 void shmtopo_win_delete(shmtopo_win_t *win);
 

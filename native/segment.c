@@ -655,13 +655,32 @@ static int sysv_abandoned(int id, uint32_t key, pid_t cpid, uid_t euid)
            !(ds.shm_perm.mode & SHM_DEST);
 }
 
+/* Whether segment `id` is attached by nobody, looking again every ms while
+ * *grace_ms lasts (spent across the sweep): a creator seen dead may still
+ * be unmapping its memory, its own attachment with it (a process that reads
+ * its /proc entry at that moment holds that memory a little longer). */
+static int sysv_unattached(int id, int *grace_ms)
+{
+    struct shmid_ds ds;
+    while (shmctl(id, IPC_STAT, &ds) == 0) {
+        if (ds.shm_nattch == 0)
+            return 1;
+        if (*grace_ms <= 0)
+            break;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+        --*grace_ms;
+    }
+    return 0;
+}
+
 /* Remove the sysv segments still keyed by a creator that is gone (killed
  * between shmget and IPC_RMID). Only those attached by nobody, owned and
  * created by this user, and whose creator the kernel shows in this PID
  * namespace (cpid 0: not visible here, so not judged) with the pid the key
  * names, and no process runs with it. A segment a live process keeps
- * attached keeps its key. */
-static int sweep_sysv(void)
+ * attached keeps its key; one still attached by its dying creator is waited
+ * for while grace_ms lasts. */
+static int sweep_sysv(int grace_ms)
 {
     FILE *f = fopen("/proc/sysvipc/shm", "re");
     if (!f)
@@ -695,10 +714,12 @@ static int sweep_sysv(void)
             continue;
         const uint32_t key = (uint32_t)v[COL_KEY];
         const pid_t cpid = (pid_t)v[COL_CPID];
-        if ((key & 0xc0000000u) != SYSV_TAG || cpid <= 0 || SYSV_KEY_PID(key) != cpid || v[COL_NATTCH] != 0 ||
+        if ((key & 0xc0000000u) != SYSV_TAG || cpid <= 0 || SYSV_KEY_PID(key) != cpid ||
             v[COL_UID] != (long long)euid || v[COL_CUID] != (long long)euid || shmtopo_pid_running(cpid))
             continue;
-        if (sysv_abandoned((int)v[COL_SHMID], key, cpid, euid) && shmctl((int)v[COL_SHMID], IPC_RMID, NULL) == 0)
+        const int id = (int)v[COL_SHMID];
+        if ((v[COL_NATTCH] == 0 || sysv_unattached(id, &grace_ms)) && sysv_abandoned(id, key, cpid, euid) &&
+            shmctl(id, IPC_RMID, NULL) == 0)
             removed++;
     }
 out:
@@ -706,17 +727,31 @@ out:
     return removed;
 }
 
-int shmtopo_sweep_stale_files(const char *topo_dir)
+/* The moment a peer is found dead is the one its leftovers are swept at:
+ * its last attachment may take a few more ms to go. */
+#define AFTER_DEATH_GRACE_MS 200
+
+static int sweep_all(const char *topo_dir, int grace_ms)
 {
     /* whose pids this process cannot judge, it removes nothing of */
     const uint64_t origin = shmtopo_origin();
     if (!origin)
         return 0;
     int removed = sweep("/dev/shm", SHMTOPO_SEG_PREFIX, origin) + sweep("/dev/shm", SHMTOPO_TOPO_PREFIX, origin) +
-                  sweep_sysv();
+                  sweep_sysv(grace_ms);
     if (topo_dir && *topo_dir && strcmp(topo_dir, "/dev/shm") != 0)
         removed += sweep(topo_dir, SHMTOPO_TOPO_PREFIX, origin);
     return removed;
+}
+
+int shmtopo_sweep_stale_files(const char *topo_dir)
+{
+    return sweep_all(topo_dir, 0);
+}
+
+int shmtopo_sweep_after_death(const char *topo_dir)
+{
+    return sweep_all(topo_dir, AFTER_DEATH_GRACE_MS);
 }
 
 int shmtopo_unmap(void *addr, size_t length)

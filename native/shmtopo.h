@@ -722,7 +722,8 @@ int shmtopo_backend_probe(int backend);
  * V segments of this user such a creator had not yet marked for removal,
  * attached by nobody. Whatever another namespace, host or user made stays.
  * Returns how many. Run by
- * comm_create, when a wait finds a dead peer, and by the launcher
+ * comm_create, when a wait finds a dead peer (then waiting up to 200 ms
+ * for the dead creator's own attachment to go), and by the launcher
  * (python -m shmtopo run) once a job's ranks are gone. */
 int shmtopo_sweep_stale_files(const char *topo_dir);
 /* The origin this process's names carry, as 16 hex digits after the pid

@@ -127,7 +127,7 @@ static int copy(const shmtopo_comm_t *comm, int peer, int write, char *local, ui
         }
         if (err == ESRCH || !shmtopo_process_alive(pid, comm->starttimes[peer])) {
             /* the peer is gone: what a wait that finds it dead reports */
-            shmtopo_sweep_stale_files(comm->config.topo_dir);
+            shmtopo_sweep_after_death(comm->config.topo_dir);
             return shmtopo_fail(EOWNERDEAD, them, "rank %d (pid %d) exited while rank %d copied its memory in %s",
                                 them, (int)pid, me, what);
         }

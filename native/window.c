@@ -449,7 +449,7 @@ int shmtopo_win_wait_failed(shmtopo_win_t *win, int origin)
 {
     const int err = errno;
     if (err == EOWNERDEAD) /* what the dead peer published goes with it */
-        shmtopo_sweep_stale_files(win->comm->config.topo_dir);
+        shmtopo_sweep_after_death(win->comm->config.topo_dir);
     shmtopo_win_leave(win, origin);
     errno = err;
     return -1;
