@@ -155,4 +155,13 @@ def run(size: int, fn, *args, timeout: float = 60.0) -> dict:
 
 
 def shm_files() -> set[str]:
-    return {f for f in os.listdir("/dev/shm") if f.startswith("shmtopo")}
+    """shmtopo's files in /dev/shm that this user owns (another user's
+    jobs, such as a suite run beside this one, make and drop their own)."""
+    names = set()
+    for name in os.listdir("/dev/shm"):
+        try:
+            if name.startswith("shmtopo") and os.stat(f"/dev/shm/{name}").st_uid == os.geteuid():
+                names.add(name)
+        except FileNotFoundError:  # dropped since the listing
+            pass
+    return names

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import ranks
 from conftest import CLEAN_ENV, mpiexec_command, run_mpiexec
 
 pytestmark = pytest.mark.serial
@@ -222,8 +223,8 @@ def test_fuzz(programs, n, seed, operations, algorithm):
     requests left: every call does what it should on every rank, nothing
     crashes, nothing hangs (each wait is bounded, and so is the run), and
     nothing is left in /dev/shm."""
-    before = set(os.listdir("/dev/shm"))
+    before = ranks.shm_files()
     env = dict(fence_env(algorithm), SHMTOPO_TIMEOUT="30")
     proc = run(programs, "kupl_fuzz", n, seed, operations, env=env, timeout=120)
     assert f"kupl fuzz ok: {operations} operations on {n} ranks" in proc.stdout, proc.stdout + proc.stderr
-    assert not {f for f in set(os.listdir("/dev/shm")) - before if f.startswith("shmtopo")}
+    assert ranks.shm_files() - before == set()

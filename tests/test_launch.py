@@ -683,7 +683,8 @@ NPROC = """
 
 
 def test_spawn_reports_a_fork_that_fails_and_leaves_nothing(no_mpi_env, tmp_path):
-    """RLIMIT_NPROC exhausted, as the unprivileged user shmtopo: the
+    """RLIMIT_NPROC exhausted, as an unprivileged user (as root: nobody,
+    whose processes no other suite runs beside this one): the
     OSError, and nothing left (the ranks started before are ended; before:
     AssertionError: can only join a started process, and the rendezvous
     leaked)."""
@@ -693,9 +694,9 @@ def test_spawn_reports_a_fork_that_fails_and_leaves_nothing(no_mpi_env, tmp_path
         user = pwd.getpwuid(os.geteuid()).pw_name  # the limit holds for this user itself
     else:
         try:
-            user = pwd.getpwnam("shmtopo").pw_name
+            user = pwd.getpwnam("nobody").pw_name
         except KeyError:
-            pytest.skip("as root RLIMIT_NPROC is not enforced, and there is no user shmtopo to run as")
+            pytest.skip("as root RLIMIT_NPROC is not enforced, and there is no user nobody to run as")
     tmp = tempfile.mkdtemp()  # tmp_path's parents are root's alone
     try:
         if os.geteuid() == 0:
