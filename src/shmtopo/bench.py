@@ -118,7 +118,10 @@ def _num(x: float) -> str:
 
 
 def _times_floor(t: float, floor: float) -> str:
-    return f"{t / floor:.2f}" if floor > 0 else "-"
+    """t as a multiple of the floor, in significant digits: on a busy machine
+    the floor can measure far above a call, and a fixed number of decimals
+    would print a positive ratio as 0."""
+    return _num(t / floor) if floor > 0 else "-"
 
 
 def timing_args(doc: str, rank: int, calls: int = 5000, repeats: int = 7) -> argparse.Namespace:
@@ -175,8 +178,8 @@ def print_against_mpi4py(times: dict[str, tuple[list[float], list[float]]], one_
     for name, (mine, theirs) in times.items():
         a, b = Stat.of(mine), Stat.of(theirs)
         cell = [f"{s.median * 1e6:.{digits}f} ({s.lo * 1e6:.{digits}f}-{s.hi * 1e6:.{digits}f})" for s in (a, b)]
-        ratio = f"{a.median / one_way:8.1f}" if one_way else f"{'-':>8}"
-        print(f"{name:{width}} {cell[0]:>{cells}} {cell[1]:>{cells}} {a.median / b.median:9.2f} {ratio}")
+        ratio = f"{_times_floor(a.median, one_way):>8}"
+        print(f"{name:{width}} {cell[0]:>{cells}} {cell[1]:>{cells}} {_num(a.median / b.median):>9} {ratio}")
 
 
 def mpi_library() -> str:
