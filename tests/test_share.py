@@ -23,7 +23,7 @@ import pytest
 import shmtopo
 from shmtopo import rendezvous, sharing
 
-from conftest import (CLEAN_ENV, environment_without_a_job, mpiexec_command, run_mpiexec,
+from conftest import (CLEAN_ENV, PythonCalls, environment_without_a_job, mpiexec_command, run_mpiexec,
                       skip_simulated_nodes_across_hosts)
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +55,26 @@ def open_fds():
 
 STRUCT = np.dtype([("id", "<i4"), ("pos", "<f8", (3,)), ("name", "S5")])
 SIZES = [("inline", 40), ("bcast", 20000), ("segment", 300000)]
+
+
+def test_a_small_arrays_share_is_one_c_call_on_every_rank(comm):
+    """The most common share, a small C-contiguous array of a type the core
+    has, runs no Python below share() on any rank of a node (its header is
+    made, bcast and read in C); the arrays come back right, read-only for good."""
+    root = comm.world_size - 1
+    sent = [np.arange(128.0), np.arange(12, dtype=np.int32).reshape(3, 4), np.array(7, np.int16),
+            np.zeros((0, 5), np.uint8), np.arange(8, dtype=np.complex64)[::2].copy()]
+    given = sent if comm.world_rank == root else [None] * len(sent)
+    comm.share(given[0], root=root)  # (the first share names the types)
+    with PythonCalls() as python_calls:
+        got = [comm.share(a, root=root) for a in given]
+    if comm.nnodes == 1:
+        assert python_calls == ["<listcomp>"] + ["share"] * len(sent), python_calls
+    for a, b in zip(sent, got):
+        assert b.dtype == a.dtype and b.shape == a.shape and b.tobytes() == a.tobytes()
+        assert not b.flags.writeable
+        with pytest.raises(ValueError):
+            b.setflags(write=True)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int8, np.bool_, np.complex128, ">i4", "M8[ns]", "U3", STRUCT])
@@ -283,10 +303,11 @@ def test_unshare_of_different_shares_raises_everywhere(comm):
 
 # ---- building in place -------------------------------------------------------
 
-def test_shared_array_filled_by_every_rank_then_shared(comm):
+@pytest.mark.parametrize("columns", [5000, 2])  # (small enough to travel inside a share's header)
+def test_shared_array_filled_by_every_rank_then_shared(comm, columns):
     rows = 3 * comm.size + 1
-    a = comm.shared_array((rows, 5000), np.float64)
-    assert a.flags.writeable and a.shape == (rows, 5000) and not a.any()
+    a = comm.shared_array((rows, columns), np.float64)
+    assert a.flags.writeable and a.shape == (rows, columns) and not a.any()
     comm.barrier()  # every rank has looked before any writes
     a[comm.rank::comm.size] = np.arange(comm.rank, rows, comm.size)[:, None]
     frozen = comm.share(a, root=0)

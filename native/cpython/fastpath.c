@@ -32,6 +32,7 @@
 #include "api.h"
 #include "api_vector.h"
 #include "comm.h"
+#include "sharing.h"
 #include "buffers.h"
 #include "plans.h"
 #include "window.h"
@@ -86,6 +87,10 @@ static PyMethodDef methods[] = {
      "Bind what CommFast hands to MPI at once, and mpi4py's methods it calls (shmtopo.accelerate internal)."},
     {"copied_new", (PyCFunction)(void (*)(void))copied_new, METH_FASTCALL,
      "copied_new(cls, *args): the __new__ of the accelerated classes (shmtopo.accelerate internal)."},
+    {"share_small", (PyCFunction)(void (*)(void))share_small, METH_FASTCALL,
+     "share_small(handle, obj, root) -> array | (header,) | None: a small array's share (shmtopo.sharing internal)."},
+    {"bind_share", (PyCFunction)(void (*)(void))bind_share, METH_FASTCALL,
+     "Bind the share header's layout, sharing._dtype_word and numpy.frombuffer (shmtopo.sharing internal)."},
     {"note_derived", note_derived, METH_O,
      "note_derived(datatype): the planner hands messages of this derived type to MPI (shmtopo.accelerate internal)."},
     {NULL, NULL, 0, NULL},

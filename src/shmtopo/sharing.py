@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _oob
-from ._fastpath import claim, unclaim
+from ._fastpath import bind_share, claim, share_small, unclaim
 from ._base import CommLike, Held
 from ._types import BCAST
 from ._native import lib
@@ -65,8 +65,13 @@ HEADER_WORDS = 263
 #: numpy name, up to 8 bytes), ndim | F order << 8, unused; then up to
 #: _MAX_DIMS extents; then the inline data
 _FIELDS = struct.Struct("<8Q")
+#: their names, in order (the C entry of small shares finds the ones it reads by name)
+_FIELD_NAMES = ("tier", "nbytes", "described", "number", "error", "word", "dims", "scattered")
 _MAX_DIMS = 8
 _FIXED = 8 + _MAX_DIMS  # words before the inline data
+#: the extents of an array of n dimensions, and the fields followed by them
+_SHAPES = [struct.Struct(f"<{n}Q") for n in range(_MAX_DIMS + 1)]
+_FIELDS_AND_SHAPES = [struct.Struct(f"<{8 + n}Q") for n in range(_MAX_DIMS + 1)]
 _HEADER_BYTES = HEADER_WORDS * 8
 #: data up to this many bytes travels inside the header
 INLINE = (HEADER_WORDS - _FIXED) * 8
@@ -225,6 +230,9 @@ def _dtype_of(word: int) -> np.dtype[Any]:
     return dt
 
 
+bind_share(HEADER_WORDS, _FIXED, _FIELD_NAMES, _INLINE, _dtype_word, np.frombuffer)
+
+
 def _order(a: npt.NDArray[Any]) -> str:
     """How an array's bytes are laid out in a share: as it is when
     F-contiguous only, else in C order."""
@@ -291,6 +299,12 @@ class _Writable(NamedTuple):
     order: str
 
 
+#: shared_arrays made and not yet shared, on any comm: while there are some,
+#: a root's small array may be one of them, to share where it lies, so the
+#: small-array path (which copies it into the header) waits
+_writable_pending = 0
+
+
 class _State:
     """What a comm keeps for shares (attached to it): the writable arrays of
     shared_array, by the number every rank gave the same one."""
@@ -323,6 +337,8 @@ def _state(comm: CommLike) -> _State:
 
 
 def _forget_writable(state: _State) -> None:
+    global _writable_pending
+    _writable_pending -= len(state.writable)
     state.writable.clear()  # the comm frees its windows itself
 
 
@@ -352,7 +368,13 @@ def share(comm: CommLike, obj: Any, root: int = 0, *, placement: str | None = No
     address = comm.address
     claim(address, 0)  # as Held, without its two Python calls: small shares are common
     try:
-        return _share(comm, obj, root, placement, huge_pages)
+        # a small array, in one C call (which bcasts the header on every rank but where it declines at once)
+        done = share_small(comm.fast_handle, obj if not _writable_pending else None, root)
+        if done is None:
+            return _share(comm, obj, root, placement, huge_pages)
+        if type(done) is tuple:  # (a copy that owns its memory: what views it can never be made writeable)
+            return _share(comm, obj, root, placement, huge_pages, header=done[0].copy())
+        return done
     except PeerDeadError as exc:
         heard_of(comm, exc)  # the other nodes may wait in MPI, where only news reaches
         raise
@@ -360,21 +382,25 @@ def share(comm: CommLike, obj: Any, root: int = 0, *, placement: str | None = No
         unclaim(address, 0)
 
 
-def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_pages: bool | str) -> Any:
-    """share's steps (this thread holds the comm)."""
+def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_pages: bool | str,
+           header: Any = None) -> Any:
+    """share's steps (this thread holds the comm), from the header's bcast
+    or, given the header, from what follows it."""
     payload = None
-    header: Any = _small_array_header(obj) if comm.world_rank == root else None
     if header is None:
-        header = np.empty(HEADER_WORDS, np.uint64)  # (numpy arrays are buffers; its stubs do not say so)
-        if comm.world_rank == root:
-            payload = _root_header(comm, obj, root, header)
-    comm.bcast(header, root=root, out=header)  # type: ignore[attr-defined]
+        header = _small_array_header(obj) if comm.world_rank == root and not _writable_pending else None
+        if header is None:
+            header = np.empty(HEADER_WORDS, np.uint64)  # (numpy arrays are buffers; its stubs do not say so)
+            if comm.world_rank == root:
+                payload = _root_header(comm, obj, root, header)
+        comm.bcast(header, root=root, out=header)  # type: ignore[attr-defined]
     tier, nbytes, descr_len, number, code, word, dims, scattered = _FIELDS.unpack_from(header)
     if tier == _INLINE and not descr_len and not dims >> 8:  # a small C-ordered array: the common case
         dt = _dtype_of(word)
-        # on a read-only buffer: nobody can make it writeable again
+        # on a read-only memoryview (np.ndarray(buffer=) would see through it to the header): nobody can
+        # make it writeable again
         out = np.frombuffer(memoryview(header).toreadonly(), dt, nbytes // dt.itemsize, _FIXED * 8)
-        return out.reshape(struct.unpack_from(f"<{dims}Q", header, 64))
+        return out if dims == 1 else out.reshape(_SHAPES[dims].unpack_from(header, 64))
     if tier == _ERROR:
         message = header[_FIXED:].view(np.uint8)[:nbytes].tobytes().decode(errors="replace")
         raise (ShmtopoArgumentError if code == _ARGUMENT else ShmtopoValueError)(message, 22, root)
@@ -393,7 +419,7 @@ def _share(comm: CommLike, obj: Any, root: int, placement: str | None, huge_page
     data.flags.writeable = False
     if descr_len:
         return _rebuilt(data, nbytes, descr_len)
-    shape = struct.unpack_from(f"<{dims & 0xFF}Q", header, 64)
+    shape = _SHAPES[dims & 0xFF].unpack_from(header, 64)
     out = _typed(data, _dtype_of(word), shape, "F" if dims >> 8 else "C")
     out.flags.writeable = False
     return out
@@ -409,8 +435,7 @@ def _small_array_header(obj: Any) -> Any:
     if not word or not obj.flags.c_contiguous:
         return None
     buf = bytearray(_HEADER_BYTES)
-    _FIELDS.pack_into(buf, 0, _INLINE, obj.nbytes, 0, 0, 0, word, obj.ndim, 0)
-    struct.pack_into(f"<{obj.ndim}Q", buf, 64, *obj.shape)
+    _FIELDS_AND_SHAPES[obj.ndim].pack_into(buf, 0, _INLINE, obj.nbytes, 0, 0, 0, word, obj.ndim, 0, *obj.shape)
     buf[_FIXED * 8:_FIXED * 8 + obj.nbytes] = obj.tobytes()
     return np.frombuffer(buf, np.uint64)
 
@@ -429,7 +454,7 @@ def _root_header(comm: CommLike, obj: Any, root: int, header: Any) -> _Payload |
             payload = _array_payload(obj, not word)
             if word:
                 dims = obj.ndim | (_order(obj) == "F") << 8
-                struct.pack_into(f"<{obj.ndim}Q", header, 64, *obj.shape)
+                _SHAPES[obj.ndim].pack_into(header, 64, *obj.shape)
         else:
             payload = _object_payload(obj)
     except Exception as exc:  # noqa: BLE001 - sent to every rank, raised there
@@ -600,6 +625,8 @@ def shared_array(comm: CommLike, shape: Any, dtype: Any = np.float64, *, order: 
         state = _state(comm)
         number, state.next_id = state.next_id, state.next_id + 1
         state.writable[number] = _Writable(win, dt, dims, order)
+        global _writable_pending
+        _writable_pending += 1
         return _typed(_region(win), dt, dims, order)
 
 
@@ -617,6 +644,8 @@ def _publish(comm: CommLike, root: int, number: int, nbytes: int) -> npt.NDArray
     w = normalised(comm, BCAST, mine)
     agree(comm, BCAST, nbytes, root=root, extra=number)  # every rank still holds it
     del state.writable[number]
+    global _writable_pending
+    _writable_pending -= 1
     win = w.win
     try:
         part = _region(win)
