@@ -15,9 +15,10 @@ time: seconds for the same ways (but the pickled bcast), a numpy copy of
     from nothing to every rank holding the data (the Allocate_shared recipe
     and pshmem include their communicator splits); the median of --repeat
     runs and the range.
-small: microseconds per call of a 1 KiB share, of comm.barrier() and of
-    mpi4py's bcast of the same 1 KiB array (medians over 7 runs of many
-    calls each).
+small: microseconds per call of a 1 KiB share, of comm.barrier(), of
+    comm.bcast of a share's header (the one step of a small share: the
+    share's floor) and of mpi4py's bcast of the same 1 KiB array (medians
+    over 7 runs of many calls each).
 
 Ratios, not absolute times: this machine is shared, and its speed swings.
 """
@@ -195,10 +196,13 @@ def measure_small(calls: int) -> None:
         for _ in range(calls):
             fn()
         return (time.perf_counter() - start) / calls * 1e6
-    rows = {"shmtopo.share of 1 KiB": [], "comm.barrier()": [], "COMM_WORLD.bcast of 1 KiB": []}
+    header = np.zeros(shmtopo.sharing.HEADER_WORDS, np.uint64)
+    rows = {"shmtopo.share of 1 KiB": [], "comm.barrier()": [], "comm.bcast of a header": [],
+            "COMM_WORLD.bcast of 1 KiB": []}
     for _ in range(7):
         rows["shmtopo.share of 1 KiB"].append(per_call(lambda: comm.share(x if world.rank == 0 else None)))
         rows["comm.barrier()"].append(per_call(comm.barrier))
+        rows["comm.bcast of a header"].append(per_call(lambda: comm.bcast(header, 0, out=header)))
         rows["COMM_WORLD.bcast of 1 KiB"].append(per_call(lambda: world.bcast(x if world.rank == 0 else None)))
     if world.rank == 0:
         print(f"\nsmall calls at {world.size} ranks, us per call (median of 7 runs of {calls}, range):")
