@@ -144,3 +144,10 @@ class RmaState:
     def pop_lock(self, rank: int) -> tuple[bool, bool] | None: ...
     def set_lock(self, rank: int, exclusive: bool, taken: bool) -> None: ...
     def release(self) -> None: ...
+def share_small(handle: int, obj: Any, root: Any) -> Any:
+    """A small array's share (shmtopo.sharing): the read-only array on every
+    rank; (header,) once the header is bcast but holds anything else; None,
+    having done nothing collective, where sharing.py takes the whole call."""
+def bind_share(words: int, data_word: int, fields: tuple[str, ...], inline_tier: int,
+               dtype_word: Callable[[Any], int], frombuffer: Callable[..., Any]) -> None:
+    """The share header's layout as sharing.py writes it, its dtype words and numpy.frombuffer."""
