@@ -305,7 +305,7 @@ def test_unshare_of_different_shares_raises_everywhere(comm):
 
 @pytest.mark.parametrize("columns", [5000, 2])  # (small enough to travel inside a share's header)
 def test_shared_array_filled_by_every_rank_then_shared(comm, columns):
-    rows = 3 * comm.size + 1
+    rows = 3 * comm.world_size + 1  # (the same shape on every node: the call is collective over the job)
     a = comm.shared_array((rows, columns), np.float64)
     assert a.flags.writeable and a.shape == (rows, columns) and not a.any()
     comm.barrier()  # every rank has looked before any writes
