@@ -16,9 +16,11 @@ time: seconds for the same ways (but the pickled bcast), a numpy copy of
     and pshmem include their communicator splits); the median of --repeat
     runs and the range.
 small: microseconds per call of a 1 KiB share, of comm.barrier(), of
-    comm.bcast of a share's header (the one step of a small share: the
-    share's floor) and of mpi4py's bcast of the same 1 KiB array (medians
-    over 7 runs of many calls each).
+    comm.bcast of a share's header (the one step of a small share), of the
+    least any share of 1 KiB does (a bcast of the 1 KiB in place; numpy
+    making one read-only array over 1 KiB, on each rank alone) and of
+    mpi4py's bcast of the same 1 KiB array (medians over 7 runs of many
+    calls each).
 
 Ratios, not absolute times: this machine is shared, and its speed swings.
 """
@@ -197,12 +199,16 @@ def measure_small(calls: int) -> None:
             fn()
         return (time.perf_counter() - start) / calls * 1e6
     header = np.zeros(shmtopo.sharing.HEADER_WORDS, np.uint64)
+    data = x.copy()
+    readonly = memoryview(data).toreadonly()
     rows = {"shmtopo.share of 1 KiB": [], "comm.barrier()": [], "comm.bcast of a header": [],
-            "COMM_WORLD.bcast of 1 KiB": []}
+            "comm.bcast of 1 KiB": [], "a read-only array": [], "COMM_WORLD.bcast of 1 KiB": []}
     for _ in range(7):
         rows["shmtopo.share of 1 KiB"].append(per_call(lambda: comm.share(x if world.rank == 0 else None)))
         rows["comm.barrier()"].append(per_call(comm.barrier))
         rows["comm.bcast of a header"].append(per_call(lambda: comm.bcast(header, 0, out=header)))
+        rows["comm.bcast of 1 KiB"].append(per_call(lambda: comm.bcast(data, 0, out=data)))
+        rows["a read-only array"].append(per_call(lambda: np.frombuffer(readonly, np.float64)))
         rows["COMM_WORLD.bcast of 1 KiB"].append(per_call(lambda: world.bcast(x if world.rank == 0 else None)))
     if world.rank == 0:
         print(f"\nsmall calls at {world.size} ranks, us per call (median of 7 runs of {calls}, range):")
