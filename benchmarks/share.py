@@ -8,7 +8,9 @@ memory: the node's memory after every rank holds the root's array, less
     the anonymous memory (smaps_rollup's Anonymous) of every rank, for
     shmtopo.share, mpi4py's Win.Allocate_shared recipe, pshmem's MPIShared
     (where installed), MPI.COMM_WORLD.bcast (mpi4py's pickled bcast) and
-    Bcast into a buffer of each rank's own; one run each.
+    Bcast into a buffer of each rank's own, and for shmtopo.share of a dict
+    of three arrays of the same size together and small values; with the
+    most any one rank's private memory grew; one run each.
 time: seconds for the same ways (but the pickled bcast), a numpy copy of
     the array into new memory on one rank (a memcpy, the floor) and the
     node's shared pages alone (each rank faulting its part in), each
@@ -56,13 +58,14 @@ def private() -> int:
     raise KeyError("Anonymous")
 
 
-def node_memory() -> int:
-    """Shmem plus every rank's private memory, as seen by all ranks at once."""
+def node_memory() -> tuple[int, np.ndarray]:
+    """Shmem plus every rank's private memory, as seen by all ranks at once,
+    and each rank's private memory."""
     world.Barrier()
     mine = np.array([private()], np.int64)
     every = np.empty(world.size, np.int64)
     world.Allgather(mine, every)
-    return meminfo("Shmem") + int(every.sum())
+    return meminfo("Shmem") + int(every.sum()), every
 
 
 def _allocate_shared(source, nbytes: int):
@@ -115,28 +118,39 @@ def available(name: str) -> bool:
     return True
 
 
+def _objects(nbytes: int):
+    """The root's dict of three arrays (nbytes together) and small Python
+    values, as a program's model or table, shared whole."""
+    third = nbytes // 24
+    return {"weights": np.ones(third), "bias": np.full(third, 2.0), "index": np.arange(third, dtype=np.int64),
+            "name": "model", "shape": (3, third), "scale": 0.5}
+
+
 def measure_memory(nbytes: int) -> None:
     source = np.ones(nbytes // 8) if world.rank == 0 else None
+    objects = _objects(nbytes) if world.rank == 0 else None
+    ways = dict(WAYS)
+    ways["shmtopo.share of a dict"] = lambda source, nbytes: (shmtopo.share(objects)["weights"], None)
     rows = []
-    for name, way in WAYS.items():
+    for name, way in ways.items():
         if not available(name):
             continue
         gc.collect()
-        before = node_memory()
+        before, private_before = node_memory()
         got, free = way(source, nbytes)
-        after = node_memory()
+        after, private_after = node_memory()
         assert got[-1] == 1.0
         del got
         if free is not None:
             free()
         gc.collect()
         world.Barrier()
-        rows.append((name, (after - before) / GIB))
+        rows.append((name, (after - before) / GIB, int((private_after - private_before).max()) / (1 << 20)))
     if world.rank == 0:
         print(f"\nnode memory for {nbytes / GIB:g} GiB held by each of {world.size} ranks "
-              f"(the root's own array excluded):")
-        for name, gib in rows:
-            print(f"  {name:22s} +{gib:6.2f} GiB")
+              f"(the root's own data excluded), and the most one rank's private memory grew:")
+        for name, gib, mib in rows:
+            print(f"  {name:24s} +{gib:6.2f} GiB  +{mib:8.1f} MiB private")
 
 
 def idle_barrier() -> None:
