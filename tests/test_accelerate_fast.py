@@ -113,6 +113,35 @@ def test_plain_calls_run_no_python(acomm):
         acomm.Allreduce(x, b, no_such_keyword=1)
 
 
+def test_a_derived_comm_is_one_object_until_its_first_use(acomm):
+    """Making a derived comm costs MPI's constructor and one object: no
+    Python runs below the constructor's own method (its shmtopo state is
+    made at its first read, from the comm it came from; freed before any
+    use, it makes none). Used, each one is accelerated as any comm; freed
+    unused, it reads as freed."""
+    n = WORLD.size
+    first = acomm.Create_cart([n])  # (the first comm of a class makes the class)
+    first.Sub([True]).Free()
+    first.Free()
+    with PythonCalls() as python_calls:
+        made = [acomm.Dup(), acomm.Split(0, WORLD.rank), acomm.Create_cart([n])]
+        line = made[2].Sub([True])
+        kept = acomm.Dup()
+        kept.Free()
+    assert python_calls == ["Dup", "_derived", "Split", "_wrapped", "Create_cart", "_wrapped", "_cart_sub",
+                            "_wrapped", "Dup", "_derived", "Free"], python_calls
+    assert kept == MPI.COMM_NULL
+    with pytest.raises(shmtopo.FreedError):
+        kept.shm_comm
+    for c in made + [line, made[0].Dup()]:
+        out = np.zeros(2)
+        c.Allreduce(np.ones(2), out)
+        np.testing.assert_array_equal(out, np.full(2, float(n)))
+        assert c.shm_stats() == {"Allreduce": (1, 0)} and isinstance(c.shm_comm, shmtopo.Comm)
+        assert c._options is acomm._options and c._strict == acomm._strict
+        c.Free()
+
+
 @pytest.mark.parametrize("dtype", ORDERED_DTYPES, ids=str)
 def test_plain_calls_run_without_the_planner(acomm, planned, dtype):
     n = WORLD.size

@@ -153,7 +153,12 @@ class _Side:
                 pass
 
 
-_OWN = ("_comm", "_shm", "_side", "_tables", "_strict", "_stats", "_fast_counts", "_options")
+#: an accelerated comm's state; a derived comm starts with `_origin` alone,
+#: the comm it came from, and takes the rest at its first read of any
+#: (_lazy_state): making it then costs MPI's constructor and
+#: one slot. (`_origin` last: a copy takes the state, made by then, not it.)
+_STATE = ("_comm", "_shm", "_side", "_tables", "_strict", "_stats", "_fast_counts", "_options")
+_OWN = _STATE + ("_origin",)
 
 
 class AcceleratedComm:
@@ -193,6 +198,8 @@ class AcceleratedComm:
         self._fast_counts = CallCounts()
 
     if TYPE_CHECKING:  # for type checkers only: at run time these are the mpi4py base class's
+        _origin: AcceleratedComm  # a derived comm's, until it takes its state
+
         def __getattr__(self, name: str) -> Any:
             """The mpi4py communicator's attribute (Get_rank, Send, ...)."""
 
@@ -680,38 +687,42 @@ class AcceleratedComm:
         """Local: the new communicator ``comm`` as an accelerated comm with
         this comm's options (COMM_NULL, where a rank is in no new comm, and
         intercommunicators as they are)."""
-        MPI = self._tables.MPI
-        if comm == MPI.COMM_NULL or not isinstance(comm, MPI.Intracomm):
+        lazy: Any = _LAZY.get(type(comm))  # (the plain classes already met: the common case)
+        if lazy is None:
+            if type(comm) in _PLAIN:  # (Dup and Clone make one of this comm's own class, to attach)
+                return self._derived(comm) if comm else comm
+            if not isinstance(comm, self._tables.MPI.Intracomm):
+                return comm
+            accelerated_class(type(comm))
+            lazy = _LAZY[type(comm)]
+        if not comm:  # COMM_NULL
             return comm
-        if type(comm) not in _PLAIN:  # (Dup and Clone make one of this comm's own class, to attach)
-            made: Any = accelerated_class(type(comm))
-            comm = made._mpi_new(made, comm)  # a new comm has no shmtopo state to copy: mpi4py's __new__ alone
-        return self._derived(comm)
+        new = lazy._mpi_new(lazy, comm)  # a new comm has no shmtopo state to copy: mpi4py's __new__ alone
+        new._origin = self
+        return new
 
     def _derived(self, made: Any) -> Any:
         """Local: `made`, a new comm of an accelerated class, with this comm's
-        options. Its shmtopo side is made at its first call that shmtopo
-        runs, so that making it costs what MPI's constructor costs (made
-        once per plan or per array by some libraries: each line here
-        counts), and a comm never used costs no shared memory."""
-        made._options = self._options
-        made._comm = made._shm = None
-        made._side = _Side()
-        made._tables = self._tables
-        made._strict = self._strict
-        made._stats = _Stats()
-        made._fast_counts = CallCounts()
+        options. It takes its state at its first read of it (its class is
+        the lazy one until then), and its shmtopo side at its first call
+        that shmtopo runs, so that making it costs what MPI's constructor
+        costs (made once per plan or per array by some libraries: each line
+        here counts), and a comm never used costs no shared memory."""
+        lazy = _LAZY[_PLAIN[type(made)]]
+        if type(made) is not lazy:
+            made.__class__ = lazy
+        made._origin = self
         return made
 
     def Dup(self, info: Any = None) -> Any:
         """Collective: mpi4py's ``Dup``, accelerated (free it with ``Free()``)."""
         # mpi4py's Dup makes an object of this comm's own class: attached, never COMM_NULL
-        mpi: Any = _PLAIN[type(self)]
-        return self._derived(mpi.Dup(self) if info is None else mpi.Dup(self, info))
+        plain: Any = _PLAIN[type(self)]
+        return self._derived(plain.Dup(self) if info is None else plain.Dup(self, info))
 
     def Dup_with_info(self, info: Any) -> Any:
         """Collective: mpi4py's ``Dup_with_info``, accelerated."""
-        return self._wrapped(self._mpi().Dup_with_info(info))
+        return self._wrapped(_PLAIN[type(self)].Dup_with_info(self, info))
 
     def Idup(self, info: Any = None) -> Any:
         """Collective: mpi4py's ``Idup``. The new communicator is a plain
@@ -725,44 +736,44 @@ class AcceleratedComm:
 
     def Clone(self) -> Any:
         """Collective: mpi4py's ``Clone``, accelerated."""
-        return self._wrapped(self._mpi().Clone())
+        return self._wrapped(_PLAIN[type(self)].Clone(self))
 
     def Split(self, color: int = 0, key: int = 0) -> Any:
         """Collective: mpi4py's ``Split``, accelerated (COMM_NULL as it is)."""
-        return self._wrapped(self._mpi().Split(color, key))
+        return self._wrapped(_PLAIN[type(self)].Split(self, color, key))
 
     def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Any:
         """Collective: mpi4py's ``Split_type``, accelerated."""
         args = (split_type, key) if info is None else (split_type, key, info)
-        return self._wrapped(self._mpi().Split_type(*args))
+        return self._wrapped(_PLAIN[type(self)].Split_type(self, *args))
 
     def Create(self, group: Any) -> Any:
         """Collective: mpi4py's ``Create``, accelerated."""
-        return self._wrapped(self._mpi().Create(group))
+        return self._wrapped(_PLAIN[type(self)].Create(self, group))
 
     def Create_group(self, group: Any, tag: int = 0) -> Any:
         """Collective over the group: mpi4py's ``Create_group``, accelerated."""
-        return self._wrapped(self._mpi().Create_group(group, tag))
+        return self._wrapped(_PLAIN[type(self)].Create_group(self, group, tag))
 
     def Create_cart(self, dims: Any, periods: Any = None, reorder: bool = False) -> Any:
         """Collective: mpi4py's ``Create_cart``, an accelerated Cartcomm."""
-        return self._wrapped(self._mpi().Create_cart(dims, periods, reorder))
+        return self._wrapped(_PLAIN[type(self)].Create_cart(self, dims, periods, reorder))
 
     def Create_graph(self, index: Any, edges: Any, reorder: bool = False) -> Any:
         """Collective: mpi4py's ``Create_graph``, an accelerated Graphcomm."""
-        return self._wrapped(self._mpi().Create_graph(index, edges, reorder))
+        return self._wrapped(_PLAIN[type(self)].Create_graph(self, index, edges, reorder))
 
     def Create_dist_graph(self, sources: Any, degrees: Any, destinations: Any, weights: Any = None,
                           info: Any = None, reorder: bool = False) -> Any:
         """Collective: mpi4py's ``Create_dist_graph``, an accelerated Distgraphcomm."""
         args = (sources, degrees, destinations, weights) + (() if info is None else (info,))
-        return self._wrapped(self._mpi().Create_dist_graph(*args, reorder=reorder))
+        return self._wrapped(_PLAIN[type(self)].Create_dist_graph(self, *args, reorder=reorder))
 
     def Create_dist_graph_adjacent(self, sources: Any, destinations: Any, sourceweights: Any = None,
                                    destweights: Any = None, info: Any = None, reorder: bool = False) -> Any:
         """Collective: mpi4py's ``Create_dist_graph_adjacent``, an accelerated Distgraphcomm."""
         args = (sources, destinations, sourceweights, destweights) + (() if info is None else (info,))
-        return self._wrapped(self._mpi().Create_dist_graph_adjacent(*args, reorder=reorder))
+        return self._wrapped(_PLAIN[type(self)].Create_dist_graph_adjacent(self, *args, reorder=reorder))
 
 
 class AcceleratedPrequest:
@@ -856,7 +867,57 @@ del _name
 
 def _cart_sub(self: AcceleratedComm, remain_dims: Any) -> Any:
     """Collective: mpi4py's ``Cartcomm.Sub``, an accelerated Cartcomm."""
-    return self._wrapped(self._mpi().Sub(remain_dims))
+    return self._wrapped(_PLAIN[type(self)].Sub(self, remain_dims))
+
+
+def _lazy_state(made: type) -> dict[str, Any]:
+    """The state of a derived comm of the accelerated class `made` not yet
+    used: each slot a property whose first read makes the whole state, from
+    the comm it came from, and makes the comm one of class `made` (whose
+    slots are then read directly). A property, not a __getattr__: that would
+    make an AttributeError at every first read, and slow every attribute
+    lookup of the class. CommFast's C methods, finding no slot `_shm` in
+    this class, take the Python method, which reads the state."""
+    def slot(name: str) -> property:
+        direct = made.__dict__[name]  # the slot's member descriptor
+
+        def read(self: Any) -> Any:
+            origin = self._origin
+            del self._origin
+            self.__class__ = made
+            if type(origin) is tuple:  # (origin,): freed before its first use
+                _take_state(self, origin[0])
+                self._side.lazy = False
+            else:
+                _take_state(self, origin)
+            return direct.__get__(self, made)
+
+        def write(self: Any, value: Any) -> None:
+            read(self)  # the rest of the state first
+            direct.__set__(self, value)
+        return property(read, write)
+
+    def Free(self: Any) -> None:
+        """Local: a derived comm freed before its first use has no shmtopo
+        side to drop: MPI's Free, and its state, if ever read, says freed
+        (as AcceleratedComm.Free's, whose work it spares a comm made and
+        freed at once)."""
+        self._origin = (self._origin,)
+        _PLAIN[made].Free(self)
+    return {"Free": Free, **{name: slot(name) for name in _STATE}}
+
+
+def _take_state(made: AcceleratedComm, origin: AcceleratedComm) -> None:
+    """A derived comm's state, at its first read (before which nothing
+    writes it): `origin`'s options, tables and strictness, and its own side
+    (no shmtopo comm yet) and counts."""
+    made._options = origin._options
+    made._comm = made._shm = None
+    made._side = _Side()
+    made._tables = origin._tables
+    made._strict = origin._strict
+    made._stats = _Stats()
+    made._fast_counts = CallCounts()
 
 
 def _handed_to_mpi(name: str) -> Callable[..., None]:
@@ -874,7 +935,9 @@ bind_comm_fast({name: getattr(AcceleratedComm, name) for name in FAST_CALLS}, SU
 
 # The accelerated class of each mpi4py communicator class, and back.
 _ACCELERATED: dict[type, type] = {}
-_PLAIN: dict[type, type] = {}
+_PLAIN: dict[type, Any] = {}  # (mpi4py classes: their methods are untyped here)
+#: mpi4py's class -> the accelerated class of the derived comms not yet used (a subclass of the other)
+_LAZY: dict[type, type] = {}
 
 
 def accelerated_class(cls: type) -> type:
@@ -890,8 +953,18 @@ def accelerated_class(cls: type) -> type:
         # CommFast first: its C methods take the plain calls, AcceleratedComm's the others
         made = type(f"Accelerated{cls.__name__}", (CommFast, AcceleratedComm, cls), namespace)
         mpi_new(made, cls)
+        # a derived comm's class until it takes its state (at its first read)
+        copy_state = namespace["_copy_state"].__func__
+
+        def _copy_state(new: Any, source: Any) -> None:
+            copy_state(new, source)  # (reading a lazy source's state makes it)
+            if type(new) is lazy:  # a copy of a lazy comm: it holds the state
+                new.__class__ = made
+        lazy = type(made.__name__, (made,), {"__slots__": (), "__module__": "shmtopo", "__doc__": made.__doc__,
+                                             "_copy_state": staticmethod(_copy_state), **_lazy_state(made)})
         _ACCELERATED[cls] = made
-        _PLAIN[made] = cls
+        _PLAIN[made] = _PLAIN[lazy] = cls
+        _LAZY[cls] = lazy
     return made
 
 
