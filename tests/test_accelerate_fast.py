@@ -133,13 +133,36 @@ def test_a_derived_comm_is_one_object_until_its_first_use(acomm):
     assert kept == MPI.COMM_NULL
     with pytest.raises(shmtopo.FreedError):
         kept.shm_comm
-    for c in made + [line, made[0].Dup()]:
+    for c in [line, made[0].Dup()] + made:  # (the first two make the state of the unused comm they came from)
         out = np.zeros(2)
         c.Allreduce(np.ones(2), out)
         np.testing.assert_array_equal(out, np.full(2, float(n)))
         assert c.shm_stats() == {"Allreduce": (1, 0)} and isinstance(c.shm_comm, shmtopo.Comm)
         assert c._options is acomm._options and c._strict == acomm._strict
         c.Free()
+
+
+def test_threads_reading_an_unused_comms_state_at_once_see_one_state(acomm):
+    """Four threads making a derived comm's state at the same moment: one
+    makes it, the others read that one (no error, one side)."""
+    import threading
+
+    for _ in range(20):
+        fresh = acomm.Split(0, WORLD.rank)
+        seen, errors = [], []
+
+        def read():
+            try:
+                seen.append((fresh._side, fresh._stats, fresh._tables))
+            except Exception as exc:  # noqa: BLE001 - asserted below
+                errors.append(exc)
+        threads = [threading.Thread(target=read) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and len({tuple(map(id, s)) for s in seen}) == 1, (errors, seen)
+        fresh.Free()
 
 
 @pytest.mark.parametrize("dtype", ORDERED_DTYPES, ids=str)

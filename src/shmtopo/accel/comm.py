@@ -42,6 +42,7 @@ local, as MPI_Comm_free is in practice (Comm.release: a clean departure).
 from __future__ import annotations
 
 import operator
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -877,23 +878,36 @@ def _lazy_state(made: type) -> dict[str, Any]:
     slots are then read directly). A property, not a __getattr__: that would
     make an AttributeError at every first read, and slow every attribute
     lookup of the class. CommFast's C methods, finding no slot `_shm` in
-    this class, take the Python method, which reads the state."""
+    this class, take the Python method, which reads the state. Two threads
+    reading it first at once: one makes it, under a lock, and the comm
+    changes class only once every slot is set."""
+    slots = {name: made.__dict__[name] for name in _OWN}  # the slots' member descriptors
+
+    def take(self: Any) -> None:
+        with _TAKING:
+            if type(self) is made:  # another thread took it meanwhile
+                return
+            origin = slots["_origin"].__get__(self, made)
+            freed = type(origin) is tuple  # (origin,): freed before its first use
+            if freed:
+                origin = origin[0]
+            state = _state_from(origin)
+            if freed:
+                state["_side"].lazy = False
+            for name, value in state.items():
+                slots[name].__set__(self, value)
+            self.__class__ = made
+            del self._origin
+
     def slot(name: str) -> property:
-        direct = made.__dict__[name]  # the slot's member descriptor
+        direct = slots[name]
 
         def read(self: Any) -> Any:
-            origin = self._origin
-            del self._origin
-            self.__class__ = made
-            if type(origin) is tuple:  # (origin,): freed before its first use
-                _take_state(self, origin[0])
-                self._side.lazy = False
-            else:
-                _take_state(self, origin)
+            take(self)
             return direct.__get__(self, made)
 
         def write(self: Any, value: Any) -> None:
-            read(self)  # the rest of the state first
+            take(self)  # the rest of the state first
             direct.__set__(self, value)
         return property(read, write)
 
@@ -907,17 +921,16 @@ def _lazy_state(made: type) -> dict[str, Any]:
     return {"Free": Free, **{name: slot(name) for name in _STATE}}
 
 
-def _take_state(made: AcceleratedComm, origin: AcceleratedComm) -> None:
-    """A derived comm's state, at its first read (before which nothing
-    writes it): `origin`'s options, tables and strictness, and its own side
-    (no shmtopo comm yet) and counts."""
-    made._options = origin._options
-    made._comm = made._shm = None
-    made._side = _Side()
-    made._tables = origin._tables
-    made._strict = origin._strict
-    made._stats = _Stats()
-    made._fast_counts = CallCounts()
+#: taken while a derived comm makes its state (_lazy_state)
+_TAKING = threading.RLock()  # (reentrant: the comm it came from may make its own state inside)
+
+
+def _state_from(origin: AcceleratedComm) -> dict[str, Any]:
+    """A derived comm's state, made at its first read: `origin`'s options,
+    tables and strictness, and its own side (no shmtopo comm yet) and
+    counts."""
+    return {"_options": origin._options, "_comm": None, "_shm": None, "_side": _Side(),
+            "_tables": origin._tables, "_strict": origin._strict, "_stats": _Stats(), "_fast_counts": CallCounts()}
 
 
 def _handed_to_mpi(name: str) -> Callable[..., None]:
