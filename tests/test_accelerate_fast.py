@@ -133,6 +133,12 @@ def test_a_derived_comm_is_one_object_until_its_first_use(acomm):
     assert kept == MPI.COMM_NULL
     with pytest.raises(shmtopo.FreedError):
         kept.shm_comm
+    twice = acomm.Dup()
+    twice.Free()
+    with pytest.raises(MPI.Exception):
+        twice.Free()  # as MPI's second free of a handle
+    with pytest.raises(shmtopo.FreedError):
+        twice.shm_comm
     for c in [line, made[0].Dup()] + made:  # (the first two make the state of the unused comm they came from)
         out = np.zeros(2)
         c.Allreduce(np.ones(2), out)

@@ -916,8 +916,8 @@ def _lazy_state(made: type) -> dict[str, Any]:
         side to drop: MPI's Free, and its state, if ever read, says freed
         (as AcceleratedComm.Free's, whose work it spares a comm made and
         freed at once)."""
+        _PLAIN[made].Free(self)  # (first: a second Free raises there, as MPI's, and marks nothing twice)
         self._origin = (self._origin,)
-        _PLAIN[made].Free(self)
     return {"Free": Free, **{name: slot(name) for name in _STATE}}
 
 
