@@ -404,6 +404,9 @@ class Comm(NativeComm, Collective):
     # native/cpython/comm.h), whose general path is coll/api.py's function
     # of the same name (bound below).
 
+    # alltoallw of typed blocks (a flattened MPI datatype's shape): Python only
+    alltoallw = api.alltoallw
+
     # -- one copy per node (sharing.py) ------------------------------------
     # share(obj, root=0): the root's array or object on every rank, read-only,
     # one copy of its data per node; shared_array(shape, dtype): a writable

@@ -12,8 +12,8 @@ Reduce_scatter_block run on a :class:`shmtopo.Comm` made with
 ``Comm.from_mpi(comm)`` (hierarchical across nodes) when their arguments
 allow it, and otherwise go to MPI with the very arguments they were given,
 so that their results are MPI's. Gather, Scatter, their v-variants,
-Allgatherv, Alltoallv, Reduce_scatter, Scan and Exscan do the same through
-the core's lower-case calls. The lower-case collectives of Python objects
+Allgatherv, Alltoallv, Alltoallw, Reduce_scatter, Scan and Exscan do the same
+through the core's lower-case calls. The lower-case collectives of Python objects
 (bcast, allreduce, ...) run in shared memory with mpi4py's results
 (accel/objects.py). The nonblocking ones (Iallreduce, ...) run as the
 blocking call on a progress thread of the comm's own (accel/nonblocking.py).
@@ -51,7 +51,7 @@ import numpy as np
 from .. import agreement, sharing
 from .._fastpath import CallCounts, CommFast, bind_comm_fast
 from .._base import holds_comm
-from .._types import (OPS, ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
+from .._types import (OPS, ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, ALLTOALLW, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
                       REDUCE, REDUCE_SCATTER, SCAN, SCATTER, SCATTERV)
 from .._native import lib
 from ..comm import Comm
@@ -69,16 +69,12 @@ ACCELERATED = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall
 
 #: Upper-case collectives that run in shared memory when their arguments
 #: allow, through the core's lower-case call of the same name; else they go to MPI.
-LOWER_CASE = ("Gather", "Gatherv", "Scatter", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter", "Scan",
+LOWER_CASE = ("Gather", "Gatherv", "Scatter", "Scatterv", "Allgatherv", "Alltoallv", "Alltoallw", "Reduce_scatter", "Scan",
               "Exscan")
 
 #: Persistent collectives: a request whose Start() makes the blocking call
 #: (accelerated or delegated as that call is, each start on its own).
 PERSISTENT = tuple(f"{name}_init" for name in ACCELERATED + LOWER_CASE)
-
-#: Upper-case collectives that always go to the wrapped communicator.
-MPI_ONLY = ("Alltoallw", "Alltoallw_init")
-
 #: Constructors whose new communicator comes back accelerated (COMM_NULL as it is).
 CONSTRUCTORS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create", "Create_group")
 
@@ -103,7 +99,7 @@ FAST_CALLS = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall"
 
 # The calls whose counts may differ by rank (and be 0 on some): a type
 # shmtopo does not move in one rank's message says nothing of another's.
-_V_CALLS = frozenset(["Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter"])
+_V_CALLS = frozenset(["Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Alltoallw", "Reduce_scatter"])
 
 # ---- the communicator ----------------------------------------------------------------
 
@@ -492,6 +488,12 @@ class AcceleratedComm:
         self._shm_or_mpi(ALLTOALLV, "Alltoallv", plans.alltoallv, (sendbuf, recvbuf),
                          lambda p: self._run_plan(Comm.alltoallv, p, p.send, *p.counts, out=p.out))
 
+    def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Collective: as mpi4py's ``Alltoallw``: each block's datatype
+        flattened once (accel/datatypes.py), its bytes moved in shared memory."""
+        self._shm_or_mpi(ALLTOALLW, "Alltoallw", plans.alltoallw, (sendbuf, recvbuf),
+                         lambda p: self._run_plan(Comm.alltoallw, p, p.send, p.counts[0], p.out, p.counts[1]))
+
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT) -> None:
         """Collective: as mpi4py's ``Reduce_scatter`` (recvcounts None: every
         rank's receive count, gathered first, as mpi4py does)."""
@@ -648,6 +650,10 @@ class AcceleratedComm:
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
         """A persistent ``Alltoallv``."""
         return self._persistent("Alltoallv", (sendbuf, recvbuf))
+
+    def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> AcceleratedPrequest:
+        """A persistent ``Alltoallw``."""
+        return self._persistent("Alltoallw", (sendbuf, recvbuf))
 
     def Reduce_scatter_init(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT,
                             info: Any = None) -> AcceleratedPrequest:
@@ -834,19 +840,6 @@ class AcceleratedPrequest:
     @staticmethod
     def Testall(requests: list[Any], statuses: Any = None) -> bool:
         return all(r.Test() for r in requests)
-
-
-def _mpi_only_method(name: str) -> Callable[..., Any]:
-    def method(self: AcceleratedComm, *args: Any, **kwargs: Any) -> Any:
-        return self._mpi_only_call(name, *args, **kwargs)
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"Collective: the wrapped communicator's ``{name}`` (always handed to MPI)."
-    return method
-
-
-for _name in MPI_ONLY:
-    setattr(AcceleratedComm, _name, _mpi_only_method(_name))
-del _name
 
 
 def _nonblocking_method(name: str) -> Callable[..., Any]:

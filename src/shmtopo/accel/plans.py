@@ -14,6 +14,7 @@ from .._fastpath import note_derived
 from ..comm import Comm
 from .buffers import (Array, Message, Vector, elements, in_place, int_list, message, moved_type, split_spec,
                       vector)
+from .datatypes import alltoallw_messages
 from .tables import KnownType, LeftToMPI, Tables, check_op, op_name, type_name
 
 
@@ -285,6 +286,12 @@ def alltoallv(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
     a = elements(sv.msg, sv.msg.entries)
     a = a.copy() if back is not None or np.may_share_memory(a, out) else _aligned(a)
     return Call(a, out, back=back, counts=(sv.counts, sv.displs, rv.counts, rv.displs))
+
+
+def alltoallw(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
+    """Every block's bytes, whatever its datatype (flattened once: datatypes.py)."""
+    send, sendblocks, recv, recvblocks = alltoallw_messages(t, sendbuf, recvbuf, shm.world_size)
+    return Call(send, recv, counts=(sendblocks, recvblocks))
 
 
 def reduce_scatter(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, recvcounts: Any,

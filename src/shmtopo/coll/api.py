@@ -1,6 +1,6 @@
 """Window collectives on a Comm: barrier, bcast, reduce, allreduce,
 allgather, reduce_scatter, alltoall; gather, scatter, gatherv, scatterv,
-allgatherv, alltoallv, scan, exscan.
+allgatherv, alltoallv, scan, exscan; alltoallw (typed blocks).
 
 Inside a node they run in shmtopo's native core over the comm's shared
 scratch buffers. When the comm spans several nodes (Comm.from_mpi on a
@@ -31,14 +31,15 @@ import numpy as np
 import numpy.typing as npt
 
 from .._native import ffi, lib
-from .._types import (ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, BCAST, COUNTS, EXSCAN, GATHER,
+from .._types import (ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, ALLTOALLW, BCAST, COUNTS, EXSCAN, GATHER,
                       GATHERV, OWN_COUNT, REDUCE, REDUCE_SCATTER, SCAN, SCATTER, SCATTERV, SIZES, Array)
 from .._base import CommLike, Held
+from ..errors import ShmtopoValueError
 from ..agreement import agree, counts_digest, counts_verdict, failed, normalised, pairs_verdict, signature
 from . import levels
 from .across import (hier_allgather, hier_allreduce, hier_bcast, hier_reduce, run_across_nodes, world_allgatherv,
                      world_alltoall, world_alltoallv, world_gatherv, world_scatterv)
-from .args import (allgather_args, allgatherv_args, alltoallv_args, bcast_args, blocks_args, equal_blocks, gather_args,
+from .args import (allgather_args, allgatherv_args, alltoallv_args, TypedBlocks, bcast_args, blocks_args, equal_blocks, gather_args,
                    gatherv_args, reduce_args, reduce_scatter_counts_args, scan_args, scatter_args, scatterv_args)
 from .node import (checked, native_barrier, node_allgather, node_bcast, node_reduce, pointer, sizes_pointer,
                    window_of)
@@ -316,6 +317,49 @@ def alltoallv(comm: CommLike, array: Any, sendcounts: Any, sdispls: Any, recvcou
                       np.ascontiguousarray(rows[:, n:]))
         run_across_nodes(comm, world_alltoallv, a, result, sc, sd, rc, rd)
         return ret
+
+
+def _alltoallw_args(comm: CommLike, send: Any, sendblocks: Any, recv: Any,
+                    recvblocks: Any) -> tuple[Array, TypedBlocks, Array, TypedBlocks]:
+    n = comm.world_size
+    sb = sendblocks if isinstance(sendblocks, TypedBlocks) else TypedBlocks(sendblocks, n, "send")
+    rb = recvblocks if isinstance(recvblocks, TypedBlocks) else TypedBlocks(recvblocks, n, "recv")
+    s, r = sb.bytes_of(comm, send, "send", writable=False), rb.bytes_of(comm, recv, "recv", writable=True)
+    if any(sb.sizes) and any(rb.sizes) and np.may_share_memory(s, r):
+        raise ShmtopoValueError("alltoallw: the receive buffer overlaps the send buffer")
+    return s, sb, r, rb
+
+
+def alltoallw(comm: CommLike, send: Any, sendblocks: Any, recv: Any, recvblocks: Any) -> None:
+    """Collective: rank r's block sendblocks[p] of send travels into rank p's
+    block recvblocks[r] of recv. Blocks: a TypedBlocks, or a block per rank,
+    (displ, count, runs): `count`
+    elements of the flattened type `runs` (coll.args.TypeRuns), the first
+    `displ` bytes into the buffer; its bytes travel in its runs' order (as
+    MPI packs a datatype), and the two blocks of a pair must hold as many
+    bytes (else every rank raises, naming the rank at fault). send and recv:
+    buffers, apart; every block must lie in its buffer."""
+    with Held(comm.address):
+        s, sb, r, rb = normalised(comm, ALLTOALLW, _alltoallw_args, comm, send, sendblocks, recv, recvblocks)
+        if comm.nnodes == 1:
+            checked(lib.shmtopo_alltoallw(comm.handle, pointer(s), sb.table, pointer(r), rb.table))
+            return
+        # across nodes: each block packed in rank order, the bytes through MPI's alltoallv, unpacked
+        sc, rc = np.array(sb.sizes, SIZES), np.array(rb.sizes, SIZES)
+        agree(comm, ALLTOALLW, int(sc.sum()), lib.SHMTOPO_UINT8, flags=OWN_COUNT)
+        rows = allgather(comm, np.concatenate([sc, rc]))
+        n = comm.world_size
+        pairs_verdict(signature(ALLTOALLW, int(sc.sum()), lib.SHMTOPO_UINT8, flags=OWN_COUNT),
+                      np.ascontiguousarray(rows[:, :n]), np.ascontiguousarray(rows[:, n:]))
+        sd, rd = np.cumsum(sc) - sc, np.cumsum(rc) - rc
+        packed, got = np.empty(int(sc.sum()), np.uint8), np.empty(int(rc.sum()), np.uint8)
+        for p in range(n):
+            if sc[p]:
+                lib.shmtopo_typed_pack(pointer(s), sb.table + p, pointer(packed[sd[p]:]))
+        run_across_nodes(comm, world_alltoallv, packed, got, sc, sd, rc, rd)
+        for p in range(n):
+            if rc[p]:
+                lib.shmtopo_typed_unpack(pointer(got[rd[p]:]), rb.table + p, pointer(r))
 
 
 def _reduce_scatter_counts(comm: CommLike, array: Any, op: Any, counts: Any, out: Any) -> Array:

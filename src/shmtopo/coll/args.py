@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import itertools
 import operator
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
 from .._base import CommLike
+from .._native import ffi
 from .._types import (ALGORITHMS, OPS, SIZES, Array, address_of, check_apart, checked_root, contiguous, dtype_code,
                       result_array, table_code)
 from ..errors import ShmtopoValueError
@@ -254,6 +255,79 @@ def alltoallv_args(comm: CommLike, array: Any, sendcounts: Any, sdispls: Any, re
     if a.size and result.size and np.may_share_memory(a, result):
         raise ShmtopoValueError("alltoallv: the result overlaps the input")
     return a, code, result, sc, sd, rc, rd, as_returned(result, out)
+
+
+class TypeRuns(NamedTuple):
+    """A flattened datatype: where one element's bytes lie, in the order they
+    travel, as runs of contiguous bytes (offsets from the element's start,
+    lengths); elements lie `extent` bytes apart. lo and hi: an element's first
+    byte and one past its last (from its start); size: its bytes."""
+    offsets: Array  # int64
+    lengths: Array  # uint64
+    extent: int
+    size: int
+    lo: int
+    hi: int
+
+
+def type_runs(offsets: Any, lengths: Any, extent: int) -> TypeRuns:
+    """The runs of a type whose element's bytes lie at offsets[i] for
+    lengths[i] bytes, in that order; runs of 0 bytes are dropped."""
+    o = np.ascontiguousarray(offsets, np.int64).reshape(-1)
+    n = np.ascontiguousarray(lengths, np.int64).reshape(-1)
+    if o.shape != n.shape:
+        raise ShmtopoValueError(f"runs: {o.size} offsets and {n.size} lengths")
+    if (n < 0).any():
+        raise ShmtopoValueError("runs: a length is negative")
+    keep = n > 0
+    o, n = o[keep], n[keep].astype(np.uint64)
+    lo = int(o.min()) if o.size else 0
+    hi = int((o + n.astype(np.int64)).max()) if o.size else 0
+    return TypeRuns(o, n, operator.index(extent), int(n.sum()), lo, hi)
+
+
+class TypedBlocks:
+    """One side of an alltoallw, checked and laid out as the core takes it:
+    a block per rank, (displ, count, TypeRuns); sizes: each block's bytes;
+    [first, end): the bytes of the buffer the blocks reach. Made once, it
+    serves every call with the same layout."""
+
+    __slots__ = ("ranks", "table", "sizes", "first", "end", "_keep")
+
+    def __init__(self, blocks: Any, n: int, what: str) -> None:
+        if len(blocks) != n:
+            raise ShmtopoValueError(f"alltoallw: {what}: {len(blocks)} blocks for {n} ranks")
+        self.ranks = n
+        self.table = ffi.new("shmtopo_typed_block_t[]", n)
+        self._keep: list[Any] = []
+        self.sizes: list[int] = []
+        self.first, self.end = 0, 0
+        for p, (displ, count, runs) in enumerate(blocks):
+            displ, count = operator.index(displ), operator.index(count)
+            if count < 0:
+                raise ShmtopoValueError(f"alltoallw: {what}: block {p} has a negative count ({count})")
+            size = count * runs.size
+            self.sizes.append(size)
+            if not size:
+                continue
+            last = (count - 1) * runs.extent
+            first, end = displ + runs.lo + min(0, last), displ + runs.hi + max(0, last)
+            self.first, self.end = (first, end) if not self._keep else (min(self.first, first), max(self.end, end))
+            offsets, lengths = ffi.from_buffer("int64_t[]", runs.offsets), ffi.from_buffer("uint64_t[]", runs.lengths)
+            self._keep += (offsets, lengths)
+            self.table[p] = (displ, count, runs.extent, runs.offsets.size, offsets, lengths)
+
+    def bytes_of(self, comm: CommLike, buf: Any, what: str, writable: bool) -> Array:
+        """buf's bytes, which every block must lie in."""
+        if self.ranks != comm.world_size:
+            raise ShmtopoValueError(f"alltoallw: {what}: blocks for {self.ranks} ranks on a comm of {comm.world_size}")
+        raw = buf.reshape(-1).view(np.uint8) if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
+        if writable and not raw.flags.writeable:
+            raise ShmtopoValueError(f"alltoallw: {what}: the buffer is read-only")
+        if self._keep and (self.first < 0 or self.end > raw.size):
+            raise ShmtopoValueError(f"alltoallw: {what}: the blocks reach bytes [{self.first}, {self.end}) of a "
+                                    f"buffer of {raw.size}")
+        return raw
 
 
 def reduce_scatter_counts_args(comm: CommLike, array: Any, op: Any, counts: Any,

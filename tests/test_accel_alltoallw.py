@@ -1,0 +1,274 @@
+"""Alltoallw through the drop-in: derived datatypes flattened once
+(shmtopo.accel.datatypes) and their bytes moved in shared memory, byte for
+byte what MPI moves, for random type maps of every constructor; misuse on
+one rank raising on every rank; the forms MPI takes that go to it. Each
+test runs on one node and on simulated nodes of 2 ranks."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from shmtopo.accel import datatypes
+from shmtopo.coll.args import TypeRuns
+from shmtopo.errors import ShmtopoArgumentError
+from values import culprits
+
+WORLD = MPI.COMM_WORLD
+BASES = [MPI.DOUBLE, MPI.INT, MPI.BYTE, MPI.C_DOUBLE_COMPLEX, MPI.SHORT, MPI.LONG_DOUBLE]
+
+
+def _split(rng, k, parts):
+    """k as `parts` positive integers (k >= parts)."""
+    cuts = np.sort(rng.choice(np.arange(1, k), parts - 1, replace=False)) if parts > 1 else []
+    return list(np.diff(np.concatenate(([0], cuts, [k]))).astype(int))
+
+
+def random_type(rng, base, k):
+    """A committed datatype of exactly k elements of base (k >= 1), by one
+    of MPI's constructors, its blocks in a random order where the
+    constructor allows; a fresh handle (free it)."""
+    ext = base.Get_extent()[1]
+    kinds = ["contiguous", "vector", "hvector", "indexed", "hindexed", "indexed_block", "struct", "subarray",
+             "resized", "dup"]
+    kind = kinds[rng.integers(len(kinds))]
+    divisors = [d for d in range(1, k + 1) if k % d == 0]
+    if kind == "contiguous":
+        t = base.Create_contiguous(k)
+    elif kind in ("vector", "hvector"):
+        blocklength = int(rng.choice(divisors))
+        stride = blocklength + int(rng.integers(0, 3))
+        t = (base.Create_vector(k // blocklength, blocklength, stride) if kind == "vector" else
+             base.Create_hvector(k // blocklength, blocklength, stride * ext))
+    elif kind in ("indexed", "hindexed", "struct"):
+        lengths = _split(rng, k, int(rng.integers(1, min(k, 4) + 1)))
+        starts = np.cumsum([0] + [n + int(rng.integers(0, 3)) for n in lengths[:-1]])
+        order = rng.permutation(len(lengths))  # blocks listed out of address order
+        lengths, starts = [lengths[i] for i in order], [int(starts[i]) for i in order]
+        if kind == "indexed":
+            t = base.Create_indexed(lengths, starts)
+        elif kind == "hindexed":
+            t = base.Create_hindexed(lengths, [s * ext for s in starts])
+        else:
+            t = MPI.Datatype.Create_struct(lengths, [s * ext for s in starts], [base] * len(lengths))
+    elif kind == "indexed_block":
+        blocklength = int(rng.choice(divisors))
+        starts = rng.permutation(k // blocklength) * (blocklength + 1)
+        t = base.Create_indexed_block(blocklength, [int(s) for s in starts])
+    elif kind == "subarray":
+        rows = int(rng.choice(divisors))
+        sizes = [rows + int(rng.integers(0, 3)), k // rows + int(rng.integers(0, 3))]
+        subsizes = [rows, k // rows]
+        starts = [int(rng.integers(0, s - ss + 1)) for s, ss in zip(sizes, subsizes)]
+        order = MPI.ORDER_C if rng.integers(2) else MPI.ORDER_FORTRAN
+        t = base.Create_subarray(sizes, subsizes, starts, order=order)
+    elif kind == "resized":  # a lower bound below the data, and room after it
+        inner = base.Create_vector(k, 1, 2)
+        t = inner.Create_resized(-ext, inner.Get_extent()[1] + 3 * ext)
+        inner.Free()
+    else:
+        inner = random_type(rng, base, k)
+        t = inner.Dup()
+        inner.Free()
+    return t.Commit()
+
+
+def pair_rng(sender, receiver, seed, side):
+    return np.random.default_rng([seed, sender, receiver, side])
+
+
+def layout(seed, rank, n, side):
+    """One side of this rank's Alltoallw: (bytes, counts, displacements,
+    types) with a random type per peer; the pair (sender, receiver) agrees on
+    the base type and how many of it travel, each side picks its own map."""
+    counts, displs, types, at = [], [], [], 0
+    for peer in range(n):
+        sender, receiver = (rank, peer) if side == 0 else (peer, rank)
+        agreed = pair_rng(sender, receiver, seed, 2)
+        base = BASES[agreed.integers(len(BASES))]
+        k = int(agreed.integers(0, 13))
+        count = int(agreed.choice([d for d in (1, 2, 3) if k % d == 0])) if k else 0
+        t = random_type(pair_rng(sender, receiver, seed, side), base, max(k // max(count, 1), 1))
+        lb, extent = t.Get_extent()
+        tlb, span = t.Get_true_extent()
+        first = min(tlb, tlb + (count - 1) * extent) if count else 0
+        displ = max(at - first, 0)  # this block's bytes start at `at`, or later
+        displs.append(displ)
+        at = displ + (max(tlb + span, tlb + span + (count - 1) * extent) if count else 0) + 8
+        counts.append(count)
+        types.append(t)
+    return at, counts, displs, types
+
+
+def alltoallw_by_pairs(sendspec, recvspec, n):
+    """MPI's own answer, pair by pair (point to point)."""
+    sbuf, (sc, sd), st = sendspec
+    rbuf, (rc, rd), rt = recvspec
+    requests = []
+    for p in range(n):
+        requests.append(WORLD.Irecv([MPI.memory.frombuffer(rbuf)[rd[p]:], rc[p], rt[p]], p, 77))
+    for p in range(n):
+        requests.append(WORLD.Isend([MPI.memory.frombuffer(sbuf)[sd[p]:], sc[p], st[p]], p, 77))
+    MPI.Request.Waitall(requests)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_type_maps_move_byte_for_byte_as_mpi_does(acomm, seed):
+    rank, n = WORLD.rank, WORLD.size
+    sn, sc, sd, st = layout(seed, rank, n, 0)
+    rn, rc, rd, rt = layout(seed, rank, n, 1)
+    try:
+        send = np.random.default_rng([seed, rank]).integers(0, 256, sn, dtype=np.uint8)
+        got, want = np.full(rn, 0xEE, np.uint8), np.full(rn, 0xEE, np.uint8)
+        acomm.Alltoallw([send, (sc, sd), st], [got, (rc, rd), rt])
+        alltoallw_by_pairs([send, (sc, sd), st], [want, (rc, rd), rt], n)
+        assert got.tobytes() == want.tobytes(), (seed, [t.decode()[1] for t in st], [t.decode()[1] for t in rt])
+    finally:
+        for t in st + rt:
+            t.Free()
+    assert acomm.shm_stats() == {"Alltoallw": (1, 0)}
+
+
+def transpose_types(shape, axis, n):
+    """mpi4py-fft's subarray types: `axis` of a C array of `shape` cut in n parts."""
+    types = []
+    for p in range(n):
+        sub, starts = list(shape), [0] * len(shape)
+        sub[axis] = (p + 1) * shape[axis] // n - p * shape[axis] // n
+        starts[axis] = p * shape[axis] // n
+        types.append(MPI.C_DOUBLE_COMPLEX.Create_subarray(shape, sub, starts).Commit())
+    return types
+
+
+@pytest.mark.parametrize("size", [12, 60, 300])
+def test_a_transpose_of_subarrays_is_mpis_and_its_layout_is_made_once(acomm, size):
+    """The distributed-FFT transpose: rows to columns, called again and again
+    with the same datatypes (their layout is found at the first call)."""
+    rank, n = WORLD.rank, WORLD.size
+    rows = size // n
+    a = (np.arange(rows * size) + 1000.0 * rank + 1j).reshape(rows, size)
+    ta, tb = transpose_types(a.shape, 1, n), transpose_types((size, rows), 0, n)
+    cd = ([1] * n, [0] * n)
+    try:
+        want = np.zeros((size, rows), complex)
+        alltoallw_by_pairs([a, cd, ta], [want, cd, tb], n)
+        for _ in range(3):
+            got = np.zeros_like(want)
+            acomm.Alltoallw([a, cd, ta], [got, cd, tb])
+            assert got.tobytes() == want.tobytes()
+        layouts = [key for key, (types, _) in datatypes._layouts.items() if types == tuple(ta)]
+        assert len(layouts) == 1
+    finally:
+        for t in ta + tb:
+            t.Free()
+    assert acomm.shm_stats() == {"Alltoallw": (3, 0)}
+
+
+def test_a_freed_datatypes_handle_made_again_is_flattened_again(acomm):
+    """MPI may give a new datatype the handle of one freed: the layout of
+    the old one must not serve it."""
+    n = WORLD.size
+    for stride in (2, 3, 1):
+        t = MPI.DOUBLE.Create_vector(2, 1, stride).Commit()
+        try:
+            send = np.arange(6.0 * n) + 100 * WORLD.rank
+            got, want = np.zeros(2 * n), np.zeros(2 * n)
+            spec = ([1] * n, [6 * 8 * p for p in range(n)]), [t] * n
+            acomm.Alltoallw([send, *spec], [got, ([2] * n, [16 * p for p in range(n)]), [MPI.DOUBLE] * n])
+            WORLD.Alltoallw([send, *spec], [want, ([2] * n, [16 * p for p in range(n)]), [MPI.DOUBLE] * n])
+            assert got.tobytes() == want.tobytes(), stride
+        finally:
+            t.Free()
+
+
+def test_forms_mpi_takes_that_shmtopo_hands_over(acomm):
+    """In place goes to MPI on every rank, with MPI's result."""
+    n, rank = WORLD.size, WORLD.rank
+    spec = ([1] * n, [8 * p for p in range(n)]), [MPI.DOUBLE] * n
+    buf, want = np.arange(float(n)) + 10 * rank, np.zeros(n)
+    WORLD.Alltoall(buf, want)
+    acomm.Alltoallw(MPI.IN_PLACE, [buf, *spec])
+    assert buf.tobytes() == want.tobytes()
+    assert acomm.shm_stats() == {"Alltoallw": (0, 1)}
+
+
+def bad_alltoallw(acomm, culprit):
+    """(what the message says, the call) for misuse by the culprit alone."""
+    n = WORLD.size
+    send, recv = np.arange(float(n)), np.zeros(n)
+    spec = ([1] * n, [8 * p for p in range(n)]), [MPI.DOUBLE] * n
+    more = ([2] * n, [0] * n), [MPI.DOUBLE] * n
+    pair = MPI.DOUBLE.Create_contiguous(2)  # never committed
+    return [
+        ("sends 16 bytes", lambda: acomm.Alltoallw([np.arange(2.0 * n), *more] if culprit else [send, *spec],
+                                                  [recv, *spec])),
+        ("reach bytes", lambda: acomm.Alltoallw([send, ([1] * n, [8 * n] * n), [MPI.DOUBLE] * n] if culprit
+                                                else [send, *spec], [recv, *spec])),
+        ("integer", lambda: acomm.Alltoallw([send, (["1"] * n if culprit else [1] * n, spec[0][1]), spec[1]],
+                                            [recv, *spec])),
+        ("DATATYPE_NULL", lambda: acomm.Alltoallw([send, spec[0], [MPI.DATATYPE_NULL] * n] if culprit
+                                                  else [send, *spec], [recv, *spec])),
+        ("datatype", lambda: acomm.Alltoallw([np.arange(2.0 * n), ([1] * n, [16 * p for p in range(n)]), [pair] * n]
+                                             if culprit else [send, *spec], [recv, *spec])),
+        ("read-only", lambda: acomm.Alltoallw([send, *spec], [np.frombuffer(bytes(8 * n)) if culprit else recv,
+                                                              *spec])),
+    ], pair
+
+
+def test_misuse_on_one_rank_raises_on_every_rank(acomm, request):
+    """Each culprit rank in turn (first, middle, last, another node's leader)
+    passes a bad argument: every rank raises the same ShmtopoArgumentError,
+    naming it, and the comm goes on."""
+    n = WORLD.size
+    node_size = request.node.callspec.params["acomm"]
+    for culprit in culprits(n, node_size):
+        calls, pair = bad_alltoallw(acomm, WORLD.rank == culprit)
+        try:
+            for what, call in calls:
+                if what == "sends 16 bytes" and n == 1:
+                    continue  # one rank: its own pair is checked alike, named the same
+                with pytest.raises(ShmtopoArgumentError, match=what) as info:
+                    call()
+                assert f"rank {culprit}" in str(info.value), (what, str(info.value))
+        finally:
+            pair.Free()
+    send, recv = np.arange(float(n)) + WORLD.rank, np.zeros(n)
+    spec = ([1] * n, [8 * p for p in range(n)]), [MPI.DOUBLE] * n
+    acomm.Alltoallw([send, *spec], [recv, *spec])
+    assert recv.tolist() == [float(WORLD.rank + r) for r in range(n)]
+
+
+def test_persistent_and_nonblocking_alltoallw_run_in_shared_memory(acomm):
+    n, rank = WORLD.size, WORLD.rank
+    t = MPI.DOUBLE.Create_vector(2, 1, 3).Commit()
+    try:
+        send = np.arange(6.0 * n) + 100 * rank
+        spec = ([1] * n, [6 * 8 * p for p in range(n)]), [t] * n
+        rspec = ([2] * n, [16 * p for p in range(n)]), [MPI.DOUBLE] * n
+        want = np.zeros(2 * n)
+        WORLD.Alltoallw([send, *spec], [want, *rspec])
+        got = np.zeros(2 * n)
+        request = acomm.Alltoallw_init([send, *spec], [got, *rspec])
+        for _ in range(2):
+            got[:] = 0
+            request.Start()
+            request.Wait()
+            assert got.tobytes() == want.tobytes()
+        request.Free()
+        got[:] = 0
+        acomm.Ialltoallw([send, *spec], [got, *rspec]).Wait()
+        assert got.tobytes() == want.tobytes()
+    finally:
+        t.Free()
+    counted = acomm.shm_stats()
+    assert counted["Alltoallw"] == (2, 0) and counted["Ialltoallw"] == (1, 0), counted
+
+
+def test_the_own_api_takes_runs_without_mpi_datatypes(acomm):
+    """Comm.alltoallw: blocks of TypeRuns, no MPI datatype: every second byte
+    of this rank's block for each peer, into that peer's contiguous block."""
+    shm, n, rank = acomm.shm_comm, WORLD.size, WORLD.rank
+    every_other = TypeRuns(np.array([0, 2, 4, 6], np.int64), np.ones(4, np.uint64), 8, 4, 0, 7)
+    whole = TypeRuns(np.array([0], np.int64), np.array([4], np.uint64), 4, 4, 0, 4)
+    send = (np.arange(8 * n) + 16 * rank).astype(np.uint8)
+    recv = np.zeros(4 * n, np.uint8)
+    shm.alltoallw(send, [(8 * p, 1, every_other) for p in range(n)], recv, [(4 * p, 1, whole) for p in range(n)])
+    assert recv.tolist() == [16 * p + 8 * rank + 2 * i for p in range(n) for i in range(4)]
