@@ -100,7 +100,7 @@ static void describe(const shmtopo_sig_t *sig, char *out, size_t len)
     case SHMTOPO_KIND_ALLGATHER: case SHMTOPO_KIND_REDUCE_SCATTER: case SHMTOPO_KIND_ALLTOALL:
     case SHMTOPO_KIND_GATHER: case SHMTOPO_KIND_SCATTER: case SHMTOPO_KIND_GATHERV:
     case SHMTOPO_KIND_SCATTERV: case SHMTOPO_KIND_ALLGATHERV: case SHMTOPO_KIND_ALLTOALLV:
-    case SHMTOPO_KIND_SCAN: case SHMTOPO_KIND_EXSCAN:
+    case SHMTOPO_KIND_SCAN: case SHMTOPO_KIND_EXSCAN: case SHMTOPO_KIND_ALLTOALLW:
         FIELD("count %llu", (unsigned long long)sig->count);
         if (sig->flags & SHMTOPO_SIG_COUNTS) /* short: it only has to tell arrays apart */
             FIELD("counts #%08llx", (unsigned long long)(sig->extra >> 32));
@@ -955,8 +955,9 @@ int shmtopo_pairs_verdict(const shmtopo_sig_t *sig, const size_t *send, const si
             break;
         }
     }
-    return shmtopo_fail(EINVAL, (int)worst, "rank %zu: %s: rank %zu sends %zu elements to rank %zu, which "
+    const char *unit = sig->kind == SHMTOPO_KIND_ALLTOALLW ? "bytes" : "elements";
+    return shmtopo_fail(EINVAL, (int)worst, "rank %zu: %s: rank %zu sends %zu %s to rank %zu, which "
                         "expects %zu from it (%zu mismatched pairs involve rank %zu)", worst, shmtopo_kind_name(sig->kind),
-                        first_r, send[first_r * n + first_p], first_p, recv[first_p * n + first_r],
+                        first_r, send[first_r * n + first_p], unit, first_p, recv[first_p * n + first_r],
                         worst_pairs, worst);
 }

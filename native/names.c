@@ -56,7 +56,7 @@ static const char *const kind_names[] = {
     [SHMTOPO_KIND_SCATTER] = "scatter", [SHMTOPO_KIND_GATHERV] = "gatherv",
     [SHMTOPO_KIND_SCATTERV] = "scatterv", [SHMTOPO_KIND_ALLGATHERV] = "allgatherv",
     [SHMTOPO_KIND_ALLTOALLV] = "alltoallv", [SHMTOPO_KIND_SCAN] = "scan",
-    [SHMTOPO_KIND_EXSCAN] = "exscan",
+    [SHMTOPO_KIND_EXSCAN] = "exscan", [SHMTOPO_KIND_ALLTOALLW] = "alltoallw",
 };
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))

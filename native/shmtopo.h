@@ -218,7 +218,7 @@ enum shmtopo_kind {
     SHMTOPO_KIND_COMM_CREATE = 13, SHMTOPO_KIND_BIND = 14, SHMTOPO_KIND_VERDICT = 15,
     SHMTOPO_KIND_GATHER = 16, SHMTOPO_KIND_SCATTER = 17, SHMTOPO_KIND_GATHERV = 18,
     SHMTOPO_KIND_SCATTERV = 19, SHMTOPO_KIND_ALLGATHERV = 20, SHMTOPO_KIND_ALLTOALLV = 21,
-    SHMTOPO_KIND_SCAN = 22, SHMTOPO_KIND_EXSCAN = 23
+    SHMTOPO_KIND_SCAN = 22, SHMTOPO_KIND_EXSCAN = 23, SHMTOPO_KIND_ALLTOALLW = 24
 };
 
 typedef struct shmtopo_sig {
@@ -554,6 +554,29 @@ int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *send
                       void *recv, const size_t *recvcounts, const size_t *rdispls, int dtype);
 int shmtopo_reduce_scatterv(shmtopo_comm_t *comm, const void *send, void *recv, const size_t *counts,
                             int dtype, int op);
+/* alltoallw (coll_w.c): alltoallv of typed blocks, one per rank, each the
+ * shape of a flattened MPI datatype: `count` elements `extent` bytes apart,
+ * the first `displ` bytes into the buffer, each element's bytes in `runs`
+ * runs (offsets[i] from the element's start, lengths[i] bytes). A block's
+ * bytes are its elements' runs in order (what MPI_Pack makes of it): rank
+ * r's sendblocks[p] travel in that order into rank p's recvblocks[r], whose
+ * size must be the same (else EINVAL on every rank, naming the rank at
+ * fault). Every run must lie in its buffer; send and recv must not overlap.
+ * typed_size: a block's bytes (SIZE_MAX if too many); typed_pack/unpack:
+ * a block's bytes to or from a contiguous array of that size. */
+typedef struct shmtopo_typed_block {
+    int64_t displ;
+    uint64_t count;
+    int64_t extent;
+    uint64_t runs;
+    const int64_t *offsets;
+    const uint64_t *lengths;
+} shmtopo_typed_block_t;
+int shmtopo_alltoallw(shmtopo_comm_t *comm, const void *send, const shmtopo_typed_block_t *sendblocks, void *recv,
+                      const shmtopo_typed_block_t *recvblocks);
+size_t shmtopo_typed_size(const shmtopo_typed_block_t *b);
+void shmtopo_typed_pack(const void *buf, const shmtopo_typed_block_t *b, void *out);
+void shmtopo_typed_unpack(const void *in, const shmtopo_typed_block_t *b, void *buf);
 int shmtopo_scan(shmtopo_comm_t *comm, const void *send, void *recv, size_t count, int dtype, int op,
                  int exclusive);
 /* Zero-copy variants: every rank's input lies at byte `offset` of its own
