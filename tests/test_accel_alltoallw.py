@@ -13,7 +13,7 @@ from shmtopo.errors import ShmtopoArgumentError
 from values import culprits
 
 WORLD = MPI.COMM_WORLD
-BASES = [MPI.DOUBLE, MPI.INT, MPI.BYTE, MPI.C_DOUBLE_COMPLEX, MPI.SHORT, MPI.LONG_DOUBLE]
+BASES = [MPI.DOUBLE, MPI.INT, MPI.BYTE, MPI.C_DOUBLE_COMPLEX, MPI.SHORT]
 
 
 def _split(rng, k, parts):
@@ -177,6 +177,27 @@ def test_a_freed_datatypes_handle_made_again_is_flattened_again(acomm):
             assert got.tobytes() == want.tobytes(), stride
         finally:
             t.Free()
+
+
+def test_long_double_padding_moves_as_mpi_moves_it(acomm):
+    """MPICH moves 10 of a long double's 16 bytes (all 16 in a contiguous
+    run of them): a strided long double goes to MPI there, and runs in
+    shared memory where MPI moves every byte; either way MPI's bytes."""
+    n, rank = WORLD.size, WORLD.rank
+    strided = MPI.LONG_DOUBLE.Create_vector(2, 1, 2).Commit()
+    try:
+        send = np.random.default_rng(rank).integers(0, 256, 64 * n, dtype=np.uint8)
+        sspec = ([1] * n, [64 * p for p in range(n)]), [strided] * n
+        rspec = ([2] * n, [32 * p for p in range(n)]), [MPI.LONG_DOUBLE] * n
+        got, want = np.full(32 * n, 0xEE, np.uint8), np.full(32 * n, 0xEE, np.uint8)
+        acomm.Alltoallw([send, *sspec], [got, *rspec])
+        alltoallw_by_pairs([send, *sspec], [want, *rspec], n)
+        # a long double's 10 bytes (MPICH's own calls differ in its padding)
+        assert got.reshape(-1, 16)[:, :10].tobytes() == want.reshape(-1, 16)[:, :10].tobytes()
+    finally:
+        strided.Free()
+    moves_padding = not MPI.Get_library_version().startswith("MPICH")
+    assert acomm.shm_stats() == {"Alltoallw": (1, 0) if moves_padding else (0, 1)}
 
 
 def test_forms_mpi_takes_that_shmtopo_hands_over(acomm):
