@@ -328,6 +328,12 @@ int shmtopo_sc_probe(const shmtopo_comm_t *comm, const uint64_t *words, const ui
  * errno (EFAULT: the range is not mapped there; EOWNERDEAD: the peer is
  * gone); `what` names the collective. */
 int shmtopo_sc_read(const shmtopo_comm_t *comm, int peer, void *dst, uint64_t src, size_t n, const char *what);
+/* One process_vm_readv of up to IOV_MAX pieces each side, n bytes in all:
+ * the bytes it copied (maybe fewer: copy the rest in another call), or -1
+ * with the failure recorded as shmtopo_sc_read records it. */
+struct iovec;
+ssize_t shmtopo_sc_readv(const shmtopo_comm_t *comm, int peer, const struct iovec *local, size_t nlocal,
+                         const struct iovec *remote, size_t nremote, size_t n, const char *what);
 int shmtopo_sc_write(const shmtopo_comm_t *comm, int peer, uint64_t dst, const void *src, size_t n,
                      const char *what);
 /* After a failed copy with `peer`: 1 when the peer is gone (EOWNERDEAD) or

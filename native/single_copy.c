@@ -96,6 +96,36 @@ int shmtopo_sc_probe(const shmtopo_comm_t *comm, const uint64_t *words, const ui
     return 0;
 }
 
+/* Why a copy between this rank and the peer failed (k: what the last call
+ * returned, errno its error), recorded; -1. */
+static int copy_failed(const shmtopo_comm_t *comm, int peer, int write, ssize_t k, size_t left, uint64_t remote,
+                       const char *what)
+{
+    const pid_t pid = comm->pids[peer];
+    const int err = k < 0 ? errno : EFAULT;
+    const int me = shmtopo_world(comm, comm->rank), them = shmtopo_world(comm, peer);
+    /* A peer that left after a failure (its own, or a death it saw) may
+     * be exiting, its memory half gone: that failure is the cause, as
+     * every survivor names it. */
+    const int origin = comm->chan.win ? shmtopo_left_because(comm->chan.win, peer) : -1;
+    if (origin >= 0) {
+        shmtopo_sweep_stale_files(comm->config.topo_dir);
+        return shmtopo_fail_left(comm->chan.win, origin, what, "copied memory");
+    }
+    if (err == ESRCH || !shmtopo_process_alive(pid, comm->starttimes[peer])) {
+        /* the peer is gone: what a wait that finds it dead reports */
+        shmtopo_sweep_after_death(comm->config.topo_dir);
+        return shmtopo_fail(EOWNERDEAD, them, "rank %d (pid %d) exited while rank %d copied its memory in %s",
+                            them, (int)pid, me, what);
+    }
+    /* EFAULT does not say which side: part of this rank's array or of
+     * the peer's is not mapped (or not accessible) */
+    return shmtopo_fail(err, them, "%s: rank %d could not %s %zu bytes %s rank %d (at %#llx there, "
+                        "process_vm_%sv): %s", what, me, write ? "write" : "read", left,
+                        write ? "into" : "from", them, (unsigned long long)remote,
+                        write ? "write" : "read", strerror(err));
+}
+
 /* Copy n bytes between `local` and the peer's address `remote`, in as many
  * calls as the kernel needs (a call may copy less than asked: a fault part
  * way returns what was copied, and the next call the error). */
@@ -115,30 +145,19 @@ static int copy(const shmtopo_comm_t *comm, int peer, int write, char *local, ui
         }
         if (k < 0 && errno == EINTR)
             continue;
-        const int err = k < 0 ? errno : EFAULT;
-        const int me = shmtopo_world(comm, comm->rank), them = shmtopo_world(comm, peer);
-        /* A peer that left after a failure (its own, or a death it saw) may
-         * be exiting, its memory half gone: that failure is the cause, as
-         * every survivor names it. */
-        const int origin = comm->chan.win ? shmtopo_left_because(comm->chan.win, peer) : -1;
-        if (origin >= 0) {
-            shmtopo_sweep_stale_files(comm->config.topo_dir);
-            return shmtopo_fail_left(comm->chan.win, origin, what, "copied memory");
-        }
-        if (err == ESRCH || !shmtopo_process_alive(pid, comm->starttimes[peer])) {
-            /* the peer is gone: what a wait that finds it dead reports */
-            shmtopo_sweep_after_death(comm->config.topo_dir);
-            return shmtopo_fail(EOWNERDEAD, them, "rank %d (pid %d) exited while rank %d copied its memory in %s",
-                                them, (int)pid, me, what);
-        }
-        /* EFAULT does not say which side: part of this rank's array or of
-         * the peer's is not mapped (or not accessible) */
-        return shmtopo_fail(err, them, "%s: rank %d could not %s %zu bytes %s rank %d (at %#llx there, "
-                            "process_vm_%sv): %s", what, me, write ? "write" : "read", n - done,
-                            write ? "into" : "from", them, (unsigned long long)(remote + done),
-                            write ? "write" : "read", strerror(err));
+        return copy_failed(comm, peer, write, k, n - done, remote + done, what);
     }
     return 0;
+}
+
+ssize_t shmtopo_sc_readv(const shmtopo_comm_t *comm, int peer, const struct iovec *local, size_t nlocal,
+                         const struct iovec *remote, size_t nremote, size_t n, const char *what)
+{
+    ssize_t k;
+    do
+        k = process_vm_readv(comm->pids[peer], local, nlocal, remote, nremote, 0);
+    while (k < 0 && errno == EINTR);
+    return k > 0 || n == 0 ? k : copy_failed(comm, peer, 0, k, n, (uint64_t)(uintptr_t)remote[0].iov_base, what);
 }
 
 int shmtopo_sc_read(const shmtopo_comm_t *comm, int peer, void *dst, uint64_t src, size_t n, const char *what)
