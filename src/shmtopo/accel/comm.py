@@ -75,6 +75,13 @@ LOWER_CASE = ("Gather", "Gatherv", "Scatter", "Scatterv", "Allgatherv", "Alltoal
 #: Persistent collectives: a request whose Start() makes the blocking call
 #: (accelerated or delegated as that call is, each start on its own).
 PERSISTENT = tuple(f"{name}_init" for name in ACCELERATED + LOWER_CASE)
+#: Alltoallw on a derived comm goes to MPI for this many calls before the comm
+#: makes its shmtopo comm for it: making one (~0.5 ms: its segment's pages,
+#: the sweep) and flattening its datatypes (~0.1 ms each) pays back only over
+#: many calls, and a plan made for a few calls (a transform made, run forward
+#: and back, and destroyed) would only pay it.
+ALLTOALLW_WARM_UP = 8
+
 #: Constructors whose new communicator comes back accelerated (COMM_NULL as it is).
 CONSTRUCTORS = ("Dup", "Dup_with_info", "Clone", "Split", "Split_type", "Create", "Create_group")
 
@@ -124,11 +131,12 @@ class _Side:
     posted. Dropped (locally) by Free(), shm_free(), at exit, at
     MPI_Finalize, when MPI frees the handle, or when the last copy is gone."""
 
-    __slots__ = ("shm", "lazy", "progress", "__weakref__")
+    __slots__ = ("shm", "lazy", "progress", "alltoallw_calls", "__weakref__")
 
     def __init__(self, shm: Comm | None = None, lazy: bool = True) -> None:
         self.shm, self.lazy = shm, lazy
         self.progress: nonblocking.Progress | None = None
+        self.alltoallw_calls = 0  # made while the shmtopo comm is still to be made (ALLTOALLW_WARM_UP)
 
     def _release(self) -> None:
         """Local: drop the shmtopo comm, as a clean departure (Comm.release);
@@ -406,6 +414,7 @@ class AcceleratedComm:
         private = self._wrapped(dup)
         # its thread shares a core with the program's own work: it does not spin
         private._options = {**self._options, "waits": nonblocking.WAITS}
+        private._side.alltoallw_calls = ALLTOALLW_WARM_UP  # it lives as long as this comm: no warm-up
         shm = self._side.shm  # (none yet on a derived comm: no news of a death for the Idup's wait)
         return nonblocking.Progress(private, opened, count, None if shm is None else shm.news,
                                     0.0 if shm is None else shm.timeout)
@@ -490,7 +499,15 @@ class AcceleratedComm:
 
     def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
         """Collective: as mpi4py's ``Alltoallw``: each block's datatype
-        flattened once (accel/datatypes.py), its bytes moved in shared memory."""
+        flattened once (accel/datatypes.py), its bytes moved in shared memory.
+        A derived comm whose shmtopo comm is still to be made hands its first
+        ALLTOALLW_WARM_UP calls to MPI (every rank counts the same calls)."""
+        side = self._side
+        if side.lazy and not self._strict and side.alltoallw_calls < ALLTOALLW_WARM_UP:
+            side.alltoallw_calls += 1
+            self._mpi().Alltoallw(sendbuf, recvbuf)
+            self._stats["Alltoallw"][1] += 1
+            return
         self._shm_or_mpi(ALLTOALLW, "Alltoallw", plans.alltoallw, (sendbuf, recvbuf),
                          lambda p: self._run_plan(Comm.alltoallw, p, p.send, p.counts[0], p.out, p.counts[1]))
 

@@ -2,12 +2,13 @@
 coll.args.TypeRuns: one element's bytes, in the order MPI packs them, as runs
 of contiguous bytes), and the typed messages of Alltoallw.
 
-MPI itself says where a datatype's bytes lie: an element whose every byte
-holds (a digit of) its own offset is sent to this process as MPI_PACKED,
-which receives the bytes in the datatype's order, so every constructor
-(subarray, darray, struct, resized, a send type that repeats bytes...)
-flattens the way MPI reads it. Once per datatype, kept while the Datatype
-object lives and is not freed.
+A derived datatype is flattened from its constructor, as MPI decodes it
+(MPI_Type_get_contents: contiguous, vector, indexed, struct, subarray,
+resized, ...), in numpy, once per datatype (kept while the Datatype object
+lives and is not freed). What no constructor rule here covers (darray, a
+named type with holes, Fortran's parameterised types) MPI itself says: an
+element whose every byte holds (a digit of) its own offset, sent to this
+process as MPI_PACKED, arrives in the datatype's order.
 """
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ from .tables import LeftToMPI, Tables
 #: larger datatype's messages go to MPI
 PROBE_MAX = 64 << 20
 
-_flattened: dict[int, tuple[Any, TypeRuns | LeftToMPI]] = {}  # handle: (the Datatype object, its runs)
+# handle: (the Datatype object, its runs, or why it goes to MPI); a derived
+# datatype's first use goes to MPI (every rank then hands the call over), so
+# that a datatype made for one call is never flattened: its second, flattened
+_flattened: dict[int, tuple[Any, TypeRuns | LeftToMPI]] = {}
+_FIRST_USE = LeftToMPI("seen once")
 _probing = threading.Lock()  # one probe at a time: their messages to self would cross
 
 
@@ -39,8 +44,14 @@ def runs_of(t: Tables, datatype: Any) -> TypeRuns:
     if seen is None or seen[0] is not datatype:
         if key == t.null_type:
             raise ValueError("MPI.DATATYPE_NULL is no datatype to move")
+        if not datatype.is_named:  # a program may make a datatype for one call: flattening it would cost more
+            _committed(t, datatype)
+            _flattened[key] = (datatype, _FIRST_USE)
+            raise LeftToMPI("a derived datatype's first use")
+        seen = None
+    if seen is None or seen[1] is _FIRST_USE:
         try:
-            found: TypeRuns | LeftToMPI = _probe(t, datatype)
+            found: TypeRuns | LeftToMPI = _flatten(t, datatype)
         except LeftToMPI as why:
             found = why
         if len(_flattened) >= 256:
@@ -49,6 +60,118 @@ def runs_of(t: Tables, datatype: Any) -> TypeRuns:
     if isinstance(seen[1], LeftToMPI):
         raise seen[1]
     return seen[1]
+
+
+#: the most runs a datatype is flattened into; one with more goes to MPI
+RUNS_MAX = 1 << 24
+
+
+class _NoRule(Exception):
+    """A constructor flattened by probing."""
+
+
+def _committed(t: Tables, datatype: Any) -> None:
+    """ValueError where MPI refuses to move the datatype (one never committed), on this rank."""
+    try:
+        datatype.Pack(np.empty(0, np.uint8), np.empty(0, np.uint8), 0, t.MPI.COMM_SELF)
+    except t.MPI.Exception as exc:
+        raise ValueError(f"datatype: {exc}") from None
+
+
+def _flatten(t: Tables, datatype: Any) -> TypeRuns:
+    _committed(t, datatype)
+    extent = datatype.Get_extent()[1]
+    try:
+        offsets, lengths = _runs(t, datatype)
+    except _NoRule:
+        return _probe(t, datatype)
+    return type_runs(offsets, lengths, extent)
+
+
+def _merged(offsets: Any, lengths: Any) -> tuple[Any, Any]:
+    """Runs of 0 bytes dropped, each run that starts where the last ends joined to it."""
+    keep = lengths > 0
+    offsets, lengths = offsets[keep], lengths[keep]
+    if offsets.size > RUNS_MAX:
+        raise LeftToMPI(f"a datatype of more than {RUNS_MAX} runs")
+    if offsets.size < 2:
+        return offsets, lengths
+    ends = offsets + lengths
+    breaks = np.flatnonzero(offsets[1:] != ends[:-1]) + 1
+    firsts = np.concatenate(([0], breaks))
+    lasts = np.concatenate((breaks - 1, [offsets.size - 1]))
+    return offsets[firsts], ends[lasts] - offsets[firsts]
+
+
+def _tiled(runs: tuple[Any, Any], starts: Any) -> tuple[Any, Any]:
+    """One element's runs at each of `starts` (bytes), in that order."""
+    offsets, lengths = runs
+    starts = np.asarray(starts, np.int64).reshape(-1)
+    return _merged((starts[:, None] + offsets[None, :]).reshape(-1), np.tile(lengths, starts.size))
+
+
+def _blocks(counts: Any, starts: Any, step: int) -> Any:
+    """Where each of a block's elements starts: for each block, its start and
+    then `step` bytes apart, blocks in order."""
+    counts, starts = np.asarray(counts, np.int64), np.asarray(starts, np.int64)
+    if not counts.size:
+        return np.zeros(0, np.int64)
+    first = np.repeat(starts, counts)
+    within = np.arange(first.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    return first + within * step
+
+
+def _runs(t: Tables, datatype: Any) -> tuple[Any, Any]:
+    """(offsets, lengths) of one element, int64, in the type map's order."""
+    if datatype.is_named:
+        size = datatype.Get_size()
+        if datatype.Get_true_extent() != (0, size):
+            raise _NoRule  # a pair type with a hole (MPI.SHORT_INT)
+        return np.array([0], np.int64), np.array([size], np.int64)
+    base, combiner, p = datatype.decode()
+    made = [base] + list(p.get("datatypes", []))
+    try:
+        return _combined(t, base, combiner, p)
+    finally:
+        for d in made:
+            if d is not None and not d.is_predefined:
+                d.Free()  # MPI_Type_get_contents made a new handle
+
+
+def _combined(t: Tables, base: Any, combiner: str, p: dict[str, Any]) -> tuple[Any, Any]:
+    if combiner == "STRUCT":
+        parts = [_tiled(_runs(t, d), _blocks([n], [at], d.Get_extent()[1]))
+                 for n, at, d in zip(p["blocklengths"], p["displacements"], p["datatypes"])]
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return _merged(np.concatenate([o for o, _ in parts]), np.concatenate([n for _, n in parts]))
+    runs = _runs(t, base)
+    step = base.Get_extent()[1]
+    if combiner in ("DUP", "RESIZED"):  # the same runs; the extent is the caller's to read
+        return runs
+    if combiner == "CONTIGUOUS":
+        counts, starts = [p["count"]], [0]
+    elif combiner in ("VECTOR", "HVECTOR"):
+        counts = [p["blocklength"]] * p["count"]
+        starts = np.arange(p["count"], dtype=np.int64) * (p["stride"] * (step if combiner == "VECTOR" else 1))
+    elif combiner in ("INDEXED", "HINDEXED", "INDEXED_BLOCK", "HINDEXED_BLOCK"):
+        starts = np.asarray(p["displacements"], np.int64) * (step if not combiner.startswith("H") else 1)
+        counts = p["blocklengths"] if "blocklengths" in p else [p["blocklength"]] * starts.size
+    elif combiner == "SUBARRAY":  # rows along the fastest axis
+        sizes, subsizes, first = p["sizes"], p["subsizes"], p["starts"]
+        if p["order"] == t.MPI.ORDER_FORTRAN:  # the first index varies fastest: C order on the reversed axes
+            sizes, subsizes, first = sizes[::-1], subsizes[::-1], first[::-1]
+        strides = np.cumprod([1] + list(sizes[:0:-1]))[::-1]  # elements between neighbours along each axis
+        rows = np.full(1, first[-1], np.int64)
+        for n, s0, stride in zip(subsizes[:-1], first[:-1], strides[:-1]):
+            rows = (rows[:, None] + (s0 + np.arange(n, dtype=np.int64))[None, :] * int(stride)).reshape(-1)
+        counts, starts = np.full(rows.size, subsizes[-1]), rows * step
+    else:
+        raise _NoRule(combiner)
+    # blocks of `counts` elements `step` apart, from `starts`
+    if runs[0].size == 1 and runs[0][0] == 0 and runs[1][0] == step:  # a dense element: a block is one run
+        return _merged(np.asarray(starts, np.int64), np.asarray(counts, np.int64) * step)
+    return _tiled(runs, _blocks(counts, starts, step))
 
 
 def _probe(t: Tables, datatype: Any) -> TypeRuns:
@@ -132,8 +255,16 @@ def typed_message(t: Tables, spec: Any, what: str, *, writable: bool, blocks: in
     if made is not None and all(a is b for a, b in zip(made[0], ty)):
         return raw, made[1]
     counted = [_integer(x, f"{what}: a count") for x in c]
-    layout = TypedBlocks([(_integer(d[p], f"{what}: a displacement"), counted[p],
-                           runs_of(t, ty[p]) if counted[p] > 0 else _EMPTY) for p in range(blocks)], blocks, what)
+    runs, first_use = [], None
+    for p in range(blocks):
+        try:
+            runs.append(runs_of(t, ty[p]) if counted[p] > 0 else _EMPTY)
+        except LeftToMPI as why:  # every datatype of the call seen, so that its next call flattens them all
+            first_use = why
+    if first_use is not None:
+        raise first_use
+    layout = TypedBlocks([(_integer(d[p], f"{what}: a displacement"), counted[p], runs[p]) for p in range(blocks)],
+                         blocks, what)
     if len(_layouts) >= 256:
         _layouts.clear()
     _layouts[key] = (ty, layout)
@@ -152,6 +283,10 @@ def alltoallw_messages(t: Tables, sendbuf: Any, recvbuf: Any,
     """(send bytes, send blocks, receive bytes, receive blocks) of an Alltoallw."""
     if in_place(t, sendbuf):
         raise LeftToMPI("Alltoallw in place")
-    recv, recvblocks = typed_message(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    try:
+        recv, recvblocks = typed_message(t, recvbuf, "recvbuf", writable=True, blocks=size)
+    except LeftToMPI:
+        typed_message(t, sendbuf, "sendbuf", writable=False, blocks=size)  # its datatypes seen too
+        raise
     send, sendblocks = typed_message(t, sendbuf, "sendbuf", writable=False, blocks=size)
     return send, sendblocks, recv, recvblocks
