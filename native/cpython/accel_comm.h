@@ -149,6 +149,7 @@ ACCEL_METHOD(acomm_alltoallv, A_ALLTOALLV)
 ACCEL_METHOD(acomm_reduce_scatter, A_REDUCE_SCATTER)
 ACCEL_METHOD(acomm_scan, A_SCAN)
 ACCEL_METHOD(acomm_exscan, A_EXSCAN)
+ACCEL_METHOD(acomm_alltoallw, A_ALLTOALLW)
 
 #define ACOMM_ENTRY(name, fn) \
     {name, (PyCFunction)(void (*)(void))fn, METH_FASTCALL | METH_KEYWORDS, "Collective: as mpi4py's " name "."}
@@ -170,6 +171,7 @@ static PyMethodDef commfast_methods[] = {
     ACOMM_ENTRY("Reduce_scatter", acomm_reduce_scatter),
     ACOMM_ENTRY("Scan", acomm_scan),
     ACOMM_ENTRY("Exscan", acomm_exscan),
+    ACOMM_ENTRY("Alltoallw", acomm_alltoallw),
     {NULL, NULL, 0, NULL},
 };
 

@@ -34,6 +34,7 @@
 #include "comm.h"
 #include "sharing.h"
 #include "buffers.h"
+#include "typed.h"
 #include "plans.h"
 #include "window.h"
 #include "accel_window.h"
@@ -91,6 +92,9 @@ static PyMethodDef methods[] = {
      "share_small(handle, obj, root) -> array | (header,) | None: a small array's share (shmtopo.sharing internal)."},
     {"bind_share", (PyCFunction)(void (*)(void))bind_share, METH_FASTCALL,
      "Bind the share header's layout, sharing._dtype_word and numpy.frombuffer (shmtopo.sharing internal)."},
+    {"note_layout", (PyCFunction)(void (*)(void))note_layout, METH_FASTCALL,
+     "note_layout(counts, displs, types, blocks, table, first, end): a layout of Alltoallw's the planner made "
+     "(shmtopo.accelerate internal)."},
     {"note_derived", note_derived, METH_O,
      "note_derived(datatype): the planner hands messages of this derived type to MPI (shmtopo.accelerate internal)."},
     {NULL, NULL, 0, NULL},

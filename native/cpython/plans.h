@@ -426,7 +426,8 @@ static PyObject *accel_barrier(PyObject *self, PyObject *handle)
  * methods, accel_comm.h, read it; so do the decisions of plans_mpi.h). */
 
 enum { A_BARRIER, A_BCAST, A_REDUCE, A_ALLREDUCE, A_ALLGATHER, A_ALLTOALL, A_REDUCE_SCATTER_BLOCK, A_GATHER,
-       A_SCATTER, A_GATHERV, A_SCATTERV, A_ALLGATHERV, A_ALLTOALLV, A_REDUCE_SCATTER, A_SCAN, A_EXSCAN, NA };
+       A_SCATTER, A_GATHERV, A_SCATTERV, A_ALLGATHERV, A_ALLTOALLV, A_REDUCE_SCATTER, A_SCAN, A_EXSCAN, A_ALLTOALLW,
+       NA };
 
 enum { NO_WINDOWS, FAST_WINDOWS, ALL_WINDOWS }; /* which window list follows the handle */
 
@@ -466,6 +467,7 @@ static const accel_call_t accel_calls[NA] = {
                           SHMTOPO_KIND_REDUCE_SCATTER},
     [A_SCAN] = {"Scan", accel_scan, NO_WINDOWS, 3, 2, {SR, P_OP}, 0, SHMTOPO_KIND_SCAN},
     [A_EXSCAN] = {"Exscan", accel_scan, NO_WINDOWS, 3, 2, {SR, P_OP}, 1, SHMTOPO_KIND_EXSCAN},
+    [A_ALLTOALLW] = {"Alltoallw", accel_alltoallw, NO_WINDOWS, 2, 2, {SR}, -1, SHMTOPO_KIND_ALLTOALLW},
 };
 #undef SR
 

@@ -109,6 +109,8 @@ def bind_mpi_only(unmoved: tuple[Any, ...], unmoved_formats: dict[str, bool], op
 def copied_new(cls: type, *args: Any) -> Any:
     """The __new__ of the accelerated classes: mpi4py's (cls._mpi_new), then
     cls._copy_state(new, args[0]) for a copy of an accelerated object."""
+def note_layout(counts: tuple[Any, ...], displs: tuple[Any, ...], types: tuple[Any, ...], blocks: Any, table: int,
+                first: int, end: int) -> None: ...
 def note_derived(datatype: Any) -> None:
     """The planner hands messages of this derived datatype to MPI: CommFast
     may agree and hand calls of it over itself."""

@@ -102,7 +102,8 @@ _SIG_TO_MPI = lib.SHMTOPO_SIG_DELEGATED
 # collective itself. What the entries take for plain is what the planner
 # decides for those arguments, from its own tables (tables.py binds them).
 FAST_CALLS = ("Barrier", "Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall", "Reduce_scatter_block", "Gather",
-              "Scatter", "Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter", "Scan", "Exscan")
+              "Scatter", "Gatherv", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter", "Scan", "Exscan",
+              "Alltoallw")
 
 # The calls whose counts may differ by rank (and be 0 on some): a type
 # shmtopo does not move in one rank's message says nothing of another's.

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .._fastpath import note_layout
+from .._native import ffi
 from ..coll.args import TypedBlocks, TypeRuns, type_runs
 from .buffers import _byte_view, in_place
 from .tables import LeftToMPI, Tables
@@ -268,6 +270,7 @@ def typed_message(t: Tables, spec: Any, what: str, *, writable: bool, blocks: in
     if len(_layouts) >= 256:
         _layouts.clear()
     _layouts[key] = (ty, layout)
+    note_layout(c, d, ty, layout, int(ffi.cast("uintptr_t", layout.table)), layout.first, layout.end)
     return raw, layout
 
 
