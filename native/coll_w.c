@@ -72,6 +72,16 @@ static void advance(const shmtopo_typed_block_t *b, cursor_t *c, size_t n)
     }
 }
 
+/* Past the block's next n bytes, whatever runs they span. */
+static void skip(const shmtopo_typed_block_t *b, cursor_t *c, size_t n)
+{
+    while (n && c->element < b->count) {
+        const size_t m = shmtopo_min_size(n, (size_t)(b->lengths[c->run] - c->done));
+        advance(b, c, m);
+        n -= m;
+    }
+}
+
 /* Copy the block's next n bytes into flat (gather) or out of it into the block. */
 static void walk(const shmtopo_typed_block_t *b, const char *base, cursor_t *c, char *flat, size_t n, int gather)
 {
@@ -199,8 +209,8 @@ static int read_pieces(shmtopo_comm_t *comm, int peer, const shmtopo_typed_block
         const ssize_t k = shmtopo_sc_readv(comm, peer, mine, kt, theirs, kf, nt, "alltoallw");
         if (k < 0)
             return -1;
-        advance(from, fc, (size_t)k);
-        advance(to, tc, (size_t)k);
+        skip(from, fc, (size_t)k);
+        skip(to, tc, (size_t)k);
         n -= (size_t)k;
     }
     return 0;

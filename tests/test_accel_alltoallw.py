@@ -11,6 +11,7 @@ from shmtopo.accel import datatypes
 from shmtopo.accel.comm import ALLTOALLW_WARM_UP
 from shmtopo.coll.args import TypeRuns
 from shmtopo.errors import FreedError, ShmtopoArgumentError
+from conftest import PythonCalls
 from values import culprits
 
 WORLD = MPI.COMM_WORLD
@@ -143,10 +144,12 @@ def transpose_types(shape, axis, n):
     return types
 
 
-@pytest.mark.parametrize("size", [12, 60, 300])
+@pytest.mark.parametrize("size", [12, 60, 300, 1200])
 def test_a_transpose_of_subarrays_is_mpis_and_its_layout_is_made_once(acomm, size):
     """The distributed-FFT transpose: rows to columns, called again and again
-    with the same datatypes (their layout is found at the first call)."""
+    with the same datatypes (their layout is made at their second use). At
+    1200 on 2 ranks a block is 600 runs of 9600 bytes: single copy, in more
+    than one process_vm_readv."""
     rank, n = WORLD.rank, WORLD.size
     rows = size // n
     a = (np.arange(rows * size) + 1000.0 * rank + 1j).reshape(rows, size)
@@ -165,6 +168,35 @@ def test_a_transpose_of_subarrays_is_mpis_and_its_layout_is_made_once(acomm, siz
         for t in ta + tb:
             t.Free()
     assert acomm.shm_stats() == {"Alltoallw": (3, 1)}  # the datatypes' first use goes to MPI
+
+
+def test_a_plans_later_calls_are_one_c_call(acomm):
+    """Once the planner has made a message's layout (the datatypes' second
+    use), the same call with the same counts, displacements and datatypes
+    runs no Python below Alltoallw on a comm of one node; other buffers, the
+    same results."""
+    rank, n = WORLD.rank, WORLD.size
+    a = np.arange(6.0 * n * n).reshape(n * 2, 3 * n) + 100 * rank
+    ta, tb = transpose_types(a.shape, 1, n), transpose_types((3 * n, n * 2), 0, n)
+    cd = ([1] * n, [0] * n)
+    try:
+        for _ in range(2):  # MPI's (the datatypes' first use), then the planner's
+            acomm.Alltoallw([a.astype(complex), cd, ta], [np.zeros((3 * n, 2 * n), complex), cd, tb])
+        x = (a + 1j).astype(complex)
+        got = [np.zeros((3 * n, 2 * n), complex) for _ in range(3)]
+        with PythonCalls() as python_calls:
+            for out in got:
+                acomm.Alltoallw([x, cd, ta], [out, cd, tb])
+        if acomm.shm_comm.nnodes == 1:
+            assert python_calls == [], python_calls
+        want = np.zeros((3 * n, 2 * n), complex)
+        alltoallw_by_pairs([x, cd, ta], [want, cd, tb], n)
+        for out in got:
+            assert out.tobytes() == want.tobytes()
+    finally:
+        for t in ta + tb:
+            t.Free()
+    assert acomm.shm_stats() == {"Alltoallw": (4, 1)}
 
 
 def test_a_freed_datatypes_handle_made_again_is_flattened_again(acomm):

@@ -18,6 +18,7 @@ from mpi4py import MPI
 
 import ranks
 import shmtopo
+from shmtopo.coll.args import type_runs
 
 SC_MIN = 16 * 1024          # native/coll.c SC_MIN: single copy from this many bytes on,
 SC_MIN_OVERSUBSCRIBED = 4 << 20  # and from this many with more ranks than CPUs
@@ -492,3 +493,41 @@ def test_alltoallv_with_one_block_over_a_round(monkeypatch, setting):
         for p, c in enumerate(recv_counts):
             assert (out[at:at + c] == 10 * p + me).all(), (p, c)
             at += c
+
+
+def _runs(length, count, gap):
+    """`count` runs of `length` bytes, `gap` bytes between them (coll.args.TypeRuns)."""
+    return type_runs(np.arange(count) * (length + gap), np.full(count, length), count * (length + gap))
+
+
+def _gathered(buf, at, runs):
+    return np.concatenate([buf[at + int(o):at + int(o) + int(n)] for o, n in zip(runs.offsets, runs.lengths)])
+
+
+# (send runs, receive runs): equal bytes, run boundaries that never meet, more
+# runs than one process_vm_readv takes (256) on one side and then the other,
+# every run of 8 KiB or more (single copy's threshold) where single copy may run
+ALLTOALLW_LAYOUTS = [((8200, 300, 40), (12300, 200, 8)), ((24600, 100, 16), (8200, 300, 24)),
+                     ((24, 700, 16), (56, 300, 8))]
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+@pytest.mark.parametrize("layout", ALLTOALLW_LAYOUTS, ids=["sent-runs-first", "received-runs-first", "short-runs"])
+def test_alltoallw_of_many_runs_matches_numpy(monkeypatch, setting, layout):
+    """Comm.alltoallw with blocks of many runs, sent and received in runs
+    of other lengths: every byte where its pair's runs say, single copy on
+    (read straight from the sender's runs) and off (the scratch buffers)."""
+    with comm_with(monkeypatch, setting) as comm:
+        n, me = comm.world_size, comm.world_rank
+        sent, got = _runs(*layout[0]), _runs(*layout[1])
+        assert sent.size == got.size
+        span_s, span_r = sent.extent, got.extent
+
+        def send_of(rank):
+            return np.random.default_rng(rank).integers(0, 256, n * span_s, dtype=np.uint8)
+        out = np.zeros(n * span_r, np.uint8)
+        comm.alltoallw(send_of(me), [(p * span_s, 1, sent) for p in range(n)], out,
+                       [(p * span_r, 1, got) for p in range(n)])
+        comm.barrier()
+        for p in range(n):
+            assert (_gathered(out, p * span_r, got) == _gathered(send_of(p), me * span_s, sent)).all(), p
