@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+import shmtopo
+
 from shmtopo.accel import datatypes
 from shmtopo.accel.comm import ALLTOALLW_WARM_UP
 from shmtopo.coll.args import TypeRuns
@@ -259,6 +261,29 @@ def test_a_derived_comm_hands_its_first_calls_to_mpi_without_making_its_shmtopo_
         assert dup.shm_stats() == {"Alltoallw": (2, ALLTOALLW_WARM_UP)}
     finally:
         dup.Free()
+
+
+def test_strict_mode_flattens_at_the_first_use_and_skips_the_warm_up(monkeypatch):
+    """SHMTOPO_ACCEL_STRICT=1 hands nothing to MPI: a derived datatype's
+    first use and a derived comm's first Alltoallw run in shared memory."""
+    monkeypatch.setenv("SHMTOPO_ACCEL_STRICT", "1")
+    n, rank = WORLD.size, WORLD.rank
+    a = shmtopo.accelerate(WORLD, timeout=60)
+    t = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
+    try:
+        dup = a.Dup()
+        send = np.arange(4.0 * n) + 10 * rank
+        got, want = np.zeros(2 * n), np.zeros(2 * n)
+        spec = ([1] * n, [32 * p for p in range(n)]), [t] * n
+        rspec = ([2] * n, [16 * p for p in range(n)]), [MPI.DOUBLE] * n
+        dup.Alltoallw([send, *spec], [got, *rspec])
+        WORLD.Alltoallw([send, *spec], [want, *rspec])
+        assert got.tobytes() == want.tobytes()
+        assert dup.shm_stats() == {"Alltoallw": (1, 0)}
+        dup.Free()
+    finally:
+        t.Free()
+        a.shm_free()
 
 
 def test_forms_mpi_takes_that_shmtopo_hands_over(acomm):

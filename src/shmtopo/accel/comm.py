@@ -41,6 +41,7 @@ local, as MPI_Comm_free is in practice (Comm.release: a clean departure).
 """
 from __future__ import annotations
 
+import functools
 import operator
 import threading
 import weakref
@@ -509,7 +510,9 @@ class AcceleratedComm:
             self._mpi().Alltoallw(sendbuf, recvbuf)
             self._stats["Alltoallw"][1] += 1
             return
-        self._shm_or_mpi(ALLTOALLW, "Alltoallw", plans.alltoallw, (sendbuf, recvbuf),
+        # strict: nothing goes to MPI, so a datatype is flattened at its first use
+        planner = plans.alltoallw if not self._strict else functools.partial(plans.alltoallw, first_use_to_mpi=False)
+        self._shm_or_mpi(ALLTOALLW, "Alltoallw", planner, (sendbuf, recvbuf),
                          lambda p: self._run_plan(Comm.alltoallw, p, p.send, p.counts[0], p.out, p.counts[1]))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM_DEFAULT) -> None:

@@ -36,9 +36,10 @@ _FIRST_USE = LeftToMPI("seen once")
 _probing = threading.Lock()  # one probe at a time: their messages to self would cross
 
 
-def runs_of(t: Tables, datatype: Any) -> TypeRuns:
+def runs_of(t: Tables, datatype: Any, first_use_to_mpi: bool = True) -> TypeRuns:
     """The runs of a committed datatype (cached); ValueError for what MPI
-    would refuse, LeftToMPI for what is valid but not flattened here."""
+    would refuse, LeftToMPI for what is valid but not flattened here (and
+    for a derived datatype's first use, unless first_use_to_mpi is False)."""
     if not isinstance(datatype, t.Datatype):
         raise TypeError(f"expecting an MPI.Datatype, not {type(datatype).__name__}")
     key = t.handle(datatype)
@@ -46,7 +47,7 @@ def runs_of(t: Tables, datatype: Any) -> TypeRuns:
     if seen is None or seen[0] is not datatype:
         if key == t.null_type:
             raise ValueError("MPI.DATATYPE_NULL is no datatype to move")
-        if not datatype.is_named:  # a program may make a datatype for one call: flattening it would cost more
+        if first_use_to_mpi and not datatype.is_named:  # made for one call, flattening would cost more
             _committed(t, datatype)
             _flattened[key] = (datatype, _FIRST_USE)
             raise LeftToMPI("a derived datatype's first use")
@@ -235,7 +236,8 @@ _layouts: dict[tuple[Any, ...], tuple[tuple[Any, ...], TypedBlocks]] = {}
 _EMPTY = type_runs([], [], 0)
 
 
-def typed_message(t: Tables, spec: Any, what: str, *, writable: bool, blocks: int) -> tuple[Any, TypedBlocks]:
+def typed_message(t: Tables, spec: Any, what: str, *, writable: bool, blocks: int,
+                  first_use_to_mpi: bool = True) -> tuple[Any, TypedBlocks]:
     """An Alltoallw buffer argument, [buf, (counts, displs), types] or
     [buf, counts, displs, types] (displacements in bytes): its bytes, and
     its blocks, one per rank."""
@@ -260,7 +262,7 @@ def typed_message(t: Tables, spec: Any, what: str, *, writable: bool, blocks: in
     runs, first_use = [], None
     for p in range(blocks):
         try:
-            runs.append(runs_of(t, ty[p]) if counted[p] > 0 else _EMPTY)
+            runs.append(runs_of(t, ty[p], first_use_to_mpi) if counted[p] > 0 else _EMPTY)
         except LeftToMPI as why:  # every datatype of the call seen, so that its next call flattens them all
             first_use = why
     if first_use is not None:
@@ -281,15 +283,17 @@ def _integer(value: Any, what: str) -> int:
         raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
 
 
-def alltoallw_messages(t: Tables, sendbuf: Any, recvbuf: Any,
-                       size: int) -> tuple[Any, TypedBlocks, Any, TypedBlocks]:
+def alltoallw_messages(t: Tables, sendbuf: Any, recvbuf: Any, size: int,
+                       first_use_to_mpi: bool = True) -> tuple[Any, TypedBlocks, Any, TypedBlocks]:
     """(send bytes, send blocks, receive bytes, receive blocks) of an Alltoallw."""
+    def message(spec: Any, what: str, writable: bool) -> tuple[Any, TypedBlocks]:
+        return typed_message(t, spec, what, writable=writable, blocks=size, first_use_to_mpi=first_use_to_mpi)
     if in_place(t, sendbuf):
         raise LeftToMPI("Alltoallw in place")
     try:
-        recv, recvblocks = typed_message(t, recvbuf, "recvbuf", writable=True, blocks=size)
+        recv, recvblocks = message(recvbuf, "recvbuf", True)
     except LeftToMPI:
-        typed_message(t, sendbuf, "sendbuf", writable=False, blocks=size)  # its datatypes seen too
+        message(sendbuf, "sendbuf", False)  # its datatypes seen too
         raise
-    send, sendblocks = typed_message(t, sendbuf, "sendbuf", writable=False, blocks=size)
+    send, sendblocks = message(sendbuf, "sendbuf", False)
     return send, sendblocks, recv, recvblocks

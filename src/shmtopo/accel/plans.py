@@ -288,9 +288,9 @@ def alltoallv(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
     return Call(a, out, back=back, counts=(sv.counts, sv.displs, rv.counts, rv.displs))
 
 
-def alltoallw(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any) -> Call:
+def alltoallw(shm: Comm, t: Tables, sendbuf: Any, recvbuf: Any, first_use_to_mpi: bool = True) -> Call:
     """Every block's bytes, whatever its datatype (flattened once: datatypes.py)."""
-    send, sendblocks, recv, recvblocks = alltoallw_messages(t, sendbuf, recvbuf, shm.world_size)
+    send, sendblocks, recv, recvblocks = alltoallw_messages(t, sendbuf, recvbuf, shm.world_size, first_use_to_mpi)
     return Call(send, recv, counts=(sendblocks, recvblocks))
 
 
