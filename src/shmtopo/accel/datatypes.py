@@ -152,6 +152,8 @@ def _combined(t: Tables, base: Any, combiner: str, p: dict[str, Any]) -> tuple[A
     step = base.Get_extent()[1]
     if combiner in ("DUP", "RESIZED"):  # the same runs; the extent is the caller's to read
         return runs
+    counts: Any
+    starts: Any
     if combiner == "CONTIGUOUS":
         counts, starts = [p["count"]], [0]
     elif combiner in ("VECTOR", "HVECTOR"):
