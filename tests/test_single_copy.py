@@ -382,6 +382,13 @@ def _call(comm, what, a):
         comm.bcast(a, root=0, out=a)
     elif what == "allreduce":
         return comm.allreduce(a)
+    elif what == "alltoallw":  # a's blocks, one run each, read straight from it by each peer
+        block = a.nbytes // comm.size
+        whole = type_runs([0], [block], block)
+        out = np.empty_like(a)
+        comm.alltoallw(a, [(p * block, 1, whole) for p in range(comm.size)], out,
+                       [(p * block, 1, whole) for p in range(comm.size)])
+        return out
     else:
         return comm.reduce(a, root=comm.size - 1)
 
@@ -415,12 +422,16 @@ def tail_unreadable(comm, nbytes, what):
         expected = good if what == "bcast" else good * inner.size
         ok = np.array_equal(again if what == "bcast" else got, expected) \
             if what != "reduce" or inner.rank == inner.size - 1 else got is None
+        if what == "alltoallw":  # every rank's block for this one: the same bytes of `good`
+            block = good.nbytes // inner.size
+            mine = good.view(np.uint8)[inner.rank * block:(inner.rank + 1) * block]
+            ok = got.view(np.uint8)[:inner.size * block].tobytes() == mine.tobytes() * inner.size
         return result + (bool(ok),)
 
 
 @pytest.mark.no_mpi
 @pytest.mark.serial
-@pytest.mark.parametrize("what", ["bcast", "allreduce", "reduce"])
+@pytest.mark.parametrize("what", ["bcast", "allreduce", "reduce", "alltoallw"])
 @pytest.mark.parametrize("size", [2, 3])
 def test_failed_copy_fails_every_rank(size, what):
     out = ranks.run(size, tail_unreadable, 2 * SC_MIN_OVERSUBSCRIBED, what)
@@ -458,7 +469,7 @@ def bcast_until_killed(comm, victim, nbytes, what="bcast"):
 
 @pytest.mark.no_mpi
 @pytest.mark.serial
-@pytest.mark.parametrize("what", ["bcast", "allreduce"])
+@pytest.mark.parametrize("what", ["bcast", "allreduce", "alltoallw"])
 @pytest.mark.parametrize("victim", [0, 1, 2])  # bcast: the root, whose memory is read; receivers
 def test_peer_killed_mid_copy_fails_every_survivor(victim, what):
     """Every survivor names the death, also one whose copy from a fellow
