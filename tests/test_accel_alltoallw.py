@@ -3,6 +3,8 @@
 byte what MPI moves, for random type maps of every constructor; misuse on
 one rank raising on every rank; the forms MPI takes that go to it. Each
 test runs on one node and on simulated nodes of 2 ranks."""
+import threading
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -199,6 +201,49 @@ def test_a_plans_later_calls_are_one_c_call(acomm):
         for t in ta + tb:
             t.Free()
     assert acomm.shm_stats() == {"Alltoallw": (4, 1)}
+
+
+def test_two_threads_on_their_own_comms_while_layouts_come_and_go(acomm):
+    """Two threads, each with a comm of its own, call Alltoallw with new
+    datatypes again and again: layouts are made and noted (the C path keeps
+    the latest 32) while the other thread's calls run on theirs."""
+    n, rank = WORLD.size, WORLD.rank
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        pytest.skip("MPI without MPI_THREAD_MULTIPLE")
+    comms = [acomm.Dup(), acomm.Dup()]
+    for c in comms:  # past each comm's warm-up, on this thread, so that both make their shmtopo comm here
+        for _ in range(ALLTOALLW_WARM_UP):
+            c.Alltoallw([np.zeros(n), ([1] * n, [8 * p for p in range(n)]), [MPI.DOUBLE] * n],
+                        [np.zeros(n), ([1] * n, [8 * p for p in range(n)]), [MPI.DOUBLE] * n])
+    failures = []
+
+    def work(c, salt):
+        try:
+            for i in range(40):
+                t = MPI.DOUBLE.Create_vector(2, 1, 2 + (i + salt) % 5).Commit()
+                try:
+                    send = np.arange(8.0 * n) + 1000 * rank + salt
+                    spec = ([1] * n, [64 * p for p in range(n)]), [t] * n
+                    rspec = ([2] * n, [16 * p for p in range(n)]), [MPI.DOUBLE] * n
+                    # from rank p: its elements 8 * rank and a stride after
+                    want = np.array([8 * rank + k * (2 + (i + salt) % 5) + 1000 * p + salt
+                                     for p in range(n) for k in range(2)], float)
+                    for _ in range(3):  # first use: MPI's; then the planner's; then C's
+                        got = np.zeros(2 * n)
+                        c.Alltoallw([send, *spec], [got, *rspec])
+                        assert got.tolist() == want.tolist(), (salt, i, got, want)
+                finally:
+                    t.Free()
+        except BaseException as exc:  # noqa: BLE001 - reported below, on this rank
+            failures.append(exc)
+    threads = [threading.Thread(target=work, args=(c, salt)) for salt, c in enumerate(comms)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for c in comms:
+        c.Free()
+    assert not failures, failures
 
 
 def test_a_freed_datatypes_handle_made_again_is_flattened_again(acomm):
