@@ -68,6 +68,27 @@ int shmtopo_coll_allreduce_prepare(const shmtopo_comm_t *comm, const void *send,
 int shmtopo_coll_allreduce_run(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *send, void *recv,
                                size_t count, int dtype, int op);
 
+/* After the first step of an alltoallv or alltoallw, whose buffer `which`
+ * holds each rank's send counts, then its receive counts (a row of size_t
+ * each): both matrices read into S and R (size x size), the pairs checked
+ * (shmtopo_pairs_verdict: -1 on every rank alike), and every rank's stream
+ * (its blocks for every other rank, in rank order, esz bytes a count):
+ * where rank r's block for this rank lies in it (from[r], len[r]), the
+ * longest stream and this rank's own. */
+int shmtopo_coll_streams(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int which, size_t esz, size_t *S,
+                         size_t *R, size_t *from, size_t *len, size_t *longest, size_t *mine);
+
+/* The scratch-buffer stream of alltoallv and alltoallw (coll_w.c), after
+ * shmtopo_coll_streams: every rank's blocks for the others, chunk by chunk,
+ * each block gathered from its runs into the chunk and scattered from it
+ * into the receiver's (sent[p]: bytes of this rank's block for p).
+ * cursors: room for 2 * size of them (SHMTOPO_COLL_CURSOR bytes each). */
+#define SHMTOPO_COLL_CURSOR (3 * sizeof(uint64_t))
+int shmtopo_coll_stream(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *send,
+                        const shmtopo_typed_block_t *sendblocks, const size_t *sent, void *recv,
+                        const shmtopo_typed_block_t *recvblocks, const size_t *from, const size_t *len,
+                        size_t longest, size_t mine, void *cursors);
+
 /* Where a rank's input for a fold lies (a callback, so one fold serves the
  * scratch buffers, the step lines and windows). */
 /* Single copy (single_copy.c) in the collectives. Where it starts for a

@@ -407,6 +407,32 @@ int shmtopo_allgatherv(shmtopo_comm_t *comm, const void *send, size_t count, voi
 
 /* ---- alltoallv --------------------------------------------------------------------- */
 
+int shmtopo_coll_streams(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int which, size_t esz, size_t *S,
+                         size_t *R, size_t *from, size_t *len, size_t *longest, size_t *mine)
+{
+    const int P = comm->size, me = comm->rank;
+    const size_t row = (size_t)P * sizeof(size_t);
+    for (int r = 0; r < P; r++) {
+        memcpy(S + (size_t)r * P, buffer(comm, r, which), row);
+        memcpy(R + (size_t)r * P, buffer(comm, r, which) + row, row);
+    }
+    if (shmtopo_pairs_verdict(sig, S, R, (size_t)P) < 0)
+        return -1;
+    *longest = *mine = 0;
+    for (int r = 0; r < P; r++) { /* rank r's stream: its blocks for every other rank, in rank order */
+        size_t at = 0;
+        for (int p = 0; p < P; p++) {
+            if (p == me)
+                from[r] = at, len[r] = S[(size_t)r * P + p] * esz;
+            at += p != r ? S[(size_t)r * P + p] * esz : 0;
+        }
+        *longest = max_size(*longest, at);
+        if (r == me)
+            *mine = at;
+    }
+    return 0;
+}
+
 int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *sendcounts, const size_t *sdispls,
                       void *recv, const size_t *recvcounts, const size_t *rdispls, int dtype)
 {
@@ -414,15 +440,18 @@ int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *send
     if (shmtopo_comm_usable(comm, what) < 0)
         return -1;
     const int P = comm->size, me = comm->rank;
-    const size_t esz = shmtopo_dtype_size(dtype), B = comm->chan.buffer, row = (size_t)P * sizeof(size_t);
+    const size_t esz = shmtopo_dtype_size(dtype), row = (size_t)P * sizeof(size_t);
     size_t sent = 0;
     for (int p = 0; sendcounts && p < P; p++)
         sent += sendcounts[p];
     shmtopo_sig_t sig = shmtopo_coll_sig(SHMTOPO_KIND_ALLTOALLV, sent, dtype, -1, -1, -1);
     sig.flags = SHMTOPO_SIG_OWN_COUNT;
     /* the counts matrices, per peer where its block for me lies in its stream
-     * and how long it is, and per peer the address of its block for me */
-    size_t *S = malloc(((size_t)P * P * 2 + 3 * (size_t)P) * sizeof(size_t));
+     * and how long it is, and per peer the address of its block for me; for
+     * the stream, each block as a typed one of one run (its bytes, its
+     * length as a run), and the stream's cursors */
+    size_t *S = malloc(((size_t)P * P * 2 + 6 * (size_t)P) * sizeof(size_t) +
+                       2 * (size_t)P * (sizeof(shmtopo_typed_block_t) + SHMTOPO_COLL_CURSOR));
     errno = 0;
     if (!S)
         shmtopo_fail(ENOMEM, -1, "alltoallv: out of memory for the counts of %d ranks", P);
@@ -444,26 +473,11 @@ int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *send
         ((size_t *)(buffer(comm, me, which) + 2 * row))[p] = (size_t)(uintptr_t)recv + rdispls[p] * esz;
     if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
         goto out_failed;
-    for (int r = 0; r < P; r++) {
-        memcpy(S + (size_t)r * P, buffer(comm, r, which), row);
-        memcpy(R + (size_t)r * P, buffer(comm, r, which) + row, row);
+    for (int r = 0; r < P; r++)
         at_peer[r] = ((const size_t *)(buffer(comm, r, which) + 2 * row))[me];
-    }
-    if (shmtopo_pairs_verdict(&sig, S, R, (size_t)P) < 0)
+    size_t longest, mine;
+    if (shmtopo_coll_streams(comm, &sig, which, esz, S, R, from, len, &longest, &mine) < 0)
         goto out_failed;
-    /* rank r's stream: its blocks for every other rank, in rank order */
-    size_t longest = 0, mine = 0;
-    for (int r = 0; r < P; r++) {
-        size_t at = 0;
-        for (int p = 0; p < P; p++) {
-            if (p == me)
-                from[r] = at, len[r] = S[(size_t)r * P + p] * esz;
-            at += p != r ? S[(size_t)r * P + p] * esz : 0;
-        }
-        longest = max_size(longest, at);
-        if (r == me)
-            mine = at;
-    }
     const char *in = send;
     char *out = recv;
     if (recvcounts[me])
@@ -478,27 +492,20 @@ int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *send
         free(S);
         return rc;
     }
-    for (size_t lo = 0; lo < longest; lo += B) {
-        const size_t hi = lo + B;
-        which = shmtopo_chan_next_buffer(comm);
-        if (lo < mine) {
-            size_t at = 0;
-            for (int p = 0; p < P; p++) {
-                if (p == me)
-                    continue;
-                put_piece(buffer(comm, me, which), lo, hi, in + sdispls[p] * esz, at, sendcounts[p] * esz);
-                at += sendcounts[p] * esz;
-            }
-        }
-        if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
-            goto out_failed;
-        for (int i = 1; i < P; i++) {
-            const int r = (me + i) % P;
-            get_piece(out + rdispls[r] * esz, from[r], len[r], buffer(comm, r, which), lo, hi);
-        }
+    static const int64_t at_start = 0; /* a block's one run starts with it */
+    size_t *sbytes = at_peer + P;
+    uint64_t *runs = (uint64_t *)(sbytes + P);
+    shmtopo_typed_block_t *blocks = (shmtopo_typed_block_t *)(runs + 2 * (size_t)P);
+    for (int p = 0; p < P; p++) {
+        sbytes[p] = sendcounts[p] * esz;
+        runs[p] = sbytes[p], runs[P + p] = recvcounts[p] * esz;
+        blocks[p] = (shmtopo_typed_block_t){(int64_t)(sdispls[p] * esz), 1, 0, 1, &at_start, &runs[p]};
+        blocks[P + p] = (shmtopo_typed_block_t){(int64_t)(rdispls[p] * esz), 1, 0, 1, &at_start, &runs[P + p]};
     }
+    const int rc = shmtopo_coll_stream(comm, &sig, send, blocks, sbytes, recv, blocks + P, from, len, longest, mine,
+                                       blocks + 2 * P);
     free(S);
-    return 0;
+    return rc;
 out_refused:
     free(S);
     return shmtopo_coll_refuse(comm, &sig);

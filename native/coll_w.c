@@ -38,6 +38,8 @@ typedef struct cursor {
     uint64_t element, run, done;
 } cursor_t;
 
+_Static_assert(sizeof(cursor_t) == SHMTOPO_COLL_CURSOR, "coll.h's room for a cursor");
+
 /* The bytes of a block: the sum of an element's runs, `count` times;
  * SIZE_MAX where that overflows. */
 size_t shmtopo_typed_size(const shmtopo_typed_block_t *b)
@@ -146,6 +148,46 @@ static int check_block(const char *what, const shmtopo_typed_block_t *b, const v
         return shmtopo_fail(EOVERFLOW, -1, "%s: block for rank %d holds more bytes than a size_t", what, peer);
     if (*size && !buf)
         return shmtopo_fail(EINVAL, -1, "%s: NULL buffer for a block of %zu bytes for rank %d", what, *size, peer);
+    return 0;
+}
+
+/* ---- the stream through the scratch buffers ------------------------------------- */
+
+int shmtopo_coll_stream(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *send,
+                        const shmtopo_typed_block_t *sendblocks, const size_t *sent, void *recv,
+                        const shmtopo_typed_block_t *recvblocks, const size_t *from, const size_t *len,
+                        size_t longest, size_t mine, void *cursors)
+{
+    const int P = comm->size, me = comm->rank;
+    const size_t B = comm->chan.buffer;
+    cursor_t *out_at = cursors, *in_at = out_at + P;
+    for (int p = 0; p < P; p++) {
+        out_at[p] = start(&sendblocks[p]);
+        in_at[p] = start(&recvblocks[p]);
+    }
+    for (size_t lo = 0; lo < longest; lo += B) {
+        const size_t hi = lo + B;
+        const int which = shmtopo_chan_next_buffer(comm);
+        if (lo < mine) {
+            size_t at = 0;
+            for (int p = 0; p < P; p++) {
+                if (p == me)
+                    continue;
+                const size_t a = lo > at ? lo : at, b = shmtopo_min_size(hi, at + sent[p]);
+                if (a < b)
+                    walk(&sendblocks[p], send, &out_at[p], shmtopo_chan_buffer(comm, me, which) + (a - lo), b - a, 1);
+                at += sent[p];
+            }
+        }
+        if (shmtopo_coll_step(comm, sig, NULL, 0) < 0)
+            return -1;
+        for (int i = 1; i < P; i++) {
+            const int r = (me + i) % P;
+            const size_t a = lo > from[r] ? lo : from[r], b = shmtopo_min_size(hi, from[r] + len[r]);
+            if (a < b)
+                walk(&recvblocks[r], recv, &in_at[r], shmtopo_chan_buffer(comm, r, which) + (a - lo), b - a, 0);
+        }
+    }
     return 0;
 }
 
@@ -290,14 +332,14 @@ int shmtopo_alltoallw(shmtopo_comm_t *comm, const void *send, const shmtopo_type
     sig.flags = SHMTOPO_SIG_OWN_COUNT;
     /* the counts matrices (bytes), per peer where its block for me lies in
      * its stream and how long it is, this rank's own rows, and a cursor per peer */
-    size_t *S = malloc(((size_t)P * P * 2 + 4 * (size_t)P) * sizeof(size_t) + 2 * (size_t)P * sizeof(cursor_t));
+    size_t *S = malloc(((size_t)P * P * 2 + 4 * (size_t)P) * sizeof(size_t) + 2 * (size_t)P * SHMTOPO_COLL_CURSOR);
     errno = 0;
     if (!S) {
         shmtopo_fail(ENOMEM, -1, "alltoallw: out of memory for the counts of %d ranks", P);
         return shmtopo_coll_refuse(comm, &sig);
     }
     size_t *R = S + (size_t)P * P, *from = R + (size_t)P * P, *len = from + P, *sent = len + P, *got = sent + P;
-    cursor_t *out_at = (cursor_t *)(got + P), *in_at = out_at + P;
+    void *cursors = got + P; /* shmtopo_coll_stream's */
     if (!sendblocks || !recvblocks) {
         shmtopo_fail(EINVAL, -1, "alltoallw: NULL blocks");
         goto out_refused;
@@ -322,27 +364,10 @@ int shmtopo_alltoallw(shmtopo_comm_t *comm, const void *send, const shmtopo_type
                                   (uint64_t)(uintptr_t)b->offsets, (uint64_t)(uintptr_t)b->lengths, b->extent};
         memcpy(shmtopo_chan_buffer(comm, me, which) + table + (size_t)p * sizeof(d), &d, sizeof(d));
     }
-    if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
+    size_t longest, mine;
+    if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0 ||
+        shmtopo_coll_streams(comm, &sig, which, 1, S, R, from, len, &longest, &mine) < 0)
         goto out_failed;
-    for (int r = 0; r < P; r++) {
-        memcpy(S + (size_t)r * P, shmtopo_chan_buffer(comm, r, which), row);
-        memcpy(R + (size_t)r * P, shmtopo_chan_buffer(comm, r, which) + row, row);
-    }
-    if (shmtopo_pairs_verdict(&sig, S, R, (size_t)P) < 0)
-        goto out_failed;
-    /* rank r's stream: its blocks for every other rank, in rank order */
-    size_t longest = 0, mine = 0;
-    for (int r = 0; r < P; r++) {
-        size_t at = 0;
-        for (int p = 0; p < P; p++) {
-            if (p == me)
-                from[r] = at, len[r] = S[(size_t)r * P + p];
-            at += p != r ? S[(size_t)r * P + p] : 0;
-        }
-        longest = longest > at ? longest : at;
-        if (r == me)
-            mine = at;
-    }
     block_to_block(&sendblocks[me], send, &recvblocks[me], recv, sent[me]);
     /* every rank knows every block's size and pieces now, so all take the same path */
     size_t block = 0, bytes = 0, pieces = 0; /* block: the longest between two ranks */
@@ -362,35 +387,10 @@ int shmtopo_alltoallw(shmtopo_comm_t *comm, const void *send, const shmtopo_type
         free(S);
         return rc;
     }
-    for (int p = 0; p < P; p++) {
-        out_at[p] = start(&sendblocks[p]);
-        in_at[p] = start(&recvblocks[p]);
-    }
-    for (size_t lo = 0; lo < longest; lo += B) {
-        const size_t hi = lo + B;
-        which = shmtopo_chan_next_buffer(comm);
-        if (lo < mine) {
-            size_t at = 0;
-            for (int p = 0; p < P; p++) {
-                if (p == me)
-                    continue;
-                const size_t a = lo > at ? lo : at, b = shmtopo_min_size(hi, at + sent[p]);
-                if (a < b)
-                    walk(&sendblocks[p], send, &out_at[p], shmtopo_chan_buffer(comm, me, which) + (a - lo), b - a, 1);
-                at += sent[p];
-            }
-        }
-        if (shmtopo_coll_step(comm, &sig, NULL, 0) < 0)
-            goto out_failed;
-        for (int i = 1; i < P; i++) {
-            const int r = (me + i) % P;
-            const size_t a = lo > from[r] ? lo : from[r], b = shmtopo_min_size(hi, from[r] + len[r]);
-            if (a < b)
-                walk(&recvblocks[r], recv, &in_at[r], shmtopo_chan_buffer(comm, r, which) + (a - lo), b - a, 0);
-        }
-    }
+    const int rc = shmtopo_coll_stream(comm, &sig, send, sendblocks, sent, recv, recvblocks, from, len, longest,
+                                       mine, cursors);
     free(S);
-    return 0;
+    return rc;
 out_refused:
     free(S);
     return shmtopo_coll_refuse(comm, &sig);
