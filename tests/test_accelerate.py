@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import shmtopo
 from shmtopo.accel.comm import LOWER_CASE
-from conftest import run_accelerated_script, run_mpiexec
+from conftest import PythonCalls, run_accelerated_script, run_mpiexec
 from values import culprits, same_bits, small_ints
 
 WORLD = MPI.COMM_WORLD
@@ -479,6 +479,39 @@ def test_user_op_is_delegated(acomm):
         WORLD.Reduce(x, want, op, root=0)
         same_bits(got, want)
         assert acomm.shm_stats() == {"Allreduce": (0, 1), "Reduce": (0, 1)}
+    finally:
+        op.Free()
+
+
+def test_a_user_ops_later_calls_go_to_mpi_at_once(acomm, monkeypatch):
+    """An op the program made sends its calls to MPI at once; once seen (C
+    then skips reading the buffers), a call of it runs nothing of shmtopo's
+    in Python, its results are MPI's and so are its errors (a read-only
+    receive buffer: mpi4py's BufferError); strict mode refuses it on every rank."""
+    def absmax(inbuf, inoutbuf, datatype):
+        a, b = np.frombuffer(inbuf, np.float64), np.frombuffer(inoutbuf, np.float64)
+        np.maximum(np.abs(a), np.abs(b), out=b)
+
+    op = MPI.Op.Create(absmax, commute=True)
+    try:
+        x = small_ints(WORLD.rank, 5, np.float64) - 2
+        got, want = np.zeros(5), np.zeros(5)
+        acomm.Allreduce(x, got, op)
+        with PythonCalls() as python_calls:
+            acomm.Allreduce(x, got, op)
+        assert set(python_calls) <= {"absmax"}, python_calls
+        WORLD.Allreduce(x, want, op)
+        same_bits(got, want)
+        with pytest.raises(BufferError):
+            acomm.Allreduce(x, np.frombuffer(bytes(40)), op)
+        assert acomm.shm_stats() == {"Allreduce": (0, 2)}
+        monkeypatch.setenv("SHMTOPO_ACCEL_STRICT", "1")
+        strict = shmtopo.accelerate(WORLD, timeout=60)
+        try:
+            with pytest.raises(shmtopo.ShmtopoValueError, match="user-defined op"):
+                strict.Allreduce(x, got, op)
+        finally:
+            strict.shm_free()
     finally:
         op.Free()
 

@@ -55,6 +55,16 @@ static int first_count(PyObject *self, const char *name)
     return rc;
 }
 
+/* MPI's method on the caller's arguments, at once, counted as handed to MPI. */
+static PyObject *to_mpi_now(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                            PyObject *counts)
+{
+    PyObject *done = call_general(tm.mpi[call], "bind_mpi_only", self, args, nargs, kwnames);
+    if (done && ++((CallCounts *)counts)->delegated[call] == 1 && first_count(self, accel_calls[call].name) < 0)
+        Py_CLEAR(done);
+    return done;
+}
+
 static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames)
 {
@@ -79,6 +89,8 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
             e[n++] = v[c->params[i]];
         if (c->exclusive >= 0)
             e[n++] = c->exclusive ? Py_True : Py_False;
+        if (v[P_OP] && tm.mpi[call] && seen_user_op(v[P_OP]) && slot_value(self, &af.strict) == Py_False)
+            return to_mpi_now(call, self, args, nargs, kwnames, counts); /* as below, without reading the buffers */
         PyObject *r = c->entry(NULL, e, n);
         if (!r && af.delegated && PyErr_ExceptionMatches(af.delegated)) {
             /* another rank's arguments are MPI's alone: every rank hands the
@@ -98,13 +110,8 @@ static PyObject *accel_method(int call, PyObject *self, PyObject *const *args, P
         }
         Py_DECREF(r);
         PyObject *strict = slot_value(self, &af.strict);
-        if (strict == Py_False && tm.mpi[call] && accel_mpi_only(call, v)) {
-            /* every rank knows it from its own arguments: MPI's call, at once */
-            PyObject *done = call_general(tm.mpi[call], "bind_mpi_only", self, args, nargs, kwnames);
-            if (done && ++((CallCounts *)counts)->delegated[call] == 1 && first_count(self, c->name) < 0)
-                Py_CLEAR(done);
-            return done;
-        }
+        if (strict == Py_False && tm.mpi[call] && accel_mpi_only(call, v))
+            return to_mpi_now(call, self, args, nargs, kwnames, counts); /* every rank knows it: MPI's, at once */
         shmtopo_sig_t sig;
         PyObject *agreeing = entry_handle(nc, 1); /* an agreement spans nodes as well */
         shmtopo_comm_t *comm = agreeing ? comm_of(agreeing) : NULL;

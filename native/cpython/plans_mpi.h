@@ -8,6 +8,7 @@
 
 #define UNMOVED_DESCRS 4
 #define DERIVED_TYPES 16
+#define USER_OPS 8
 
 /* What every rank hands to MPI by MPI's own rules (plans.mpi_only), bound
  * by bind_mpi_only, and the derived types the planner handed over. */
@@ -19,8 +20,19 @@ static struct {
     PyObject *is_predefined; /* "is_predefined" */
     PyObject *unmoved_descrs[UNMOVED_DESCRS]; /* numpy dtypes whose arrays mpi4py types as one of those */
     PyObject *derived[DERIVED_TYPES]; /* derived Datatypes the planner has handed to MPI (note_derived) */
-    int next_descr, next_derived;     /* the rings' next slots */
+    PyObject *user_ops[USER_OPS];     /* Ops a program made, seen by accel_mpi_only */
+    int next_descr, next_derived, next_user_op; /* the rings' next slots */
 } tm;
+
+/* Whether `op` is an Op the program made that accel_mpi_only has seen (by
+ * identity): its calls go to MPI before anything else is read. */
+static int seen_user_op(PyObject *op)
+{
+    for (int i = 0; i < USER_OPS; i++)
+        if (tm.user_ops[i] == op)
+            return 1;
+    return 0;
+}
 
 /* Whether `spec`, a message MPI reads, holds entries of a predefined type
  * shmtopo never moves (the forms of accel_split, the datatype matched by
@@ -97,8 +109,11 @@ static int accel_mpi_only(int call, PyObject *const *v)
             const int user = predefined == Py_False;
             Py_XDECREF(predefined);
             PyErr_Clear();
-            if (user)
+            if (user) {
+                Py_XSETREF(tm.user_ops[tm.next_user_op], new_ref(op));
+                tm.next_user_op = (tm.next_user_op + 1) % USER_OPS;
                 return 1;
+            }
         }
     }
     switch (call) {
