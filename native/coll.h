@@ -68,7 +68,7 @@ int shmtopo_coll_allreduce_prepare(const shmtopo_comm_t *comm, const void *send,
 int shmtopo_coll_allreduce_run(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *send, void *recv,
                                size_t count, int dtype, int op);
 
-/* After the first step of an alltoallv or alltoallw, whose buffer `which`
+/* coll_w.c, for alltoallv and alltoallw alike. After the first step of one, whose buffer `which`
  * holds each rank's send counts, then its receive counts (a row of size_t
  * each): both matrices read into S and R (size x size), the pairs checked
  * (shmtopo_pairs_verdict: -1 on every rank alike), and every rank's stream
@@ -78,7 +78,7 @@ int shmtopo_coll_allreduce_run(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, c
 int shmtopo_coll_streams(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int which, size_t esz, size_t *S,
                          size_t *R, size_t *from, size_t *len, size_t *longest, size_t *mine);
 
-/* The scratch-buffer stream of alltoallv and alltoallw (coll_w.c), after
+/* The scratch-buffer stream of alltoallv and alltoallw, after
  * shmtopo_coll_streams: every rank's blocks for the others, chunk by chunk,
  * each block gathered from its runs into the chunk and scattered from it
  * into the receiver's (sent[p]: bytes of this rank's block for p).

@@ -407,32 +407,6 @@ int shmtopo_allgatherv(shmtopo_comm_t *comm, const void *send, size_t count, voi
 
 /* ---- alltoallv --------------------------------------------------------------------- */
 
-int shmtopo_coll_streams(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int which, size_t esz, size_t *S,
-                         size_t *R, size_t *from, size_t *len, size_t *longest, size_t *mine)
-{
-    const int P = comm->size, me = comm->rank;
-    const size_t row = (size_t)P * sizeof(size_t);
-    for (int r = 0; r < P; r++) {
-        memcpy(S + (size_t)r * P, buffer(comm, r, which), row);
-        memcpy(R + (size_t)r * P, buffer(comm, r, which) + row, row);
-    }
-    if (shmtopo_pairs_verdict(sig, S, R, (size_t)P) < 0)
-        return -1;
-    *longest = *mine = 0;
-    for (int r = 0; r < P; r++) { /* rank r's stream: its blocks for every other rank, in rank order */
-        size_t at = 0;
-        for (int p = 0; p < P; p++) {
-            if (p == me)
-                from[r] = at, len[r] = S[(size_t)r * P + p] * esz;
-            at += p != r ? S[(size_t)r * P + p] * esz : 0;
-        }
-        *longest = max_size(*longest, at);
-        if (r == me)
-            *mine = at;
-    }
-    return 0;
-}
-
 int shmtopo_alltoallv(shmtopo_comm_t *comm, const void *send, const size_t *sendcounts, const size_t *sdispls,
                       void *recv, const size_t *recvcounts, const size_t *rdispls, int dtype)
 {

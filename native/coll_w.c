@@ -101,7 +101,7 @@ static void walk(const shmtopo_typed_block_t *b, const char *base, cursor_t *c, 
     }
 }
 
-static cursor_t start(const shmtopo_typed_block_t *b)
+static cursor_t cursor_at_start(const shmtopo_typed_block_t *b)
 {
     cursor_t c = {0, 0, 0};
     advance(b, &c, 0); /* past leading runs of 0 bytes */
@@ -110,13 +110,13 @@ static cursor_t start(const shmtopo_typed_block_t *b)
 
 void shmtopo_typed_pack(const void *buf, const shmtopo_typed_block_t *b, void *out)
 {
-    cursor_t c = start(b);
+    cursor_t c = cursor_at_start(b);
     walk(b, buf, &c, out, shmtopo_typed_size(b), 1);
 }
 
 void shmtopo_typed_unpack(const void *in, const shmtopo_typed_block_t *b, void *buf)
 {
-    cursor_t c = start(b);
+    cursor_t c = cursor_at_start(b);
     walk(b, buf, &c, (char *)in, shmtopo_typed_size(b), 0);
 }
 
@@ -124,7 +124,7 @@ void shmtopo_typed_unpack(const void *in, const shmtopo_typed_block_t *b, void *
 static void block_to_block(const shmtopo_typed_block_t *from, const char *send, const shmtopo_typed_block_t *to,
                            char *recv, size_t n)
 {
-    cursor_t s = start(from), r = start(to);
+    cursor_t s = cursor_at_start(from), r = cursor_at_start(to);
     while (n) {
         size_t ls, lr;
         const char *ps = here(from, send, &s, &ls);
@@ -153,6 +153,33 @@ static int check_block(const char *what, const shmtopo_typed_block_t *b, const v
 
 /* ---- the stream through the scratch buffers ------------------------------------- */
 
+int shmtopo_coll_streams(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int which, size_t esz, size_t *S,
+                         size_t *R, size_t *from, size_t *len, size_t *longest, size_t *mine)
+{
+    const int P = comm->size, me = comm->rank;
+    const size_t row = (size_t)P * sizeof(size_t);
+    for (int r = 0; r < P; r++) {
+        memcpy(S + (size_t)r * P, shmtopo_chan_buffer(comm, r, which), row);
+        memcpy(R + (size_t)r * P, shmtopo_chan_buffer(comm, r, which) + row, row);
+    }
+    if (shmtopo_pairs_verdict(sig, S, R, (size_t)P) < 0)
+        return -1;
+    *longest = *mine = 0;
+    for (int r = 0; r < P; r++) { /* rank r's stream: its blocks for every other rank, in rank order */
+        size_t at = 0;
+        for (int p = 0; p < P; p++) {
+            if (p == me)
+                from[r] = at, len[r] = S[(size_t)r * P + p] * esz;
+            at += p != r ? S[(size_t)r * P + p] * esz : 0;
+        }
+        *longest = (*longest > at ? *longest : at);
+        if (r == me)
+            *mine = at;
+    }
+    return 0;
+}
+
+
 int shmtopo_coll_stream(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const void *send,
                         const shmtopo_typed_block_t *sendblocks, const size_t *sent, void *recv,
                         const shmtopo_typed_block_t *recvblocks, const size_t *from, const size_t *len,
@@ -162,8 +189,8 @@ int shmtopo_coll_stream(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, const vo
     const size_t B = comm->chan.buffer;
     cursor_t *out_at = cursors, *in_at = out_at + P;
     for (int p = 0; p < P; p++) {
-        out_at[p] = start(&sendblocks[p]);
-        in_at[p] = start(&recvblocks[p]);
+        out_at[p] = cursor_at_start(&sendblocks[p]);
+        in_at[p] = cursor_at_start(&recvblocks[p]);
     }
     for (size_t lo = 0; lo < longest; lo += B) {
         const size_t hi = lo + B;
@@ -291,8 +318,8 @@ static int sc_alltoallw(shmtopo_comm_t *comm, const shmtopo_sig_t *sig, int whic
             err = errno;
             break;
         }
-        fc[s] = start(&from[s]);
-        tc[s] = start(&recvblocks[s]);
+        fc[s] = cursor_at_start(&from[s]);
+        tc[s] = cursor_at_start(&recvblocks[s]);
     }
     for (size_t off = 0; off < block; off += SHMTOPO_SC_ROUND) {
         for (int i = 1; i < P && !err; i++) {
