@@ -3,6 +3,7 @@
 byte what MPI moves, for random type maps of every constructor; misuse on
 one rank raising on every rank; the forms MPI takes that go to it. Each
 test runs on one node and on simulated nodes of 2 ranks."""
+import array
 import threading
 
 import numpy as np
@@ -329,6 +330,28 @@ def test_strict_mode_flattens_at_the_first_use_and_skips_the_warm_up(monkeypatch
     finally:
         t.Free()
         a.shm_free()
+
+
+def test_counts_and_displacements_in_every_form_mpi4py_takes(acomm):
+    """Lists, tuples, array('i'), numpy arrays; the two forms of the
+    message: MPI's results, in shared memory. One int or one Datatype for
+    every rank is no sequence (mpi4py refuses it too): every rank raises."""
+    n, rank = WORLD.size, WORLD.rank
+    send = np.arange(2.0 * n) + 100 * rank
+    want = np.array([100 * p + 2 * rank + k for p in range(n) for k in range(2)], float)
+    displs = [16 * p for p in range(n)]
+    forms = [([2] * n, displs, [MPI.DOUBLE] * n), (tuple([2] * n), tuple(displs), tuple([MPI.DOUBLE] * n)),
+             (array.array("i", [2] * n), array.array("l", displs), [MPI.DOUBLE] * n),
+             (np.full(n, 2), np.array(displs), [MPI.DOUBLE] * n)]
+    for counts, d, types in forms:
+        for spec in ([counts, d, types], [(counts, d), types]):
+            got = np.zeros(2 * n)
+            acomm.Alltoallw([send, *spec], [got, *spec])
+            assert got.tolist() == want.tolist(), (counts, d, types)
+    assert acomm.shm_stats() == {"Alltoallw": (2 * len(forms), 0)}
+    for counts, d, types in ((2, displs, [MPI.DOUBLE] * n), ([2] * n, displs, MPI.DOUBLE)):
+        with pytest.raises(ShmtopoArgumentError, match="expecting a sequence"):
+            acomm.Alltoallw([send, counts, d, types], [np.zeros(2 * n), [2] * n, displs, [MPI.DOUBLE] * n])
 
 
 def test_forms_mpi_takes_that_shmtopo_hands_over(acomm):

@@ -223,12 +223,13 @@ def _probe(t: Tables, datatype: Any) -> TypeRuns:
 
 
 def _sequence(value: Any, n: int, what: str, kind: str) -> tuple[Any, ...]:
-    """mpi4py's per-rank argument: a sequence of n, or one value for every rank."""
-    if isinstance(value, (list, tuple, np.ndarray)):
-        if len(value) != n:
-            raise ValueError(f"{what}: expecting {n} {kind}, not {len(value)}")
-        return tuple(value)
-    return (value,) * n
+    """mpi4py's per-rank argument: a sequence of n (a list, a tuple, an
+    array('i'), a numpy array...); one value is no sequence, as for mpi4py."""
+    if not hasattr(value, "__len__") or isinstance(value, (str, bytes)):
+        raise TypeError(f"{what}: expecting a sequence of {n} {kind}, not {type(value).__name__}")
+    if len(value) != n:
+        raise ValueError(f"{what}: expecting {n} {kind}, not {len(value)}")
+    return tuple(value)
 
 
 # the layouts of Alltoallw's messages made: {(counts, displs, ids of the
