@@ -354,15 +354,29 @@ def test_counts_and_displacements_in_every_form_mpi4py_takes(acomm):
             acomm.Alltoallw([send, counts, d, types], [np.zeros(2 * n), [2] * n, displs, [MPI.DOUBLE] * n])
 
 
-def test_forms_mpi_takes_that_shmtopo_hands_over(acomm):
-    """In place goes to MPI on every rank, with MPI's result."""
+def test_in_place_sends_each_receive_block_and_replaces_it(acomm):
+    """MPI.IN_PLACE: the data sent to rank p is this rank's receive block for
+    p, replaced by what p sends; with a strided datatype too (MPI's own
+    result, in shared memory from the datatype's second use)."""
     n, rank = WORLD.size, WORLD.rank
     spec = ([1] * n, [8 * p for p in range(n)]), [MPI.DOUBLE] * n
     buf, want = np.arange(float(n)) + 10 * rank, np.zeros(n)
     WORLD.Alltoall(buf, want)
     acomm.Alltoallw(MPI.IN_PLACE, [buf, *spec])
     assert buf.tobytes() == want.tobytes()
-    assert acomm.shm_stats() == {"Alltoallw": (0, 1)}
+    strided = MPI.DOUBLE.Create_vector(2, 1, 3).Commit()
+    try:
+        sspec = ([1] * n, [48 * p for p in range(n)]), [strided] * n
+        start = np.arange(6.0 * n) + 100 * rank
+        want = start.copy()
+        WORLD.Alltoallw(MPI.IN_PLACE, [want, *sspec])
+        for _ in range(2):
+            got = start.copy()
+            acomm.Alltoallw(MPI.IN_PLACE, [got, *sspec])
+            assert got.tobytes() == want.tobytes()
+    finally:
+        strided.Free()
+    assert acomm.shm_stats() == {"Alltoallw": (2, 1)}  # the strided type's first use: MPI's
 
 
 def bad_alltoallw(acomm, culprit):

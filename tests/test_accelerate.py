@@ -786,7 +786,7 @@ def test_strict_mode(monkeypatch):
         n = WORLD.size
         spec = [[1] * n, [8 * r for r in range(n)], [MPI.DOUBLE] * n]
         with pytest.raises(shmtopo.ShmtopoValueError, match="SHMTOPO_ACCEL_STRICT=1"):
-            a.Alltoallw(MPI.IN_PLACE, [np.zeros(n), *spec])  # in place: MPI's
+            a.Alltoallw([MPI.BOTTOM, *spec], [np.zeros(n), *spec])  # MPI.BOTTOM: MPI's
         if WORLD.size > 1:  # one rank would delegate, in strict mode: its reason, everywhere
             with pytest.raises(shmtopo.ShmtopoValueError, match=f"rank {WORLD.size - 1}: .*land on float64"):
                 a.Allreduce(np.ones(2), np.zeros(2), MPI.LAND if WORLD.rank == WORLD.size - 1 else MPI.SUM)

@@ -43,10 +43,8 @@ import shmtopo
 import shmtopo.accel.window
 
 # Test methods that need what strict mode excludes: derived datatypes
-# (indexed, struct), MPI.BOTTOM (AlltoallwBottom) and PSCW (not accelerated);
-# and in the in-place classes, Alltoallw (MPI.IN_PLACE there is MPI's).
+# (indexed, struct), MPI.BOTTOM (AlltoallwBottom) and PSCW (not accelerated).
 STRICT_EXCLUDED_METHODS = ("TypeIndexed", "AlltoallwBottom", "StartComplete", "PostWait")
-STRICT_EXCLUDED_IN_PLACE = ("Alltoallw",)
 # Array backends whose buffers are host memory read through the buffer
 # protocol; the others (DLPack, __cuda_array_interface__) go to MPI.
 STRICT_BACKENDS = ("array", "numpy")
@@ -135,9 +133,7 @@ def restrict_for_strict(arrayimpl, tests):
     kept = unittest.TestSuite()
     excluded = []
     for test in iterate(tests):
-        name = test._testMethodName
-        if any(word in name for word in STRICT_EXCLUDED_METHODS) or (
-                "Inplace" in type(test).__name__ and any(word in name for word in STRICT_EXCLUDED_IN_PLACE)):
+        if any(word in test._testMethodName for word in STRICT_EXCLUDED_METHODS):
             excluded.append(test.id())
         else:
             kept.addTest(test)
@@ -230,8 +226,7 @@ def main():
             for test_id, text in r["failed"]:
                 print(f"FAILED on rank {r['rank']}: {test_id}\n{text}", flush=True)
         if excluded:
-            print(f"strict mode: {len(excluded)} test methods excluded (derived datatypes, MPI.BOTTOM, Alltoallw in place, "
-                  "PSCW)")
+            print(f"strict mode: {len(excluded)} test methods excluded (derived datatypes, MPI.BOTTOM, PSCW)")
         print("accelerated calls by operation (all ranks):", dict(sorted(ran_here.items())))
         print("delegated calls by operation (all ranks):", dict(sorted(total.items())))
         print(f"SUMMARY ran {sum(r['ran'] for r in everyone)} failed {failed} "

@@ -288,11 +288,14 @@ def _integer(value: Any, what: str) -> int:
 
 def alltoallw_messages(t: Tables, sendbuf: Any, recvbuf: Any, size: int,
                        first_use_to_mpi: bool = True) -> tuple[Any, TypedBlocks, Any, TypedBlocks]:
-    """(send bytes, send blocks, receive bytes, receive blocks) of an Alltoallw."""
+    """(send bytes, send blocks, receive bytes, receive blocks) of an
+    Alltoallw. In place, each block sent is the receive block of the same
+    rank, from a copy of the receive buffer taken first."""
     def message(spec: Any, what: str, writable: bool) -> tuple[Any, TypedBlocks]:
         return typed_message(t, spec, what, writable=writable, blocks=size, first_use_to_mpi=first_use_to_mpi)
     if in_place(t, sendbuf):
-        raise LeftToMPI("Alltoallw in place")
+        recv, recvblocks = message(recvbuf, "recvbuf", True)
+        return recv.copy(), recvblocks, recv, recvblocks
     try:
         recv, recvblocks = message(recvbuf, "recvbuf", True)
     except LeftToMPI:
