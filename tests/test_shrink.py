@@ -97,14 +97,14 @@ def _survivor(rank, size, transport, ready, entering, results, seed, rounds_of_d
         comm = shmtopo.Comm.from_callbacks(size, rank, allgather=lambda s, r: transport.allgather(rank, s, r),
                                            barrier=lambda: transport.wait(rank), timeout=20)
         win = comm.allocate(shape=(size,), dtype=np.int64)
-        ready.wait()
+        ready[rank] = 1
         try:
             churn(comm, win, seed)
             first = None
         except shmtopo.ShmtopoError as exc:
             first = (type(exc).__name__, exc.rank)
         if entering is not None:
-            entering.wait()
+            entering[rank] = 1
         comms, shrinks = [comm], []
         for attempt in range(rounds_of_death + 1):
             try:
@@ -126,6 +126,14 @@ def _survivor(rank, size, transport, ready, entering, results, seed, rounds_of_d
         results.put((rank, "error", (repr(exc), traceback.format_exc())))
 
 
+def _await(flags, members, timeout=30):
+    """Until every member has raised its flag (or the timeout: the judge then
+    finds who hung)."""
+    deadline = time.monotonic() + timeout
+    while not all(flags[r] for r in members) and time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
 def _play(size, seed, second):
     """One round: `size` forked ranks, a victim SIGKILLed at a random moment
     (and with `second`, another when the survivors start to shrink).
@@ -133,8 +141,10 @@ def _play(size, seed, second):
     rng = random.Random(seed)
     fork = mp.get_context("fork")
     transport = ranks.Transport(size, fork)
-    # entering: the survivors and the driver, when it kills a second rank in the shrink
-    ready, entering = fork.Barrier(size + 1, timeout=30), fork.Barrier(size, timeout=30) if second else None
+    # Flags, not multiprocessing's Barrier: a rank SIGKILLed just after a Barrier let it go may still
+    # hold the Barrier's lock, and then another rank never leaves its wait (the harness hangs, not shmtopo).
+    # ready: every rank has its window; entering: every survivor is about to shrink.
+    ready, entering = fork.RawArray("b", size), fork.RawArray("b", size) if second else None
     results = fork.SimpleQueue()
     victim = rng.randrange(size)
     others = [r for r in range(size) if r != victim]
@@ -143,11 +153,11 @@ def _play(size, seed, second):
                                                   1 if second else 0)) for r in range(size)]
     for p in procs:
         p.start()
-    ready.wait()
+    _await(ready, range(size))
     time.sleep(rng.uniform(0, 0.03))
     ranks.kill_outside(procs[victim].pid, transport, victim)
     if second:
-        entering.wait()  # every survivor is about to shrink: the second dies in it
+        _await(entering, others)  # every survivor is about to shrink: the second dies in it
         time.sleep(rng.uniform(0, 0.01))
         ranks.kill_outside(procs[victim2].pid, transport, victim2)
     deadline = time.monotonic() + 60
