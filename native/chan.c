@@ -65,6 +65,25 @@ void shmtopo_chan_depart(shmtopo_comm_t *comm)
     errno = err;
 }
 
+int shmtopo_chan_park(shmtopo_comm_t *comm)
+{
+    shmtopo_shrink_line_t *line = shmtopo_chan_shrink_line(comm, comm->rank);
+    if (atomic_load(&line->arrived) || atomic_load(&line->sealed) || atomic_load(&line->round) ||
+        atomic_load(&line->gave_up))
+        return shmtopo_fail(EBUSY, -1, "a shrink has begun on this comm: it can only be released");
+    shmtopo_chan_depart(comm);
+    shmtopo_win_depart_keeping(comm->chan.win);
+    return 0;
+}
+
+void shmtopo_chan_unpark(shmtopo_comm_t *comm)
+{
+    /* every member parked it: nobody reads these lines until they all have
+     * taken it back (the caller's exchange after this) */
+    atomic_store(&shmtopo_chan_shrink_line(comm, comm->rank)->arrived, 0);
+    shmtopo_win_take_back(comm->chan.win);
+}
+
 /* Drop this process's hold on the channel (no shrink waits for this rank
  * any more); its window is the caller's to release. */
 static shmtopo_win_t *detach(shmtopo_comm_t *comm)

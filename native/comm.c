@@ -350,6 +350,52 @@ int shmtopo_comm_release(shmtopo_comm_t *comm)
     return 0;
 }
 
+int shmtopo_comm_park(shmtopo_comm_t *comm)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (shmtopo_comm_same_process(comm) < 0)
+        return -1;
+    if (comm->broken || comm->shrunk || comm->nnodes > 1 || comm->config.run_ahead || !comm->chan.win)
+        return shmtopo_fail(EBUSY, -1, "this comm cannot be kept for a later one: release it");
+    return shmtopo_chan_park(comm);
+}
+
+/* The environment's settings now, when those that must agree are as the
+ * comm was made with; else -1. */
+static int settings_as_made(const shmtopo_comm_t *comm, shmtopo_config_t *now)
+{
+    shmtopo_config_t both[2];
+    if (shmtopo_config_read(now) < 0)
+        return -1;
+    both[0] = comm->config;
+    both[1] = *now;
+    return shmtopo_config_compare(both, 2, NULL);
+}
+
+int shmtopo_comm_parked_step(const shmtopo_comm_t *comm, uint64_t *stepp)
+{
+    shmtopo_config_t now;
+    if (!comm || !stepp)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (shmtopo_comm_same_process(comm) < 0 || !comm->chan.win || settings_as_made(comm, &now) < 0)
+        return -1;
+    *stepp = comm->chan.step;
+    return 0;
+}
+
+int shmtopo_comm_unpark(shmtopo_comm_t *comm)
+{
+    shmtopo_config_t now;
+    if (!comm || !comm->chan.win)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    if (shmtopo_comm_same_process(comm) < 0 || settings_as_made(comm, &now) < 0)
+        return -1;
+    comm->config = now; /* waits and timeout as a new comm's */
+    shmtopo_chan_unpark(comm);
+    return shmtopo_comm_set_timeout(comm, now.timeout);
+}
+
 int shmtopo_comm_leave(shmtopo_comm_t *comm)
 {
     if (!comm || !comm->chan.win)

@@ -181,6 +181,11 @@ void shmtopo_chan_abandon(shmtopo_comm_t *comm, int origin);
 /* Local: drop this process's side of the channel as a clean departure
  * (shmtopo_win_release), or, on a broken comm, as shmtopo_chan_abandon. */
 void shmtopo_chan_release(shmtopo_comm_t *comm);
+/* Local: the same departure, keeping the channel mapped (shmtopo_comm_park);
+ * and taken back (shmtopo_comm_unpark). park: 0, or -1 where a shrink has
+ * begun on the channel (its lines are then no longer as made). */
+int shmtopo_chan_park(shmtopo_comm_t *comm);
+void shmtopo_chan_unpark(shmtopo_comm_t *comm);
 /* Leave the channel (origin: the rank whose failure caused it, -1 for this
  * one): peers waiting on it fail instead of hanging. */
 void shmtopo_chan_leave(shmtopo_comm_t *comm, int origin);
@@ -422,6 +427,11 @@ int shmtopo_win_wait_failed(shmtopo_win_t *win, int origin);
 int shmtopo_sweep_after_death(const char *topo_dir);
 /* Local: unmap (unless disowned) and free, telling nobody. */
 void shmtopo_win_delete(shmtopo_win_t *win);
+/* Local: this rank's departure from the window as a release makes it
+ * (peers never wait for it again), its memory kept mapped; and taken back,
+ * once every rank has departed so (shmtopo_comm_park). */
+void shmtopo_win_depart_keeping(shmtopo_win_t *win);
+void shmtopo_win_take_back(shmtopo_win_t *win);
 
 /* ---- reduce.c ------------------------------------------------------------ */
 

@@ -139,6 +139,23 @@ int shmtopo_comm_leave(shmtopo_comm_t *comm);
  * a step this rank never posts fails, with ECONNABORTED naming it. A comm
  * broken by an earlier failure is abandoned instead. */
 int shmtopo_comm_release(shmtopo_comm_t *comm);
+/* Local: as shmtopo_comm_release for the peers (a clean departure), but
+ * this process keeps the comm, so that a later comm of the same ranks in
+ * the same order can take it up (shmtopo_comm_unpark) instead of making its
+ * shared memory anew. EBUSY where it cannot be kept (broken, shrunk or
+ * shrinking, across nodes, running ahead): release it instead. */
+int shmtopo_comm_park(shmtopo_comm_t *comm);
+/* Local, on a parked comm: 0 and the steps its channel has taken into
+ * *stepp where this process could take it up now (the same process, the
+ * settings that must agree as they were when it was made); else -1. Every
+ * member must see the same steps to take it up. */
+int shmtopo_comm_parked_step(const shmtopo_comm_t *comm, uint64_t *stepp);
+/* Local, on a parked comm that every member parked and agreed to take up
+ * (each with the same steps): it is theirs again, with the environment's
+ * timeout and waits as a new comm would have them. The caller's next
+ * exchange among the members must come before its first call: until every
+ * member has taken it back, peers still see this rank as departed. */
+int shmtopo_comm_unpark(shmtopo_comm_t *comm);
 /* Local: as shmtopo_comm_leave, because job rank `job_rank` died (on another
  * node, as this rank heard through MPI, or on this one): peers waiting on
  * the comm fail with EOWNERDEAD naming that rank, as if they had seen the

@@ -480,6 +480,18 @@ static void depart_clean(shmtopo_win_t *win)
         win->on_leave(win);
 }
 
+void shmtopo_win_depart_keeping(shmtopo_win_t *win)
+{
+    depart_clean(win);
+}
+
+void shmtopo_win_take_back(shmtopo_win_t *win)
+{
+    shmtopo_ctrl_t *me = win->ctrl[win->rank];
+    if (me)
+        atomic_store_explicit(&me->departed, 0, memory_order_seq_cst);
+}
+
 int shmtopo_win_release(shmtopo_win_t *win)
 {
     if (!win)
