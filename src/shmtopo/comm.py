@@ -9,7 +9,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _oob, agreement, rendezvous, sharing
+from . import _oob, agreement, comm_pool, rendezvous, sharing
 from ._fastpath import NativeComm, bind_comm
 from ._base import Attributes, Collective, Held, hold_all, holding_comm, opened, release_all
 from ._native import ffi, lib
@@ -90,6 +90,9 @@ class Comm(NativeComm, Collective):
         #: the windows the fast entries may find large arrays in: None until
         #: the levels say they take no large calls (allow_fast_windows)
         self.fast_windows: list[Window] | None = None
+        #: names the native comm while it may be kept for a later comm of the same ranks
+        #: (comm_pool); None where it may not
+        self._pool_token: int | None = None
         handle = ffi.new("shmtopo_comm_t **")
         check(create(handle))
         self.plan = NodePlan.single(lib.shmtopo_comm_rank(handle[0]), lib.shmtopo_comm_size(handle[0]))
@@ -100,6 +103,13 @@ class Comm(NativeComm, Collective):
     @staticmethod
     def _created_by(transport: _oob.AnyTransport, size: int, rank: int) -> Callable[[Any], int]:
         return lambda handle: lib.shmtopo_comm_create(size, rank, transport.oob, handle)
+
+    @staticmethod
+    def _taken_up(native: Any) -> Callable[[Any], int]:
+        def create(handle: Any) -> int:
+            handle[0] = native
+            return 0
+        return create
 
     def _set_handle(self, handle: Any) -> None:
         """The native comm (NULL: gone), and the numbers standing for it."""
@@ -130,17 +140,30 @@ class Comm(NativeComm, Collective):
                               "(or use Comm.from_callbacks with a transport of your own)") from None
 
         parent = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
-        settings = job_bootstrap(parent, node_size, timeout)
-        if settings.node_size:
-            node = split_once(parent, ("node", settings.node_size), lambda: parent.Split(
-                parent.Get_rank() // settings.node_size, key=parent.Get_rank()), settings.timeout)
-        else:
-            node = split_once(parent, ("node", 0), lambda: parent.Split_type(
-                MPI.COMM_TYPE_SHARED, key=parent.Get_rank()), settings.timeout)
+        offer = comm_pool.offer(parent.Get_rank(), parent.Get_size())
+        try:
+            settings = job_bootstrap(parent, node_size, timeout, offer)
+            if settings.node_size:
+                node = split_once(parent, ("node", settings.node_size), lambda: parent.Split(
+                    parent.Get_rank() // settings.node_size, key=parent.Get_rank()), settings.timeout)
+            else:
+                node = split_once(parent, ("node", 0), lambda: parent.Split_type(
+                    MPI.COMM_TYPE_SHARED, key=parent.Get_rank()), settings.timeout)
+        except BaseException:
+            comm_pool.withdraw(offer)
+            raise
         comm, failure = None, None
         try:
+            token, kept = None, ffi.NULL
+            if node.Get_size() == parent.Get_size():  # one node, its ranks in the parent's order
+                token, kept = comm_pool.settle(settings.offers, offer)
+            else:
+                comm_pool.withdraw(offer)
             transport = _oob.mpi_transport(node, settings.timeout)
-            comm = cls(cls._created_by(transport, node.Get_size(), node.Get_rank()), transport, node)
+            create = cls._created_by(transport, node.Get_size(), node.Get_rank()) if kept == ffi.NULL \
+                else cls._taken_up(kept)  # job_verdict's exchange below comes before its first call
+            comm = cls(create, transport, node)
+            comm._pool_token = token
             check(lib.shmtopo_comm_set_timeout(comm._h, settings.timeout))
         except BaseException as exc:  # noqa: BLE001 - every rank learns of it below
             failure = exc
@@ -480,7 +503,11 @@ class Comm(NativeComm, Collective):
         has left), and a peer that waits for this rank in a later call raises
         PeerAbortedError saying that it freed the comm. No-op once freed; a
         comm broken by an earlier failure is abandoned instead."""
-        self._drop(Window.release, self.attributes.release_all, lib.shmtopo_comm_release)
+        native = lib.shmtopo_comm_release
+        if self._pool_token is not None and self.plan.nnodes == 1 and self._h != ffi.NULL:
+            token, rank, size = self._pool_token, self.rank, self.size
+            native = lambda handle: comm_pool.park(handle, token, rank, size)  # noqa: E731
+        self._drop(Window.release, self.attributes.release_all, native)
 
     def _drop(self, drop_window: Callable[[Window], None], drop_attributes: Callable[[], None],
               native: Callable[[Any], int]) -> None:

@@ -239,6 +239,7 @@ _in_flight: list[tuple[list[Any], bytes]] = []
 class Settings:
     node_size: int   # 0: real nodes
     timeout: float
+    offers: list[Any] = field(default_factory=list)  # every rank's offer, as job_bootstrap was given it
 
 
 def _raise_everywhere(records: list[Any], what: str) -> None:
@@ -248,9 +249,10 @@ def _raise_everywhere(records: list[Any], what: str) -> None:
             raise ShmtopoValueError(f"{what}: rank {rank}: {problem}", 22, rank)
 
 
-def job_bootstrap(parent: Any, node_size: Any, timeout: Any) -> Settings:
+def job_bootstrap(parent: Any, node_size: Any, timeout: Any, offer: Any = None) -> Settings:
     """Every rank's settings and options, checked on its own rank, then
-    compared: a bad or differing one raises ShmtopoValueError on every rank."""
+    compared: a bad or differing one raises ShmtopoValueError on every rank.
+    `offer` (any picklable value) travels with them: Settings.offers."""
     cfg = ffi.new("shmtopo_config_t *")
     problem = None
     if lib.shmtopo_config_read(cfg) < 0:
@@ -271,7 +273,7 @@ def job_bootstrap(parent: Any, node_size: Any, timeout: Any) -> Settings:
     except ShmtopoValueError as exc:
         problem = problem or str(exc)
     # The exchange itself can only wait as long as this rank's own setting.
-    records = _oob.allgather_objects(parent, (problem, bytes(ffi.buffer(cfg))), seconds,
+    records = _oob.allgather_objects(parent, (problem, bytes(ffi.buffer(cfg)), offer), seconds,
                                      "Comm.from_mpi's exchange of settings")
     _raise_everywhere([r[0] for r in records], "Comm.from_mpi")
     cfgs = ffi.new("shmtopo_config_t[]", len(records))
@@ -279,7 +281,7 @@ def job_bootstrap(parent: Any, node_size: Any, timeout: Any) -> Settings:
         ffi.memmove(ffi.addressof(cfgs, i), r[1], ffi.sizeof("shmtopo_config_t"))
     if lib.shmtopo_config_compare(cfgs, len(records), ffi.NULL) < 0:
         raise last_error()
-    return Settings(int(cfg.node_size), seconds)
+    return Settings(int(cfg.node_size), seconds, [r[2] for r in records])
 
 
 def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: float) -> NodePlan:
