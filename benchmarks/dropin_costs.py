@@ -10,6 +10,9 @@ machine are not the library's. Rows:
 
   Dup / Split / Create_cart   making a derived comm (kept; all freed after the round)
   Dup + Free                  making and freeing one
+  Dup + Allreduce + Free      the same with one call (the drop-in makes the
+                              comm's shared memory at it): a program that
+                              makes a comm for a phase and frees it
   <call> (delegated)          a collective shmtopo hands to MPI: long double,
                               long double complex, a user-defined op, a
                               derived datatype on every rank
@@ -55,6 +58,17 @@ def dup_free(comm):
     return run
 
 
+def dup_call_free(comm):
+    a, b = np.ones(4), np.zeros(4)
+
+    def run(count):
+        for _ in range(count):
+            c = comm.Dup()
+            c.Allreduce(a, b)
+            c.Free()
+    return run
+
+
 def calling(comm, call):
     def run(count):
         for _ in range(count):
@@ -77,6 +91,7 @@ def rows(args, acomm):
     for name, make in made:
         yield name, args.comms, lambda c, make=make: making(c, make), True
     yield "Dup + Free", args.comms, dup_free, False
+    yield "Dup + Allreduce + Free", args.comms, dup_call_free, False
     calls = [
         ("Bcast long double complex", lambda c: c.Bcast(ldc, 0)),
         ("Bcast [long double, LONG_DOUBLE]", lambda c: c.Bcast([ld, MPI.LONG_DOUBLE], 0)),
