@@ -61,7 +61,7 @@ const void *shmtopo_step_data(const shmtopo_comm_t *comm, int rank)
 
 const void *shmtopo_step_payload(const shmtopo_comm_t *comm, int rank, size_t n)
 {
-    return n <= SHMTOPO_INLINE ? shmtopo_step_data(comm, rank) : chan_header(comm, rank)->ahead[chan_slot(comm->chan.step)];
+    return n <= SHMTOPO_INLINE ? shmtopo_step_data(comm, rank) : chan_ahead(chan_header(comm, rank), chan_slot(comm->chan.step));
 }
 
 static const chan_line_t *line_of(const shmtopo_comm_t *comm, int rank, uint64_t s)
@@ -405,7 +405,7 @@ static inline __attribute__((always_inline)) chan_line_t *write_line(chan_header
     line->origin = origin;
     line->vote = vote;
     if (n > SHMTOPO_INLINE) /* a call that runs ahead, up to SHMTOPO_AHEAD_MAX */
-        memcpy(me->ahead[slot], data, n);
+        memcpy(chan_ahead(me, slot), data, n);
     else
         copy_inline(line->data, data, n);
     return line;

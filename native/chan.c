@@ -29,7 +29,7 @@ int shmtopo_chan_create(shmtopo_comm_t *comm, shmtopo_exchange_fn exchange)
 {
     shmtopo_chan_t *chan = &comm->chan;
     chan->buffer = comm->config.coll_buffer;
-    chan->header = shmtopo_round_up(sizeof(chan_header_t), (size_t)sysconf(_SC_PAGESIZE));
+    chan->header = shmtopo_round_up(chan_header_size(comm), (size_t)sysconf(_SC_PAGESIZE));
     chan->step = chan->settled = 0;
     chan->tmp = malloc(chan->buffer);
     if (!chan->tmp)

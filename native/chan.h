@@ -35,9 +35,23 @@ typedef struct chan_header {
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t waiters;
     shmtopo_shrink_line_t shrink;
     _Alignas(SHMTOPO_LINE) chan_detail_t detail[RING];
-    /* the data of a call that runs ahead, beyond what its line holds */
-    _Alignas(SHMTOPO_LINE) unsigned char ahead[RING][SHMTOPO_AHEAD_MAX];
+    /* the data of a call that runs ahead, beyond what its line holds:
+     * RING slots of SHMTOPO_AHEAD_MAX bytes, only where the comm runs ahead
+     * (chan_ahead) */
+    _Alignas(SHMTOPO_LINE) unsigned char ahead[];
 } chan_header_t;
+
+/* The header's bytes: the slots of calls that run ahead only where they may. */
+static inline size_t chan_header_size(const shmtopo_comm_t *comm)
+{
+    return sizeof(chan_header_t) + (comm->config.run_ahead && comm->size > 1 ? (size_t)RING * SHMTOPO_AHEAD_MAX : 0);
+}
+
+/* Slot `slot` of the data that calls running ahead carry. */
+static inline unsigned char *chan_ahead(chan_header_t *h, unsigned slot)
+{
+    return h->ahead + (size_t)slot * SHMTOPO_AHEAD_MAX;
+}
 
 _Static_assert(sizeof(chan_line_t) == SHMTOPO_LINE, "a step line is one padded cache line");
 

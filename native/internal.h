@@ -237,10 +237,10 @@ static inline int shmtopo_world(const shmtopo_comm_t *comm, int rank)
 /* ---- agree.c --------------------------------------------------------------- */
 
 #define SHMTOPO_INLINE 96 /* bytes of data a step carries in its flag line */
-/* Bytes of data a small bcast or reduce that runs ahead carries in its step
- * (beside the line above SHMTOPO_INLINE): such calls bypass the scratch
- * buffers, which a rank may reuse only once every rank is past. */
-#define SHMTOPO_AHEAD_MAX 1024
+/* A small bcast or reduce that runs ahead carries its data (up to
+ * SHMTOPO_AHEAD_MAX, shmtopo.h) in its step, beside the line above
+ * SHMTOPO_INLINE: such calls bypass the scratch buffers, which a rank may
+ * reuse only once every rank is past. */
 
 _Static_assert(sizeof(shmtopo_sig_t) == 40, "a signature is five 64-bit words");
 

@@ -741,6 +741,11 @@ int shmtopo_comm_coll_levels(const shmtopo_comm_t *comm, int *modep, int *types)
  * with 4 ranks on 2 cores, a small bcast at 8 was 0.68x mpi4py's time, at 16
  * 0.33-0.47x (each rank's channel holds twice as many step lines, 48 KiB). */
 #define SHMTOPO_RUN_AHEAD_LAG 16
+/* The most data (bytes) a bcast or reduce carries running ahead: each rank's
+ * channel then holds 2 x SHMTOPO_RUN_AHEAD_LAG slots of it (128 KiB; none
+ * where the comm does not run ahead). 4 KiB: MPICH's own bcast of 4 KiB returns
+ * at the root at once, and a strict one was 1.1-1.2x its time. */
+#define SHMTOPO_AHEAD_MAX 4096
 /* 1 when the comm's small bcasts and reduces run ahead (SHMTOPO_RUN_AHEAD=1
  * as agreed at creation, on one node, two ranks or more), else 0; -1/EBADF
  * for a freed comm. */

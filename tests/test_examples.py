@@ -233,10 +233,10 @@ def test_cli_bench_collectives_runs(n):
                                                        "scatter", "alltoall")
             and len(line.split()) > 8 and line.split()[1:3] != ["(run", "ahead)"]]
     assert len(rows) == 11 * 5, proc.stdout  # 11 rows x 8, 32, 128, 512, 2048 B
-    # small bcast and reduce on a comm that runs ahead, up to 1 KiB, where there are peers
+    # small bcast and reduce on a comm that runs ahead, up to 4 KiB (SHMTOPO_AHEAD_MAX), where there are peers
     ahead = [line.split() for line in proc.stdout.splitlines() if line.split()[1:3] == ["(run", "ahead)"]]
     assert sorted((r[0], int(r[3])) for r in ahead) == (
-        sorted((name, size) for name in ("bcast", "reduce") for size in (8, 32, 128, 512)) if n > 1 else []
+        sorted((name, size) for name in ("bcast", "reduce") for size in (8, 32, 128, 512, 2048)) if n > 1 else []
     ), proc.stdout
     # the drop-in's upper-case calls, each size, with both figures and the ratio
     dropin = [line.split() for line in proc.stdout.splitlines() if "(drop-in)" in line.split()[1:2]]

@@ -50,6 +50,12 @@ def _mixed(comm):
         got = comm.reduce(np.array([comm.rank, i, 1.0]), root=(root + 1) % P, out=out)
         if comm.rank == (root + 1) % P and got.tolist() != [P * (P - 1) / 2, P * i, P]:
             wrong.append(("reduce", i, got.tolist()))
+        if i % 11 == 0:  # 4 KiB, the most a call carries running ahead (SHMTOPO_AHEAD_MAX)
+            m = np.full(512, float(i)) if comm.rank == root else np.zeros(512)
+            comm.bcast(m, root=root, out=m)
+            total = comm.reduce(m + comm.rank, root=root, out=np.zeros(512) if comm.rank == root else None)
+            if m[0] != i or m[-1] != i or (comm.rank == root and total[-1] != P * i + P * (P - 1) / 2):
+                wrong.append(("4 KiB", i))
         if i % 7 == 0:  # 600 B: beside the step line, still running ahead
             m = np.full(75, float(i)) if comm.rank == root else np.zeros(75)
             comm.bcast(m, root=root, out=m)
@@ -171,6 +177,38 @@ def test_a_rank_dying_under_ranks_running_ahead_is_reported_by_every_survivor():
                for _, (cls, blamed) in out.values()), out
     assert time.monotonic() - start < 30
     assert ranks.shm_files() - before == set()
+
+
+def _root_runs_ahead_of_late_receivers(comm):
+    """The root makes LAG bcasts of 4 KiB (SHMTOPO_AHEAD_MAX, the most that
+    runs ahead) before any receiver calls one (they wait for its flag in a
+    window, 10 s at most): it waits for none of them, and they all receive
+    every bcast."""
+    n = 4096 // 8
+    win = comm.allocate(shape=(1,), dtype=np.int64)
+    got = []
+    if comm.rank == 0:
+        for i in range(LAG):
+            comm.bcast(np.full(n, float(i)), root=0)
+        win.local[0] = 1
+    else:
+        deadline = time.monotonic() + 10
+        while win.query(0)[0] != 1:
+            if time.monotonic() > deadline:
+                return "the root never got past its bcasts"
+            time.sleep(0.001)
+        for i in range(LAG):
+            b = np.zeros(n)
+            comm.bcast(b, root=0, out=b)
+            got.append(bool((b == i).all()))
+    win.fence()
+    win.free()
+    return got
+
+
+def test_a_bcast_of_4_kib_runs_ahead_of_late_receivers():
+    out = ranks.run(3, _root_runs_ahead_of_late_receivers, timeout=60)
+    assert out == {0: ("ok", []), 1: ("ok", [True] * LAG), 2: ("ok", [True] * LAG)}, out
 
 
 def _reports(comm):

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import __version__
 from .accel import accelerate
+from ._native import lib
 from .comm import Comm
 from .floor import REPEATS, SIZES, Floor, Model, Stat, measure, moved
 
@@ -444,7 +445,7 @@ _ROW_ORDER += [f"{upper}{DROPIN}" for upper in _DROPIN_ROWS.values()]
 # Small bcast and reduce on a second comm made with SHMTOPO_RUN_AHEAD=1 (where
 # the first does not run ahead), against the plain mpi4py calls of the same rounds
 AHEAD = " (run ahead)"
-AHEAD_MAX = 1024  # bytes: SHMTOPO_AHEAD_MAX, up to which calls run ahead
+AHEAD_MAX = lib.SHMTOPO_AHEAD_MAX  # bytes, up to which calls run ahead
 _ROW_ORDER += [f"bcast{AHEAD}", f"reduce{AHEAD}"]
 
 
