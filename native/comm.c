@@ -356,7 +356,8 @@ int shmtopo_comm_park(shmtopo_comm_t *comm)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
     if (shmtopo_comm_same_process(comm) < 0)
         return -1;
-    if (comm->broken || comm->shrunk || comm->nnodes > 1 || comm->config.run_ahead || !comm->chan.win)
+    if (comm->broken || comm->shrunk || comm->nnodes > 1 || comm->config.run_ahead || !comm->chan.win ||
+        comm->chan.win->broken)
         return shmtopo_fail(EBUSY, -1, "this comm cannot be kept for a later one: release it");
     return shmtopo_chan_park(comm);
 }
