@@ -85,7 +85,7 @@ def test_a_comm_one_rank_still_holds_is_not_taken_up(culprit):
             old.barrier()
         old.release()  # broken: released for good, not kept
     again = shmtopo.Comm.from_mpi(node_comm())
-    assert again.address != address or n == 1
+    assert again.address != address or n == 1 or r == holder  # (the holder's old comm is freed: its address may recur)
     check_works(again, 5)
     again.free()
     new.free()
