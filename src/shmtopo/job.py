@@ -73,22 +73,31 @@ def release_at_finalize() -> None:
 
 # (communicator handle, what) -> the split; COMM_NULL where this rank has no part
 _splits: dict[tuple[int, Any], Any] = {}
+# communicator handle -> what was split of it once (not kept)
+_split_once: dict[int, set[Any]] = {}
 
 
 def split_once(parent: Any, what: Any, split: Callable[[], Any], timeout: float) -> Any:
     """Collective over ``parent``: a new communicator equal to ``split()``
-    (COMM_NULL where that gives none). ``split()`` runs once per communicator
-    and ``what``; later calls duplicate its result with a polled Idup. MPICH
-    spins in blocking calls, and with more ranks than cores a Split_type
-    takes 85 ms at 4 ranks on 2 cores, which every Comm.from_mpi paid."""
+    (COMM_NULL where that gives none). The first call per communicator and
+    ``what`` returns ``split()`` itself (most communicators are made into
+    one shmtopo comm); the second keeps a split, and it and later calls
+    duplicate that with a polled Idup. MPICH spins in blocking calls, and
+    with more ranks than cores a Split_type takes 85 ms at 4 ranks on 2
+    cores, which every Comm.from_mpi of the same communicator paid."""
     from mpi4py import MPI
 
     handle = parent.handle
+    seen = _split_once.get(handle)
+    if seen is None:
+        release_at_finalize()
+        on_free(parent, lambda: _free_splits(handle))
+        seen = _split_once[handle] = set()
     cached = _splits.get((handle, what))
     if cached is None:
-        if not any(h == handle for h, _ in _splits):
-            release_at_finalize()
-            on_free(parent, lambda: _free_splits(handle))
+        if what not in seen:
+            seen.add(what)
+            return split()
         cached = _splits[(handle, what)] = split()
     if cached == MPI.COMM_NULL:
         return MPI.COMM_NULL
@@ -121,6 +130,10 @@ def _free_splits(handle: int | None = None) -> None:
     """Free the splits cached for one communicator (all of them: None)."""
     for key in [k for k in _splits if handle is None or k[0] == handle]:
         free_mpi_comm(_splits.pop(key))
+    if handle is None:
+        _split_once.clear()
+    else:
+        _split_once.pop(handle, None)
 
 
 def _run_on_free(mpi_comm: Any, keyval: Any, callbacks: list[Callable[[], None]]) -> None:
@@ -292,11 +305,14 @@ def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: 
     record = None
     if failure is not None:
         record = (getattr(failure, "errno", None) or 5, str(failure) or type(failure).__name__)
-    leader = bytearray(8)
-    mine = parent.Get_rank().to_bytes(8, "little")
-    _oob.wait(node.Ibcast([mine if node.Get_rank() == 0 else leader, MPI.BYTE], root=0), timeout,
-              "Comm.from_mpi", mine, leader)
-    leader_world = parent.Get_rank() if node.Get_rank() == 0 else int.from_bytes(leader, "little")
+    if node.Get_size() == parent.Get_size():
+        leader_world = 0  # one node, ranked as the parent (the splits' key): its first rank leads
+    else:
+        leader = bytearray(8)
+        mine = parent.Get_rank().to_bytes(8, "little")
+        _oob.wait(node.Ibcast([mine if node.Get_rank() == 0 else leader, MPI.BYTE], root=0), timeout,
+                  "Comm.from_mpi", mine, leader)
+        leader_world = parent.Get_rank() if node.Get_rank() == 0 else int.from_bytes(leader, "little")
     records = _oob.allgather_objects(parent, (record, leader_world, node.Get_rank()), timeout,
                                      "Comm.from_mpi's exchange of outcomes")
     for rank, (rec, _, _) in enumerate(records):
