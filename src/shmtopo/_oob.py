@@ -230,17 +230,28 @@ def mpi_transport(mpi_comm: Any, timeout: float, news: Callable[[str], None] | N
     return Transport(mpi_comm.Get_size(), allgather, barrier)
 
 
+#: Bytes a rank's pickle may have for allgather_objects to take one exchange
+#: (from_mpi's settings, about 1.2 KiB, fit); a longer one costs a second.
+OBJECT_SLOT = 2048
+
+
 def allgather_objects(mpi_comm: Any, obj: Any, timeout: float, what: str) -> list[Any]:
-    """Every rank's picklable obj, in rank order, under the timeout (lengths
-    first, then the pickles)."""
+    """Every rank's picklable obj, in rank order, under the timeout: one
+    allgather of fixed slots (each its pickle's length, and the pickle where
+    it fits), then, where one did not fit, the pickles."""
     from mpi4py import MPI
 
     data = pickle.dumps(obj)
     size = mpi_comm.Get_size()
-    lengths = bytearray(8 * size)
-    mine = struct.pack("<q", len(data))
-    wait(mpi_comm.Iallgather([mine, MPI.BYTE], [lengths, MPI.BYTE]), timeout, what, mine, lengths)
-    counts = list(struct.unpack(f"<{size}q", lengths))
+    slots = bytearray(OBJECT_SLOT * size)
+    mine = bytearray(OBJECT_SLOT)
+    struct.pack_into("<q", mine, 0, len(data))
+    if len(data) <= OBJECT_SLOT - 8:
+        mine[8:8 + len(data)] = data
+    wait(mpi_comm.Iallgather([mine, MPI.BYTE], [slots, MPI.BYTE]), timeout, what, mine, slots)
+    counts = [struct.unpack_from("<q", slots, r * OBJECT_SLOT)[0] for r in range(size)]
+    if max(counts) <= OBJECT_SLOT - 8:
+        return [pickle.loads(bytes(slots[r * OBJECT_SLOT + 8:r * OBJECT_SLOT + 8 + c])) for r, c in enumerate(counts)]
     blob = bytearray(sum(counts))
     displs = [sum(counts[:r]) for r in range(size)]
     wait(mpi_comm.Iallgatherv([data, MPI.BYTE], [blob, (counts, displs), MPI.BYTE]), timeout, what,
