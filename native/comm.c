@@ -363,12 +363,15 @@ int shmtopo_comm_park(shmtopo_comm_t *comm)
 }
 
 /* The environment's settings now, when those that must agree are as the
- * comm was made with; else -1. */
+ * comm was made with, and its files' folder too (where making a comm sweeps
+ * stale files: a comm for another folder is made, and sweeps it); else -1. */
 static int settings_as_made(const shmtopo_comm_t *comm, shmtopo_config_t *now)
 {
     shmtopo_config_t both[2];
     if (shmtopo_config_read(now) < 0)
         return -1;
+    if (strcmp(now->topo_dir, comm->config.topo_dir) != 0)
+        return shmtopo_fail(EINVAL, -1, "SHMTOPO_TOPO_DIR changed since the comm was made");
     both[0] = comm->config;
     both[1] = *now;
     return shmtopo_config_compare(both, 2, NULL);
@@ -433,9 +436,12 @@ int shmtopo_comm_dead_peer(const shmtopo_comm_t *comm)
     return dead < 0 ? -1 : shmtopo_world(comm, dead);
 }
 
-int shmtopo_comm_destroy(shmtopo_comm_t **commp)
+/* shmtopo_comm_destroy, or with keptp shmtopo_comm_destroy_keeping. */
+static int destroy(shmtopo_comm_t **commp, int *keptp)
 {
     shmtopo_comm_t *comm = commp ? *commp : NULL;
+    if (keptp)
+        *keptp = 0;
     if (!comm)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
     if (shmtopo_comm_same_process(comm) < 0)
@@ -450,6 +456,11 @@ int shmtopo_comm_destroy(shmtopo_comm_t **commp)
             return -1;
     }
     int err = errno;
+    if (keptp && rc == 0 && shmtopo_comm_park(comm) == 0) {
+        *keptp = 1; /* every rank agreed: nobody uses it any more */
+        errno = err;
+        return 0;
+    }
     if (comm->broken)
         shmtopo_chan_abandon(comm, -1);
     else
@@ -458,6 +469,18 @@ int shmtopo_comm_destroy(shmtopo_comm_t **commp)
     *commp = NULL;
     errno = err;
     return rc;
+}
+
+int shmtopo_comm_destroy(shmtopo_comm_t **commp)
+{
+    return destroy(commp, NULL);
+}
+
+int shmtopo_comm_destroy_keeping(shmtopo_comm_t **commp, int *keptp)
+{
+    if (!keptp)
+        return shmtopo_fail(EINVAL, -1, "destroy_keeping needs where to say whether it kept the comm");
+    return destroy(commp, keptp);
 }
 
 /* ---- queries ------------------------------------------------------------------ */

@@ -145,10 +145,15 @@ int shmtopo_comm_release(shmtopo_comm_t *comm);
  * shared memory anew. EBUSY where it cannot be kept (broken, shrunk or
  * shrinking, across nodes, running ahead): release it instead. */
 int shmtopo_comm_park(shmtopo_comm_t *comm);
+/* Collective: as shmtopo_comm_destroy, but where the comm can be kept
+ * (shmtopo_comm_park) it is, once every rank agreed to free it: *commp
+ * stays and *keptp is 1; else it goes as shmtopo_comm_destroy makes it go
+ * and *keptp is 0. */
+int shmtopo_comm_destroy_keeping(shmtopo_comm_t **commp, int *keptp);
 /* Local, on a parked comm: 0 and the steps its channel has taken into
  * *stepp where this process could take it up now (the same process, the
- * settings that must agree as they were when it was made); else -1. Every
- * member must see the same steps to take it up. */
+ * settings that must agree and SHMTOPO_TOPO_DIR as they were when it was
+ * made); else -1. Every member must see the same steps to take it up. */
 int shmtopo_comm_parked_step(const shmtopo_comm_t *comm, uint64_t *stepp);
 /* Local, on a parked comm that every member parked and agreed to take up
  * (each with the same steps): it is theirs again, with the environment's
