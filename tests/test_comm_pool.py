@@ -62,8 +62,11 @@ def test_a_released_comm_is_taken_up_by_the_next_of_the_same_ranks():
     third = shmtopo.Comm.from_mpi(node_comm(), timeout=30)
     assert third.address == address
     check_works(third, 3)
-    third.free()  # a collective free destroys it: not kept
-    assert comm_pool.parked() == kept - 1
+    third.free()  # a collective free keeps it too, once every rank agreed
+    assert comm_pool.parked() == kept
+    fourth = shmtopo.Comm.from_mpi(node_comm())
+    assert fourth.address == address
+    fourth.free()
 
 
 @pytest.mark.parametrize("culprit", ["first", "last"])

@@ -461,9 +461,11 @@ class Comm(NativeComm, Collective):
     # -- lifetime ---------------------------------------------------------
     def free(self) -> None:
         """Collective: free the windows still open (in creation order), then
-        the comm. Freeing twice is a no-op. If a rank calls something else
-        meanwhile, every rank raises and the comm stays. A call of another
-        thread still inside makes it raise ShmtopoError (EBUSY) at once."""
+        the comm (one made by from_mpi on one node keeps its shared memory
+        for a later comm of the same ranks: comm_pool). Freeing twice is a
+        no-op. If a rank calls something else meanwhile, every rank raises
+        and the comm stays. A call of another thread still inside makes it
+        raise ShmtopoError (EBUSY) at once."""
         if self._h == ffi.NULL:
             return
         hold_all(self.address, [win.address for win in self.windows])
@@ -475,8 +477,11 @@ class Comm(NativeComm, Collective):
             release_all(self.address, [win.address for win in self.windows])
             raise
         handle = ffi.new("shmtopo_comm_t **", self._h)
+        token, rank, size = self._pool_token, self.rank, self.size
+        kept = ffi.new("int *")
         self._set_handle(ffi.NULL)  # no other thread reaches the comm while it goes
-        if lib.shmtopo_comm_destroy(handle) < 0:
+        keeping = token is not None and self.plan.nnodes == 1
+        if (lib.shmtopo_comm_destroy_keeping(handle, kept) if keeping else lib.shmtopo_comm_destroy(handle)) < 0:
             exc = last_error()
             if handle[0] != ffi.NULL:  # a mismatch: the comm stays
                 self._set_handle(handle[0])
@@ -485,6 +490,8 @@ class Comm(NativeComm, Collective):
             self.plan.free()
             self._free_mpi()
             raise exc
+        if kept[0]:
+            comm_pool.keep(handle[0], token, rank, size)  # for a later comm of the same ranks
         self.plan.free()
         self._free_mpi()
 

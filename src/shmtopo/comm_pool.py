@@ -5,9 +5,9 @@ Making a comm's shared memory costs about half a millisecond a rank (its
 segments made, populated and mapped by every rank); programs that make a
 comm over the same ranks for a few calls and free it, again and again (a
 parallel FFT's plans, a solver's phases), paid that each time. A comm made
-by ``Comm.from_mpi`` on one node is therefore *parked* when released
-(``shmtopo_comm_park``: a clean departure for its peers, its memory kept
-mapped), and a later ``from_mpi`` whose ranks, in the same order, all
+by ``Comm.from_mpi`` on one node is therefore *parked* when released or
+freed (``shmtopo_comm_park``: a clean departure for its peers, its memory
+kept mapped; a collective free parks it once every rank agreed), and a later ``from_mpi`` whose ranks, in the same order, all
 parked the same one takes it up again instead (``shmtopo_comm_unpark``).
 
 The decision is the same on every rank: each rank offers, in from_mpi's
@@ -118,6 +118,13 @@ def park(handle: Any, token: int, rank: int, size: int) -> int:
     it for good: shmtopo_comm_release's result."""
     if lib.shmtopo_comm_park(handle) < 0:
         return int(lib.shmtopo_comm_release(handle))
+    keep(handle, token, rank, size)
+    return 0
+
+
+def keep(handle: Any, token: int, rank: int, size: int) -> None:
+    """Keep a parked native comm held by this thread (park, or comm.py's
+    free through shmtopo_comm_destroy_keeping)."""
     unclaim(int(ffi.cast("uintptr_t", handle)), 0)  # whoever takes it up holds it anew
     evicted = []
     with _lock:
@@ -130,7 +137,6 @@ def park(handle: Any, token: int, rank: int, size: int) -> int:
                 evicted.append(_parked.pop(old).handle)
     for old_handle in evicted:
         lib.shmtopo_comm_release(old_handle)
-    return 0
 
 
 def parked() -> int:
