@@ -490,7 +490,7 @@ class Comm(NativeComm, Collective):
             self.plan.free()
             self._free_mpi()
             raise exc
-        if kept[0]:
+        if kept[0] and token is not None:
             comm_pool.keep(handle[0], token, rank, size)  # for a later comm of the same ranks
         self.plan.free()
         self._free_mpi()
