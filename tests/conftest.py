@@ -88,6 +88,11 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+#: What a fixture made outside the test's own process and must undo even when
+#: a failure aborts the job before the fixture's teardown runs (a callable each)
+BEFORE_ABORT = []
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -96,6 +101,8 @@ def pytest_runtest_makereport(item, call):
         sys.stderr.write(f"\n[rank {WORLD.Get_rank()}] {item.nodeid} FAILED ({report.when}):\n"
                          f"{report.longreprtext}\n[rank {WORLD.Get_rank()}] aborting the MPI job\n")
         sys.stderr.flush()
+        for undo in BEFORE_ABORT:
+            undo()
         # MPICH's launcher across hosts ends the job on the abort before it has
         # forwarded what the ranks wrote (one CI run: the whole output lost)
         time.sleep(0.5)

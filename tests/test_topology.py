@@ -3,6 +3,7 @@
 Every rank runs the same tests in the same order; each cross-rank check goes
 through an allgather so that a rank that disagrees fails the run.
 """
+import functools
 import glob
 import os
 import shutil
@@ -16,6 +17,7 @@ import pytest
 import shmtopo
 from shmtopo import topology as T
 from shmtopo.errors import FreedError, ShmtopoError, ShmtopoValueError
+from conftest import BEFORE_ABORT
 
 
 @pytest.fixture(autouse=True)
@@ -39,9 +41,13 @@ def shared_dir(comm):
     """A fresh directory under /dev/shm, the same on every rank."""
     path = tempfile.mkdtemp(prefix="shmtopo-test-", dir="/dev/shm") if comm.rank == 0 else None
     path = comm.mpi.bcast(path, root=0)
+    remove = functools.partial(shutil.rmtree, path, ignore_errors=True)
+    if comm.rank == 0:  # a failed assertion aborts the job before the teardown below
+        BEFORE_ABORT.append(remove)
     yield path
     comm.mpi.Barrier()
     if comm.rank == 0:
+        BEFORE_ABORT.remove(remove)
         shutil.rmtree(path)
 
 
