@@ -15,7 +15,7 @@ from ._base import Attributes, Collective, Held, hold_all, holding_comm, opened,
 from ._native import ffi, lib
 from .coll import api, persistent
 from .errors import FreedError, ShmtopoValueError, check, last_error
-from .job import NodePlan, free_mpi_comm, job_bootstrap, job_verdict, split_once
+from .job import NodePlan, free_mpi_comm, job_bootstrap, job_verdict, one_node, split_once
 from .topology import PLACEMENT_POLICIES, held_topology, placement_policy_number, share_topology, type_name, type_number
 from .window import Window, backend_number, fence_number
 
@@ -91,7 +91,7 @@ class Comm(NativeComm, Collective):
         #: the levels say they take no large calls (allow_fast_windows)
         self.fast_windows: list[Window] | None = None
         #: names the native comm while it may be kept for a later comm of the same ranks
-        #: (comm_pool); None where it may not
+        #: (comm_pool): from_mpi sets it on a comm of one node; None where it may not
         self._pool_token: int | None = None
         handle = ffi.new("shmtopo_comm_t **")
         check(create(handle))
@@ -155,7 +155,7 @@ class Comm(NativeComm, Collective):
         comm, failure = None, None
         try:
             token, kept = None, ffi.NULL
-            if node.Get_size() == parent.Get_size():  # one node, its ranks in the parent's order
+            if one_node(parent, node):  # (a comm across nodes is never kept)
                 token, kept = comm_pool.settle(settings.offers, offer)
             else:
                 comm_pool.withdraw(offer)
@@ -480,8 +480,8 @@ class Comm(NativeComm, Collective):
         token, rank, size = self._pool_token, self.rank, self.size
         kept = ffi.new("int *")
         self._set_handle(ffi.NULL)  # no other thread reaches the comm while it goes
-        keeping = token is not None and self.plan.nnodes == 1
-        if (lib.shmtopo_comm_destroy_keeping(handle, kept) if keeping else lib.shmtopo_comm_destroy(handle)) < 0:
+        if (lib.shmtopo_comm_destroy_keeping(handle, kept) if token is not None
+                else lib.shmtopo_comm_destroy(handle)) < 0:
             exc = last_error()
             if handle[0] != ffi.NULL:  # a mismatch: the comm stays
                 self._set_handle(handle[0])
@@ -511,7 +511,7 @@ class Comm(NativeComm, Collective):
         PeerAbortedError saying that it freed the comm. No-op once freed; a
         comm broken by an earlier failure is abandoned instead."""
         native = lib.shmtopo_comm_release
-        if self._pool_token is not None and self.plan.nnodes == 1 and self._h != ffi.NULL:
+        if self._pool_token is not None and self._h != ffi.NULL:
             token, rank, size = self._pool_token, self.rank, self.size
             native = lambda handle: comm_pool.park(handle, token, rank, size)  # noqa: E731
         self._drop(Window.release, self.attributes.release_all, native)

@@ -297,6 +297,12 @@ def job_bootstrap(parent: Any, node_size: Any, timeout: Any, offer: Any = None) 
     return Settings(int(cfg.node_size), seconds, [r[2] for r in records])
 
 
+def one_node(parent: Any, node: Any) -> bool:
+    """Whether this node's split of ``parent`` is all of it: one node, ranked
+    as the parent (the splits' key is the parent's rank)."""
+    return bool(node.Get_size() == parent.Get_size())
+
+
 def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: float) -> NodePlan:
     """After each node made its comm: every rank learns whether all nodes
     did (else every rank raises the first failure), and the job's layout."""
@@ -305,8 +311,8 @@ def job_verdict(parent: Any, node: Any, failure: BaseException | None, timeout: 
     record = None
     if failure is not None:
         record = (getattr(failure, "errno", None) or 5, str(failure) or type(failure).__name__)
-    if node.Get_size() == parent.Get_size():
-        leader_world = 0  # one node, ranked as the parent (the splits' key): its first rank leads
+    if one_node(parent, node):
+        leader_world = 0  # its first rank leads
     else:
         leader = bytearray(8)
         mine = parent.Get_rank().to_bytes(8, "little")
