@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from shmtopo import progress
 from shmtopo.accel import nonblocking
 from shmtopo.errors import ShmtopoArgumentError, ShmtopoValueError
 from conftest import run_accelerated_script, survivors_of_a_kill_flags
@@ -248,7 +249,7 @@ def test_two_threads_post_and_wait(acomm):
 def test_below_thread_multiple_the_calls_are_mpis(acomm, monkeypatch):
     """Where a second thread may not call MPI, the nonblocking calls are
     MPI's own (the same decision on every rank: the job's thread level)."""
-    monkeypatch.setattr(nonblocking, "_thread_multiple", False)
+    monkeypatch.setattr(progress, "_thread_multiple", False)
     out = np.zeros(2)
     req = acomm.Iallreduce(np.ones(2), out)
     assert type(req) is MPI.Request

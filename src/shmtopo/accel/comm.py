@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .. import agreement, sharing
+from .. import agreement, progress, sharing
 from .._fastpath import CallCounts, CommFast, bind_comm_fast
 from .._base import holds_comm
 from .._types import (OPS, ALLGATHER, ALLGATHERV, ALLREDUCE, ALLTOALL, ALLTOALLV, ALLTOALLW, BARRIER, BCAST, EXSCAN, GATHER, GATHERV,
@@ -388,20 +388,20 @@ class AcceleratedComm:
         self._stats[name][1] += 1
         return result
 
-    def _nonblocking(self, name: str, blocking: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _nonblocking(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A nonblocking collective (`name`): its request, the blocking call
-        (`blocking`) posted to this comm's progress thread (nonblocking.py);
+        of its name posted to this comm's progress thread (nonblocking.py);
         MPI's own call once the shmtopo comm is freed, or where no second
         thread may call MPI."""
         side, MPI = self._side, self._tables.MPI
-        if (side.shm is None and not side.lazy) or not nonblocking.threads_may_call_mpi(MPI):
+        if (side.shm is None and not side.lazy) or not progress.threads_may_call_mpi():
             return self._mpi_only_call(name, *args, **kwargs)
-        progress = side.progress
-        if progress is None:
-            progress = side.progress = self._progress()
-        call = nonblocking.Call(blocking, args, kwargs)
-        request = nonblocking.new_request(MPI, progress, call)
-        progress.post(call)
+        queue = side.progress
+        if queue is None:
+            queue = side.progress = self._progress()
+        call = nonblocking.new_call(name, args, kwargs)
+        request = nonblocking.new_request(MPI, queue, call)
+        queue.post(call)
         return request
 
     def _progress(self) -> nonblocking.Progress:
@@ -415,7 +415,7 @@ class AcceleratedComm:
             stats["I" + name.lower()][0 if accelerated else 1] += 1
         private = self._wrapped(dup)
         # its thread shares a core with the program's own work: it does not spin
-        private._options = {**self._options, "waits": nonblocking.WAITS}
+        private._options = {**self._options, "waits": progress.WAITS}
         private._side.alltoallw_calls = ALLTOALLW_WARM_UP  # it lives as long as this comm: no warm-up
         shm = self._side.shm  # (none yet on a derived comm: no news of a death for the Idup's wait)
         return nonblocking.Progress(private, opened, count, None if shm is None else shm.news,
@@ -867,7 +867,7 @@ def _nonblocking_method(name: str) -> Callable[..., Any]:
     blocking = nonblocking.blocking_name(name)
 
     def method(self: AcceleratedComm, *args: Any, **kwargs: Any) -> Any:
-        return self._nonblocking(name, blocking, args, kwargs)
+        return self._nonblocking(name, args, kwargs)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = (f"Collective, nonblocking: mpi4py's ``{name}``, as ``{blocking}`` "
                       "on this comm's progress thread (in shared memory where that call would be); returns an "
