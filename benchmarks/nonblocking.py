@@ -1,7 +1,8 @@
-"""Nonblocking collectives on an accelerated comm (shmtopo.accelerate), each
-next to the same call on the plain mpi4py comm, interleaved: waited at once
-(what the request costs), and a 1 MiB Iallreduce overlapped with 1 ms of
-sleep (a wait that leaves the CPU free, as for I/O) and with about 1 ms of
+"""Nonblocking collectives on an accelerated comm (shmtopo.accelerate), and
+the own API's (comm.iallreduce: the rows named "own"), each next to the
+same call on the plain mpi4py comm, interleaved: waited at once (what the
+request costs), and a 1 MiB Iallreduce overlapped with 1 ms of sleep (a
+wait that leaves the CPU free, as for I/O) and with about 1 ms of
 computation (numpy, which lets the progress thread run beside it).
 
     mpiexec -n 2 python benchmarks/nonblocking.py [--calls 2000] [--repeats 7]
@@ -24,7 +25,7 @@ import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import shmtopo  # noqa: E402
-from shmtopo.accel import nonblocking  # noqa: E402
+from shmtopo import progress  # noqa: E402
 from shmtopo.bench import mpi_library, print_against_mpi4py, print_load, time_against_mpi4py  # noqa: E402
 
 W = MPI.COMM_WORLD
@@ -54,8 +55,10 @@ class Work:
             np.add(self.c, self.a, out=self.c)
 
 
-def rows(rank: int, work: Work) -> dict:
-    """name: (one iteration on a comm, iterations per timing relative to --calls)."""
+def rows(rank: int, work: Work, own: shmtopo.Comm) -> dict:
+    """name: (one iteration on a comm, iterations per timing relative to
+    --calls). The rows named "own" run shmtopo's own API (``own``) where the
+    others run the accelerated comm, next to the same mpi4py calls."""
     small, small_out = np.full(1, 0.5 * rank), np.empty(1)
     big, big_out = np.full(MIB, 0.5 * rank), np.empty(MIB)
     bcast = np.zeros(1)
@@ -68,6 +71,19 @@ def rows(rank: int, work: Work) -> dict:
     def sleep():
         time.sleep(work.seconds)
 
+    def own_small(c):
+        if c is W:
+            c.Iallreduce(small, small_out).Wait()
+        else:
+            own.iallreduce(small, out=small_out).wait()
+
+    def own_overlapped(c, run):
+        if c is W:
+            return overlapped(c, run)
+        request = own.iallreduce(big, out=big_out)
+        run()
+        request.wait()
+
     return {
         "Iallreduce 8 B, Wait": (lambda c: c.Iallreduce(small, small_out).Wait(), 1),
         "Ibcast 8 B, Wait": (lambda c: c.Ibcast(bcast, root=0).Wait(), 1),
@@ -78,6 +94,9 @@ def rows(rank: int, work: Work) -> dict:
         "Iallreduce 1 MiB + sleep, Wait": (lambda c: overlapped(c, sleep), 0.05),
         "compute alone": (lambda c: work.run(), 0.05),
         "Iallreduce 1 MiB + compute, Wait": (overlapped, 0.05),
+        "own iallreduce 8 B, wait": (lambda c: own_small(c), 1),
+        "own iallreduce 1 MiB + sleep, wait": (lambda c: own_overlapped(c, sleep), 0.05),
+        "own iallreduce 1 MiB + compute": (lambda c: own_overlapped(c, work.run), 0.05),
     }
 
 
@@ -91,21 +110,23 @@ def main() -> None:
                         "core (as it does where it has one)")
     args = p.parse_args()
     if args.start_at_once:
-        nonblocking.GRACE_WITHOUT_SPARE_CORES = nonblocking.GRACE
+        progress.GRACE_WITHOUT_SPARE_CORES = progress.GRACE
     if W.rank == 0:
         print_load()
     acomm = shmtopo.accelerate(W)
+    own = shmtopo.Comm.from_mpi(W)
     work = Work(args.compute)
-    table = rows(W.rank, work)
+    table = rows(W.rank, work, own)
     times = time_against_mpi4py(table, acomm, W, args.calls, args.repeats)
     delegated = {k: v for k, v in acomm.shm_stats().items() if v[1]}
+    own.free()
     acomm.shm_free()
     if W.rank:
         return
     assert not delegated, delegated
     print(f"{W.size} ranks, {mpi_library()}; per iteration, median (min-max) of {args.repeats}; "
           f"computation: {work.passes} passes of numpy on 3 x 256 KiB; the thread takes a call after "
-          f"{nonblocking.GRACE_WITHOUT_SPARE_CORES if 2 * W.size > (os.cpu_count() or 1) else nonblocking.GRACE:g} s")
+          f"{progress.GRACE_WITHOUT_SPARE_CORES if 2 * W.size > (os.cpu_count() or 1) else progress.GRACE:g} s")
     print_against_mpi4py(times, 0.0, "accelerated", width=34, digits=1)
 
 

@@ -538,10 +538,15 @@ int shmtopo_comm_set_waits(shmtopo_comm_t *comm, int64_t spin_ns, int64_t yield_
     if (spin_ns < -1 || yield_ns < -1)
         return shmtopo_fail(EINVAL, -1, "spin and yield must be >= 0 ns (-1: as they are), not %lld and %lld",
                             (long long)spin_ns, (long long)yield_ns);
+    /* while a queued nonblocking call runs with waits of its own, the
+     * comm's come back after it */
+    const uintptr_t user = atomic_load_explicit(&comm->claim.user, memory_order_relaxed);
+    const int lent = atomic_load_explicit(&comm->claim.lent, memory_order_relaxed) && user &&
+                     user != SHMTOPO_CLAIM_QUEUED;
     if (spin_ns >= 0)
-        comm->config.spin_ns = spin_ns;
+        *(lent ? &comm->claim.saved_spin_ns : &comm->config.spin_ns) = spin_ns;
     if (yield_ns >= 0)
-        comm->config.yield_ns = yield_ns;
+        *(lent ? &comm->claim.saved_yield_ns : &comm->config.yield_ns) = yield_ns;
     return 0;
 }
 

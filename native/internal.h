@@ -88,7 +88,13 @@ typedef struct shmtopo_claim {
     _Atomic uintptr_t user;
     int depth;
     shmtopo_release_t *release; /* armed by shmtopo_call_begin, for the user's waits */
+    _Atomic int lent;                      /* the queue holds it, or one of its calls runs */
+    int64_t saved_spin_ns, saved_yield_ns; /* the comm's waits meanwhile: the call runs with its own */
 } shmtopo_claim_t;
+
+/* The user of a comm's claim while its queue of nonblocking calls holds it
+ * (shmtopo_comm_queue_hold): never a thread's pthread_self(). */
+#define SHMTOPO_CLAIM_QUEUED ((uintptr_t)1)
 
 struct shmtopo_win {
     shmtopo_comm_t *comm;

@@ -199,6 +199,21 @@ int shmtopo_comm_broken(const shmtopo_comm_t *comm);
  * says EBADF. */
 int shmtopo_comm_claim(shmtopo_comm_t *comm);
 void shmtopo_comm_unclaim(shmtopo_comm_t *comm);
+/* A binding's nonblocking collectives: a queue of calls it keeps and runs
+ * one at a time, in the order posted, on whichever of its threads gets to
+ * them first. MPI orders a blocking call after the calls posted before it,
+ * so the queue holds the comm between them, and the thread that runs one
+ * while it runs: until the queue is empty, another claim fails with
+ * EINPROGRESS (the binding runs the queue, then claims again).
+ * shmtopo_comm_queue_hold: the queue holds the comm from now (also when it
+ * held it already; -1/EBUSY while a thread is inside a call).
+ * shmtopo_comm_queue_take: this thread takes it over to run the next call,
+ * its waits spinning spin_ns, then yielding yield_ns (-1: as set) until
+ * shmtopo_comm_queue_give hands it back: to the queue (`more` calls posted)
+ * or to nobody. A give from another thread hands back what the queue holds. */
+int shmtopo_comm_queue_hold(shmtopo_comm_t *comm);
+int shmtopo_comm_queue_take(shmtopo_comm_t *comm, int64_t spin_ns, int64_t yield_ns);
+void shmtopo_comm_queue_give(shmtopo_comm_t *comm, int more);
 int shmtopo_comm_rank(const shmtopo_comm_t *comm);
 int shmtopo_comm_size(const shmtopo_comm_t *comm);
 /* Ranks in the job: the comm's size, or across nodes all nodes' (roots of

@@ -61,6 +61,12 @@ int shmtopo_claim(shmtopo_claim_t *claim, const char *what)
         claim->depth++;
         return 0;
     }
+    /* the queue holds it between its calls, or a thread runs one of them:
+     * either way this call comes after them */
+    if (seen == SHMTOPO_CLAIM_QUEUED || atomic_load_explicit(&claim->lent, memory_order_acquire))
+        return shmtopo_fail(EINPROGRESS, -1, "%s has nonblocking calls posted before this one that have not run "
+                                             "yet: they run first (a binding runs its queue, then claims again)",
+                            what);
     return shmtopo_fail(EBUSY, -1, "%s is in use by another thread: it takes one call at a time "
                                    "(MPI_THREAD_SERIALIZED)", what);
 }
@@ -70,6 +76,62 @@ void shmtopo_unclaim(shmtopo_claim_t *claim)
     if (atomic_load_explicit(&claim->user, memory_order_relaxed) == (uintptr_t)pthread_self() &&
         --claim->depth == 0)
         atomic_store_explicit(&claim->user, 0, memory_order_release);
+}
+
+/* The queue holds the comm between its calls as SHMTOPO_CLAIM_QUEUED, which
+ * no thread's claim takes; the thread that runs the next call takes it
+ * over, and hands it back to the queue or to nobody after. */
+int shmtopo_comm_queue_hold(shmtopo_comm_t *comm)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    uintptr_t seen = 0;
+    if (atomic_compare_exchange_strong_explicit(&comm->claim.user, &seen, SHMTOPO_CLAIM_QUEUED,
+                                                memory_order_acquire, memory_order_relaxed)) {
+        atomic_store_explicit(&comm->claim.lent, 1, memory_order_release);
+        return 0;
+    }
+    if (seen == SHMTOPO_CLAIM_QUEUED)
+        return 0;
+    return shmtopo_fail(EBUSY, -1, "the comm is in use by another thread: it takes one call at a time "
+                                   "(MPI_THREAD_SERIALIZED)");
+}
+
+int shmtopo_comm_queue_take(shmtopo_comm_t *comm, int64_t spin_ns, int64_t yield_ns)
+{
+    if (!comm)
+        return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
+    uintptr_t seen = SHMTOPO_CLAIM_QUEUED;
+    if (!atomic_compare_exchange_strong_explicit(&comm->claim.user, &seen, (uintptr_t)pthread_self(),
+                                                 memory_order_acquire, memory_order_relaxed))
+        return shmtopo_fail(EBUSY, -1, "the comm's queue of nonblocking calls does not hold it");
+    comm->claim.depth = 1;
+    comm->claim.saved_spin_ns = comm->config.spin_ns;
+    comm->claim.saved_yield_ns = comm->config.yield_ns;
+    if (spin_ns >= 0)
+        comm->config.spin_ns = spin_ns;
+    if (yield_ns >= 0)
+        comm->config.yield_ns = yield_ns;
+    return 0;
+}
+
+void shmtopo_comm_queue_give(shmtopo_comm_t *comm, int more)
+{
+    if (!comm)
+        return;
+    const uintptr_t user = atomic_load_explicit(&comm->claim.user, memory_order_relaxed);
+    if (user == (uintptr_t)pthread_self()) {
+        comm->config.spin_ns = comm->claim.saved_spin_ns;
+        comm->config.yield_ns = comm->claim.saved_yield_ns;
+        comm->claim.depth = 0;
+    } else if (user != SHMTOPO_CLAIM_QUEUED) {
+        return;
+    }
+    atomic_store_explicit(&comm->claim.user, more ? SHMTOPO_CLAIM_QUEUED : 0, memory_order_release);
+    /* after the user: a claim that still sees the runner then says
+     * EINPROGRESS (and tries again), never EBUSY */
+    if (!more)
+        atomic_store_explicit(&comm->claim.lent, 0, memory_order_release);
 }
 
 /* The hook goes on the comm's claim when there is one (a collective's waits

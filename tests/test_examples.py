@@ -151,15 +151,15 @@ def test_objects_benchmark_runs():
 
 
 def test_nonblocking_benchmark_runs():
-    """benchmarks/nonblocking.py prints every row, the drop-in's beside
-    mpi4py's, all in shared memory (a short run)."""
+    """benchmarks/nonblocking.py prints every row, the drop-in's and the own
+    API's beside mpi4py's, all in shared memory (a short run)."""
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "nonblocking.py"
     proc = run_mpiexec(2, [sys.executable, script, "--calls", "20", "--repeats", "2", "--compute", "0.0002"],
                        timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("Iallreduce", "Ibcast", "Ibarrier",
-                                                                          "Allreduce", "sleep", "compute"))]
-    assert len(rows) == 9, proc.stdout
+                                                                          "Allreduce", "sleep", "compute", "own"))]
+    assert len(rows) == 12, proc.stdout
     assert all(float(r.split()[-2]) > 0 for r in rows), proc.stdout
 
 

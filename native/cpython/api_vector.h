@@ -2,7 +2,7 @@
  * fastpath.c in its place (one translation unit).
  *
  * The lower-case v-variants' entries (shmtopo.coll.api), the barrier, the
- * general path's claim and start, place() and bind(). */
+ * general path's start, place() and bind(). */
 
 /* The lower-case v-variants: arrays as the entries above take them, counts
  * and displs as layout_of reads them, out given and apart from the input
@@ -148,26 +148,6 @@ static PyObject *fast_barrier(PyObject *self, PyObject *handle)
     if (rc < 0)
         return failed(NULL, err);
     Py_RETURN_TRUE;
-}
-
-/* claim(comm, win), unclaim(comm, win): the general path's calls hold the
- * comm and the window (either address may be 0) as the fast entries do, and
- * take them here, with the GIL, for the reason given at CORE_CALL. */
-static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "claim takes 2 arguments"), NULL;
-    if (shmtopo_call_begin(comm_of(args[0]), (shmtopo_win_t *)comm_of(args[1]), NULL) < 0)
-        return failed(NULL, errno);
-    Py_RETURN_NONE;
-}
-
-static PyObject *unclaim(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "unclaim takes 2 arguments"), NULL;
-    shmtopo_call_end(comm_of(args[0]), (shmtopo_win_t *)comm_of(args[1]));
-    Py_RETURN_NONE;
 }
 
 /* start(handle, request): one start of a persistent request on the comm at

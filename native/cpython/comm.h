@@ -1,7 +1,8 @@
 /* native/cpython/comm.h: part of shmtopo._fastpath, included once by
  * fastpath.c in its place (one translation unit).
  *
- * NativeComm, the base of shmtopo.Comm (shmtopo.comm). */
+ * NativeComm, the base of shmtopo.Comm (shmtopo.comm), and the general
+ * path's claim of a comm. */
 
 /* ---- NativeComm: the base of shmtopo.Comm -------------------------------
  *
@@ -37,6 +38,7 @@ static const char *const pnames[NP] = {"array", "op", "root", "out", "algorithm"
 static struct {
     PyObject *general[NC];  /* the Python functions, by call: general(comm, *args, **kwargs) */
     PyObject *heard_of;     /* heard_of(comm, exc): a failure across nodes told to the other nodes */
+    PyObject *run_queued;   /* run_queued(address) -> bool: the comm's queued nonblocking calls run */
     PyObject *names[NP];
     PyObject *sum;          /* "sum", op's default */
     PyObject *zero;         /* 0, root's default */
@@ -221,16 +223,17 @@ COMM_METHOD(comm_exscan, C_EXSCAN, HANDLE, v[P_ARRAY], v[P_OUT], v[P_OP], Py_Tru
 #undef FAST_WINS
 #undef ALL_WINS
 
-/* bind_comm(api, heard_of): the general functions of NativeComm's methods,
- * the attributes of their names (shmtopo.coll.api), and heard_of(comm, exc)
- * (shmtopo.agreement) */
+/* bind_comm(api, heard_of, run_queued): the general functions of
+ * NativeComm's methods, the attributes of their names (shmtopo.coll.api),
+ * heard_of(comm, exc) (shmtopo.agreement) and run_queued(address)
+ * (shmtopo.coll.nonblocking) */
 static PyObject *bind_comm(PyObject *self, PyObject *args)
 {
-    PyObject *general, *heard_of;
-    if (!PyArg_ParseTuple(args, "OO:bind_comm", &general, &heard_of))
+    PyObject *general, *heard_of, *run_queued;
+    if (!PyArg_ParseTuple(args, "OOO:bind_comm", &general, &heard_of, &run_queued))
         return NULL;
-    if (!PyCallable_Check(heard_of))
-        return PyErr_Format(PyExc_TypeError, "bind_comm: heard_of must be callable"), NULL;
+    if (!PyCallable_Check(heard_of) || !PyCallable_Check(run_queued))
+        return PyErr_Format(PyExc_TypeError, "bind_comm: heard_of and run_queued must be callable"), NULL;
     for (int i = 0; i < NC; i++) {
         PyObject *f = PyObject_GetAttrString(general, comm_calls[i].name);
         if (!f || !PyCallable_Check(f)) {
@@ -241,6 +244,38 @@ static PyObject *bind_comm(PyObject *self, PyObject *args)
     }
     Py_INCREF(heard_of);
     Py_XSETREF(cm.heard_of, heard_of);
+    Py_INCREF(run_queued);
+    Py_XSETREF(cm.run_queued, run_queued);
+    Py_RETURN_NONE;
+}
+
+/* claim(comm, win), unclaim(comm, win): the general path's calls hold the
+ * comm and the window (either address may be 0) as the fast entries do, and
+ * take them here, with the GIL, for the reason given at CORE_CALL. A comm
+ * whose queue of nonblocking calls holds it (EINPROGRESS) runs them first
+ * (comm.h's run_queued): MPI orders this call after them. */
+static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "claim takes 2 arguments"), NULL;
+    shmtopo_comm_t *comm = comm_of(args[0]);
+    while (shmtopo_call_begin(comm, (shmtopo_win_t *)comm_of(args[1]), NULL) < 0) {
+        const int err = errno;
+        PyObject *ran = err == EINPROGRESS && cm.run_queued
+                            ? PyObject_CallFunctionObjArgs(cm.run_queued, args[0], NULL) : NULL;
+        const int again = ran == Py_True;
+        Py_XDECREF(ran);
+        if (!again)
+            return PyErr_Occurred() ? NULL : failed(NULL, err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *unclaim(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "unclaim takes 2 arguments"), NULL;
+    shmtopo_call_end(comm_of(args[0]), (shmtopo_win_t *)comm_of(args[1]));
     Py_RETURN_NONE;
 }
 

@@ -4,6 +4,7 @@ from .accel import AcceleratedComm, AcceleratedPrequest, AcceleratedWin, acceler
 from .bitmap import Bitmap
 from ._types import pair_dtype
 from .comm import Comm, Placement
+from .coll.nonblocking import Request
 from .errors import (BackendUnavailableError, BrokenWindowError, CallbackError, ForkedProcessError, FreedError,
                      PeerAbortedError, PeerDeadError, ShmtopoArgumentError, ShmtopoError, ShmtopoMemoryError,
                      ShmtopoOSError, ShmtopoTimeoutError, ShmtopoValueError)
@@ -16,7 +17,7 @@ from .topology import Topology, share_topology
 __version__ = "0.1.0"
 
 __all__ = [
-    "Comm", "Window", "spawn", "accelerate", "AcceleratedComm", "Topology", "share_topology", "Bitmap", "Placement", "pair_dtype", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
+    "Comm", "Window", "Request", "spawn", "accelerate", "AcceleratedComm", "Topology", "share_topology", "Bitmap", "Placement", "pair_dtype", "BACKENDS", "FENCE_ALGORITHMS", "__version__",
     "ShmtopoError", "ShmtopoValueError", "FreedError", "ShmtopoTimeoutError", "PeerDeadError", "PeerAbortedError",
     "BrokenWindowError", "CallbackError", "ShmtopoMemoryError", "ShmtopoOSError",
     "BackendUnavailableError", "ForkedProcessError",

@@ -66,7 +66,8 @@ class NativeComm:
     def scan(self, array: Any, op: str = "sum", *, out: Any = None) -> Any: ...
     def exscan(self, array: Any, op: str = "sum", *, out: Any = None) -> Any: ...
 
-def bind_comm(general: ModuleType, heard_of: Callable[[Any, BaseException], None]) -> None:
+def bind_comm(general: ModuleType, heard_of: Callable[[Any, BaseException], None],
+              run_queued: Callable[[int], bool]) -> None:
     """The general functions of NativeComm's methods: general's attributes of their names; and
     heard_of(comm, exc), which tells the other nodes of a failure across nodes."""
 

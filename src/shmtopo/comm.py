@@ -13,7 +13,7 @@ from . import _oob, agreement, comm_pool, rendezvous, sharing
 from ._fastpath import NativeComm, bind_comm
 from ._base import Attributes, Collective, Held, hold_all, holding_comm, opened, release_all
 from ._native import ffi, lib
-from .coll import api, persistent
+from .coll import api, nonblocking, persistent
 from .errors import FreedError, ShmtopoValueError, check, last_error
 from .job import NodePlan, free_mpi_comm, job_bootstrap, job_verdict, one_node, split_once
 from .topology import PLACEMENT_POLICIES, held_topology, placement_policy_number, share_topology, type_name, type_number
@@ -56,6 +56,17 @@ def _packed(name: str) -> int:
     return int.from_bytes(name.encode()[:8].ljust(8, b"\0"), "little")
 
 
+def _posting(name: str) -> Callable[..., nonblocking.Request]:
+    """Comm's nonblocking form of the collective ``name`` (``iallreduce``)."""
+    def post(self: "Comm", *args: Any, **kwargs: Any) -> nonblocking.Request:
+        return self._post(name, args, kwargs)
+    post.__name__ = post.__qualname__ = "i" + name
+    post.__doc__ = (f"Collective, nonblocking: ``{name}`` with the same arguments, posted to run in its order "
+                    f"among the comm's collectives while the program goes on; returns a Request whose "
+                    f"``wait()`` returns what ``{name}`` returns (coll/nonblocking.py).")
+    return post
+
+
 class Comm(NativeComm, Collective):
     """A node-local shared-memory communicator.
 
@@ -93,6 +104,8 @@ class Comm(NativeComm, Collective):
         #: names the native comm while it may be kept for a later comm of the same ranks
         #: (comm_pool): from_mpi sets it on a comm of one node; None where it may not
         self._pool_token: int | None = None
+        #: the nonblocking calls posted (coll/nonblocking.py): made at the first
+        self._queue: nonblocking.Queue | None = None
         handle = ffi.new("shmtopo_comm_t **")
         check(create(handle))
         self.plan = NodePlan.single(lib.shmtopo_comm_rank(handle[0]), lib.shmtopo_comm_size(handle[0]))
@@ -115,8 +128,15 @@ class Comm(NativeComm, Collective):
         """The native comm (NULL: gone), and the numbers standing for it."""
         self._h = handle
         self.address = int(ffi.cast("uintptr_t", handle))
-        self.fast_handle = self.address if self.plan.nnodes == 1 else 0
-        self.span_handle = self.address if self.plan.nnodes > 1 else 0
+        self._fast_entries(True)
+
+    def _fast_entries(self, on: bool) -> None:
+        """The fast entries on (as the handle and the span allow) or off:
+        every call then takes the general path, whose claim of the comm runs
+        the nonblocking calls queued before it (coll/nonblocking.py)."""
+        address = self.address if on else 0
+        self.fast_handle = address if self.plan.nnodes == 1 else 0
+        self.span_handle = address if self.plan.nnodes > 1 else 0
 
     # -- construction -----------------------------------------------------
     @classmethod
@@ -458,6 +478,38 @@ class Comm(NativeComm, Collective):
         """Collective: a persistent alltoall (node-local comms)."""
         return persistent.alltoall_init(self, send, recv)
 
+    # -- nonblocking collectives ------------------------------------------
+    def _post(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> nonblocking.Request:
+        """Local: post the collective ``name`` (coll/nonblocking.py)."""
+        if self._h == ffi.NULL:
+            raise FreedError(f"i{name}: the comm has been freed", 9)
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = nonblocking.Queue(self, self._fast_entries)
+        return queue.post_call(name, args, kwargs)
+
+    ibarrier = _posting("barrier")
+    ibcast = _posting("bcast")
+    ireduce = _posting("reduce")
+    iallreduce = _posting("allreduce")
+    iallgather = _posting("allgather")
+    ialltoall = _posting("alltoall")
+    igather = _posting("gather")
+    iscatter = _posting("scatter")
+    ireduce_scatter = _posting("reduce_scatter")
+    igatherv = _posting("gatherv")
+    iscatterv = _posting("scatterv")
+    iallgatherv = _posting("allgatherv")
+    ialltoallv = _posting("alltoallv")
+    ialltoallw = _posting("alltoallw")
+    iscan = _posting("scan")
+    iexscan = _posting("exscan")
+
+    def _end_queue(self) -> None:
+        queue, self._queue = self._queue, None
+        if queue is not None:
+            queue.close()
+
     # -- lifetime ---------------------------------------------------------
     def free(self) -> None:
         """Collective: free the windows still open (in creation order), then
@@ -487,18 +539,23 @@ class Comm(NativeComm, Collective):
                 self._set_handle(handle[0])
                 release_all(self.address, [])
                 raise exc
+            self._end_queue()
             self.plan.free()
             self._free_mpi()
             raise exc
         if kept[0] and token is not None:
             comm_pool.keep(handle[0], token, rank, size)  # for a later comm of the same ranks
+        self._end_queue()
         self.plan.free()
         self._free_mpi()
 
     def abandon(self, _origin: int | None = None) -> None:
         """Local: after an error on this rank, abandon the open windows and
         drop the comm without the collective agreement; peers waiting on it
-        raise PeerAbortedError. No-op once freed."""
+        raise PeerAbortedError. No-op once freed. Nonblocking calls not yet
+        run fail (their wait raises)."""
+        if self._queue is not None:
+            self._queue.drop("the comm was abandoned")
         self._drop(lambda win: win.abandon(_origin), self.attributes.abandon_all, lib.shmtopo_comm_abandon)
 
     def release(self) -> None:
@@ -530,6 +587,7 @@ class Comm(NativeComm, Collective):
         except BaseException:
             release_all(self.address, [win.address for win in self.windows])
             raise
+        self._end_queue()
         handle = self._h
         self._set_handle(ffi.NULL)
         check(native(handle))
@@ -672,7 +730,7 @@ class Comm(NativeComm, Collective):
             raise
 
 
-bind_comm(api, agreement.heard_of)
+bind_comm(api, agreement.heard_of, nonblocking.run_queued)
 
 
 def _as_flag(value: Any, what: str) -> bool:

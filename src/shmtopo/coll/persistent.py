@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import numpy.typing as npt
 
-from .._base import CommLike
+from .._base import CommLike, Held
 from .._fastpath import NativeRequest, claim, start, unclaim
 from .._native import ffi, lib
 from .._types import ALGORITHMS, ALLREDUCE, ALLTOALL, BCAST, OPS, check_apart, checked_root, dtype_code, table_code
@@ -41,11 +41,13 @@ class Request(NativeRequest):
 
     # start() is NativeRequest's, in C; it comes here when it cannot run
     def _start_general(self) -> None:
-        # the request points into the comm; a single-node comm's fast_handle
-        # is 0 once it is freed
-        if not self._comm.fast_handle:
+        # the request points into the comm, whose address is 0 once it is
+        # freed; holding it first runs the nonblocking calls posted before
+        address = self._comm.address
+        if not address:
             raise FreedError("the request's comm has been freed", 9)
-        start(self._comm.address, self._address)
+        with Held(address):
+            start(address, self._address)
 
     def __call__(self) -> None:
         self.start()

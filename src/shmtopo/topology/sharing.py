@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._base import CommLike, number_of_name
+from .._base import CommLike, Held, number_of_name
 from .._native import ffi, lib
 from ..agreement import normalised
 from ..errors import ShmtopoValueError, check
@@ -93,11 +93,12 @@ def share_topology(comm: CommLike, *, source: str | None = None, attempts: int =
     """
     global _shared
     held = held_topology()
-    opts = normalised(comm, lib.SHMTOPO_KIND_TOPO_SHARE, _share_opts, source, attempts, held,
-                      _conflict_rank, io)
     out = ffi.new("void **")
     info = ffi.new("shmtopo_topo_share_info_t *")
-    check(lib.shmtopo_topo_share(comm.handle, opts, out, info))
+    with Held(comm.address):  # a collective of the comm: after the nonblocking calls posted before
+        opts = normalised(comm, lib.SHMTOPO_KIND_TOPO_SHARE, _share_opts, source, attempts, held,
+                          _conflict_rank, io)
+        check(lib.shmtopo_topo_share(comm.handle, opts, out, info))
     if held is not None:
         held._add_reference()
         return held
