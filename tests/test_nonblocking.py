@@ -6,6 +6,8 @@ requests in lists with mpi4py's point-to-point ones; misuse on one rank
 (first, middle, last, another node's leader) raising the same error on every
 rank, never a hang. On one node and on simulated nodes of 2 ranks."""
 import os
+import re
+import sys
 import threading
 import time
 
@@ -18,7 +20,7 @@ from shmtopo import progress
 from shmtopo.coll.args import type_runs
 from shmtopo.coll.nonblocking import NONBLOCKING
 from shmtopo.errors import ForkedProcessError, FreedError, ShmtopoValueError
-from conftest import skip_simulated_nodes_across_hosts
+from conftest import run_mpiexec, skip_simulated_nodes_across_hosts, survivors_of_a_kill_flags
 from values import culprits, same_bits
 
 WORLD = MPI.COMM_WORLD
@@ -348,3 +350,48 @@ def test_the_queue_holds_the_comm_in_the_core():
         same_bits(comm.allreduce(np.ones(2)), np.ones(2))
     finally:
         comm.free()
+
+
+# ---- programs that leave: run under their own mpiexec, from the serial pass ----------------
+
+def run_script(tmp_path, body, n=3, flags=()):
+    if WORLD.size > 1:
+        pytest.skip("starts its own mpiexec")
+    script = tmp_path / "own.py"
+    script.write_text("from mpi4py import MPI\nimport numpy as np, shmtopo\n"
+                      "comm = shmtopo.Comm.from_mpi(MPI.COMM_WORLD, timeout=60)\n" + body)
+    return run_mpiexec(n, [sys.executable, script], timeout=120, flags=flags)
+
+
+@pytest.mark.parametrize("victim", [0, 2])
+def test_a_rank_that_dies_is_named_by_every_survivors_wait(tmp_path, victim):
+    """A rank killed with a call posted (first or last rank): the others'
+    wait raises the death at once, not at the timeout."""
+    proc = run_script(tmp_path, f"""
+import os, signal, re, time
+from shmtopo.errors import PeerDeadError, PeerAbortedError
+request = comm.iallreduce(np.ones(2))
+if comm.rank == {victim}:
+    os.kill(os.getpid(), signal.SIGKILL)
+start = time.monotonic()
+try:
+    request.wait()
+    comm.iallreduce(np.ones(2)).wait()  # the victim may have joined the first
+    print('no error', flush=True)
+except (PeerDeadError, PeerAbortedError) as exc:
+    print(f'raised {{type(exc).__name__}} rank {{exc.rank}} {{time.monotonic() - start:.1f}}', flush=True)
+time.sleep(max(0.0, start + 3 - time.monotonic()))  # a survivor that left first would be named instead
+os._exit(0)  # MPI_Finalize would wait for the dead rank
+""", flags=survivors_of_a_kill_flags())
+    reports = re.findall(r"raised (\w+) rank (\d+) ([\d.]+)|no error", proc.stdout)
+    assert len(reports) == 2, proc.stdout + proc.stderr
+    assert all(r[0] == "PeerDeadError" and r[1] == str(victim) and float(r[2]) < 30 for r in reports), \
+        proc.stdout + proc.stderr
+
+
+def test_a_program_that_exits_with_calls_never_waited(tmp_path):
+    """Calls posted and never waited, the comm never freed: every rank exits
+    cleanly, nothing left behind."""
+    proc = run_script(tmp_path, "posted = [comm.iallreduce(np.ones(2)) for _ in range(4)]\n"
+                                "comm.ibarrier()\nprint('leaving', flush=True)\n", n=2)
+    assert proc.returncode == 0 and proc.stdout.count("leaving") == 2, proc.stdout + proc.stderr
