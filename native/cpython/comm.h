@@ -184,6 +184,31 @@ static inline __attribute__((always_inline)) int comm_answered(const comm_call_t
     return 1;
 }
 
+/* After a fast entry failed: 1 where it failed to claim the comm at
+ * `handle` because the comm's queue of nonblocking calls held it (CORE_CALL
+ * noted queued_comm): the queue has run (run_queued), and the entry may be
+ * tried again. Else 0, with the entry's error (or run_queued's) set. */
+static int run_queue_instead(PyObject *handle)
+{
+    shmtopo_comm_t *queued = queued_comm;
+    queued_comm = NULL;
+    if (!queued || queued != comm_of(handle) || !cm.run_queued || !PyErr_Occurred())
+        return 0;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *ran = PyObject_CallFunctionObjArgs(cm.run_queued, handle, NULL);
+    if (ran != Py_True) {
+        if (ran) /* no queue after all: the entry's own error stands */
+            PyErr_Restore(type, value, traceback), type = value = traceback = NULL;
+        Py_XDECREF(ran);
+        Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(traceback);
+        return 0;
+    }
+    Py_DECREF(ran);
+    Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(traceback);
+    return 1;
+}
+
 /* NativeComm's method `fn`: the entry of comm_calls[call] with the
  * arguments listed (the handle, a window list, bound values v[P_*]) on the
  * plain case, else the general function with the very arguments. */
@@ -194,9 +219,12 @@ static inline __attribute__((always_inline)) int comm_answered(const comm_call_t
         PyObject *v[NP], *result, *handle = comm_bound(&comm_calls[call], nc, args, nargs, kwnames, v); \
         if (handle) {                                                                                   \
             PyObject *const e[] = {__VA_ARGS__};                                                        \
-            if (comm_answered(&comm_calls[call], comm_calls[call].entry(NULL, e, sizeof e / sizeof *e), \
-                              &result))                                                                 \
+            while (comm_answered(&comm_calls[call], comm_calls[call].entry(NULL, e, sizeof e / sizeof *e), \
+                                 &result)) {                                                            \
+                if (!result && run_queue_instead(handle)) /* nonblocking calls came first */           \
+                    continue;                                                                           \
                 return result || handle == nc->fast_handle ? result : told_across(self);               \
+            }                                                                                           \
         }                                                                                               \
         return call_general(cm.general[call], "bind_comm", self, args, nargs, kwnames);                \
     }

@@ -52,12 +52,19 @@ static void release_gil(shmtopo_release_t *hook)
     ((gil_release_t *)hook)->saved = PyEval_SaveThread();
 }
 
+/* The comm whose claim a fast entry found held by its queue of nonblocking
+ * calls (EINPROGRESS): NativeComm's methods run the queue, then the entry
+ * again (comm.h, run_queue_instead). Read and cleared with the GIL held. */
+static shmtopo_comm_t *queued_comm;
+
 #define CORE_CALL(comm, win, call)                                  \
     do {                                                            \
         gil_release_t gil_ = {{release_gil}, NULL};                 \
         if (shmtopo_call_begin(comm, win, &gil_.hook) < 0) {        \
             rc = -1;                                                \
             err = errno;                                            \
+            if (err == EINPROGRESS)                                 \
+                queued_comm = comm;                                 \
             break;                                                  \
         }                                                           \
         rc = call;                                                  \

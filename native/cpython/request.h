@@ -24,9 +24,11 @@ static PyObject *request_start(PyObject *self, PyObject *unused)
     if (!comm || !r->request)
         return PyObject_CallMethod(self, "_start_general", NULL);
     int rc, err;
-    CORE_CALL(comm, NULL, shmtopo_request_start(r->request));
+    do
+        CORE_CALL(comm, NULL, shmtopo_request_start(r->request));
+    while (rc < 0 && !failed(NULL, err) && run_queue_instead(((NativeComm *)r->comm)->fast_handle));
     if (rc < 0)
-        return failed(NULL, err);
+        return NULL;
     Py_RETURN_NONE;
 }
 

@@ -128,15 +128,8 @@ class Comm(NativeComm, Collective):
         """The native comm (NULL: gone), and the numbers standing for it."""
         self._h = handle
         self.address = int(ffi.cast("uintptr_t", handle))
-        self._fast_entries(True)
-
-    def _fast_entries(self, on: bool) -> None:
-        """The fast entries on (as the handle and the span allow) or off:
-        every call then takes the general path, whose claim of the comm runs
-        the nonblocking calls queued before it (coll/nonblocking.py)."""
-        address = self.address if on else 0
-        self.fast_handle = address if self.plan.nnodes == 1 else 0
-        self.span_handle = address if self.plan.nnodes > 1 else 0
+        self.fast_handle = self.address if self.plan.nnodes == 1 else 0
+        self.span_handle = self.address if self.plan.nnodes > 1 else 0
 
     # -- construction -----------------------------------------------------
     @classmethod
@@ -485,7 +478,7 @@ class Comm(NativeComm, Collective):
             raise FreedError(f"i{name}: the comm has been freed", 9)
         queue = self._queue
         if queue is None:
-            queue = self._queue = nonblocking.Queue(self, self._fast_entries)
+            queue = self._queue = nonblocking.Queue(self)
         return queue.post_call(name, args, kwargs)
 
     ibarrier = _posting("barrier")

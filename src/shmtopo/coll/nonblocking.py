@@ -10,17 +10,18 @@ computes, or in the program's own ``wait`` where no thread took them yet.
 
 MPI orders every collective of a comm, blocking or not, by the order each
 rank calls them, so a blocking call runs after the calls posted before
-it. While calls are queued the queue holds the comm's claim
-(``shmtopo_comm_queue_hold``) and its fast entries are off: a blocking call
-(or a free, a window's allocation, a split) claims the comm, finds it
-queued, and runs the queue first (:func:`run_queued`, which the claim of
-``shmtopo._fastpath`` calls). No second comm and no memory of its own:
-posting costs a lock and a doorbell.
+it. While calls are queued or running the queue holds the comm's claim
+(``shmtopo_comm_queue_hold``): a blocking call (a fast entry, a free, a
+window's allocation, a split) claims the comm, finds it queued
+(EINPROGRESS), runs the queue (:func:`run_queued`, which
+``shmtopo._fastpath`` calls) and claims again. The calls run through the
+comm's own methods, fast entries included. No second comm and no memory of
+its own: posting costs a lock and a doorbell.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from .. import progress
 from .._native import lib
@@ -49,18 +50,13 @@ def run_queued(address: int) -> bool:
 
 
 class Queue(progress.Progress):
-    """A comm's nonblocking calls, run on the comm (see the module).
+    """A comm's nonblocking calls, run on the comm (see the module). Across
+    nodes the calls make MPI calls: the thread runs them only under
+    ``MPI_THREAD_MULTIPLE``; below it they run in the program's waits."""
 
-    ``fast_entries(on)`` turns the comm's fast entries off while calls are
-    queued (they would not claim through Python, where the queue runs) and
-    back on once it is empty. Across nodes the calls make MPI calls: the
-    thread runs them only under ``MPI_THREAD_MULTIPLE``; below it they run
-    in the program's waits."""
-
-    def __init__(self, comm: Any, fast_entries: Callable[[bool], None]) -> None:
+    def __init__(self, comm: Any) -> None:
         self._comm = comm
         self._address = comm.address
-        self._fast_entries = fast_entries
         self._pid = os.getpid()
         threaded = comm.nnodes == 1 or progress.threads_may_call_mpi()
         super().__init__(progress.grace_for(comm.size, comm.ncpus), threaded)
@@ -91,7 +87,6 @@ class Queue(progress.Progress):
     def _posting(self, idle: bool) -> None:
         if idle:
             check(lib.shmtopo_comm_queue_hold(self._comm.handle))  # EBUSY: another thread is inside a call
-            self._fast_entries(False)
 
     def _execute(self, call: Call) -> None:
         check(lib.shmtopo_comm_queue_take(self._comm.handle, _SPIN_NS, _YIELD_NS))
@@ -106,8 +101,6 @@ class Queue(progress.Progress):
     def _ran(self, call: Call, more: bool) -> None:
         if self._current is None:  # not a call dropped while another runs: that one gives it back
             lib.shmtopo_comm_queue_give(self._comm.handle, more)
-            if not more:
-                self._fast_entries(True)
 
 
 class Request:
@@ -134,8 +127,7 @@ class Request:
         """Return once the call has run (running it, and the calls posted
         before it, here where no thread has taken them): its result."""
         call = self._call
-        if not call.done:
-            self._queue.complete(call)
+        self._queue.complete(call)  # also when done: the program waits itself, the thread need not hurry
         if call.error is not None:
             raise call.error
         return call.result
