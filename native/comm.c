@@ -410,22 +410,34 @@ int shmtopo_comm_leave(shmtopo_comm_t *comm)
     return 0;
 }
 
-int shmtopo_comm_leave_dead(shmtopo_comm_t *comm, int job_rank)
+/* Leave because of job rank `job_rank`, elsewhere: `why` 1 + it (a death)
+ * or -(1 + it) (it left after an error). */
+static int leave_heard(shmtopo_comm_t *comm, int job_rank, int32_t why)
 {
     if (!comm || !comm->chan.win)
         return shmtopo_fail(EBADF, -1, "communicator is NULL or freed");
     if (job_rank < 0)
-        return shmtopo_fail(EINVAL, -1, "the dead rank must be a job rank, not %d", job_rank);
+        return shmtopo_fail(EINVAL, -1, "the rank heard of must be a job rank, not %d", job_rank);
     shmtopo_ctrl_t *me = comm->chan.win->ctrl[comm->rank];
     if (!comm->broken && me) {
         /* before the leave publishes it (a seq_cst exchange): peers that see
          * this rank gone read why */
         int32_t none = 0;
-        atomic_compare_exchange_strong(&me->died_elsewhere, &none, job_rank + 1);
+        atomic_compare_exchange_strong(&me->died_elsewhere, &none, why);
         shmtopo_chan_leave(comm, -1);
     }
     comm->broken = 1;
     return 0;
+}
+
+int shmtopo_comm_leave_dead(shmtopo_comm_t *comm, int job_rank)
+{
+    return leave_heard(comm, job_rank, job_rank + 1);
+}
+
+int shmtopo_comm_leave_aborted(shmtopo_comm_t *comm, int job_rank)
+{
+    return leave_heard(comm, job_rank, -(job_rank + 1));
 }
 
 int shmtopo_comm_dead_peer(const shmtopo_comm_t *comm)

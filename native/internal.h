@@ -74,7 +74,8 @@ typedef struct shmtopo_ctrl {
     _Atomic uint32_t abandoned;                         /* owner left after an error: 1 + the
                                                            rank whose failure caused it */
     _Atomic int32_t died_elsewhere;                     /* set before abandoned: 1 + the job rank
-                                                           on another node whose death it was */
+                                                           whose death it heard of, -(1 + the job
+                                                           rank) that it heard left after an error */
     _Atomic uint32_t departed;                          /* owner released its side cleanly (no
                                                            error): set once, never cleared */
     _Alignas(SHMTOPO_LINE) _Atomic uint32_t fence_waiters;

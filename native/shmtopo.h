@@ -166,6 +166,10 @@ int shmtopo_comm_unpark(shmtopo_comm_t *comm);
  * the comm fail with EOWNERDEAD naming that rank, as if they had seen the
  * death themselves. */
 int shmtopo_comm_leave_dead(shmtopo_comm_t *comm, int job_rank);
+/* Local: the same, because job rank `job_rank` left the comm after an error
+ * (abandoned it) on another node, as this rank heard through MPI: peers
+ * waiting on the comm fail with ECONNABORTED naming that rank. */
+int shmtopo_comm_leave_aborted(shmtopo_comm_t *comm, int job_rank);
 /* Local: the job rank of a rank of this node whose process is gone, or -1
  * (the check a wait makes now and then; a few system calls per rank). */
 int shmtopo_comm_dead_peer(const shmtopo_comm_t *comm);

@@ -75,14 +75,18 @@ int shmtopo_fail_left(const shmtopo_win_t *win, int origin, const char *what, co
 {
     const shmtopo_comm_t *comm = win->comm;
     const int me = shmtopo_world(comm, comm->rank), them = shmtopo_world(comm, origin);
-    /* a rank that left because a rank died elsewhere (it heard so through
-     * MPI) passes the death on: every survivor names the dead rank */
+    /* a rank that left because a rank died, or left after an error,
+     * elsewhere (it heard so through MPI) passes it on: every survivor names
+     * that rank */
     atomic_thread_fence(memory_order_acquire); /* pairs with the leave's exchange, read relaxed */
     const int far = origin >= 0 && origin < comm->size
                         ? atomic_load_explicit(&win->ctrl[origin]->died_elsewhere, memory_order_relaxed) : 0;
     if (far > 0)
         return shmtopo_fail(EOWNERDEAD, far - 1, "rank %d exited while rank %d %s in %s (rank %d heard of it)",
                             far - 1, me, doing, what, them);
+    if (far < 0)
+        return shmtopo_fail(ECONNABORTED, -far - 1, "rank %d left %s after an error while rank %d %s in %s "
+                            "(rank %d heard of it)", -far - 1, win->label, me, doing, what, them);
     /* A survivor that left because a rank died names that rank; the dead
      * rank itself never left (its own word is empty). Every survivor then
      * tells the same story, the death, whichever of them noticed first. A

@@ -38,6 +38,23 @@ def test_a_death_is_named_on_every_node(victim, call):
         assert (name, named) == ("PeerDeadError", str(victim)), report
 
 
+@pytest.mark.parametrize("victim", [2, 3])
+def test_an_abandonment_is_named_on_every_node(victim):
+    """A rank that leaves the comm after an error (abandon): its node-mate
+    sees it in shared memory, the other node's ranks, waiting in MPI, hear it
+    as news; every other rank raises PeerAbortedError naming it, at once."""
+    env = dict(CLEAN_ENV, SHMTOPO_NODE_SIZE="2")
+    env.pop("SHMTOPO_TIMEOUT", None)  # the default: wait forever
+    proc = subprocess.run(mpiexec_command() + survivors_of_a_kill_flags() + ["-n", "4", sys.executable,
+                          str(HERE / "scripts" / "death_across_nodes.py"), str(victim), "allreduce", "abandon"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    lines = survivors_lines(proc)
+    report = proc.stdout + proc.stderr
+    assert sorted(lines) == sorted({0, 1, 2, 3} - {victim}), report
+    for rank, (name, named, seconds, message) in lines.items():
+        assert (name, named) == ("PeerAbortedError", str(victim)) and float(seconds) < 2, report
+
+
 LATE_LEADER = """
 import sys, time
 from mpi4py import MPI

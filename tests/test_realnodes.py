@@ -153,6 +153,24 @@ def test_a_death_on_the_second_node_is_named_on_every_node(which):
         assert not left, (node, left)
 
 
+@pytest.mark.parametrize("which", ["leader", "non-leader"])
+def test_an_abandonment_on_the_second_node_is_named_on_every_node(which):
+    """A rank of the second node leaves the comm after an error (a with
+    block left by an exception) while every rank loops on an allreduce, no
+    timeout: every other rank, on every node, raises PeerAbortedError naming
+    it (seen in shared memory by its own node, sent to the others)."""
+    ranks = second_node()
+    if which == "non-leader" and len(ranks) < 2:
+        pytest.skip("the second node has one rank")
+    victim = ranks[0] if which == "leader" else ranks[-1]
+    proc = realnodes.python_job("death_across_nodes.py", victim, "allreduce", "abandon", timeout=120)
+    import re
+    lines = {int(m[0]): m[1:] for m in re.findall(r"RESULT (\d+) (\S+) (\S+) (\S+) \(([^)]*)\)", proc.stdout)}
+    assert set(lines) == set(range(realnodes.world_size())) - {victim}, proc.stdout + proc.stderr
+    for rank, (name, named, seconds, message) in lines.items():
+        assert (name, named) == ("PeerAbortedError", str(victim)) and float(seconds) < 2, (rank, message)
+
+
 def test_the_topology_is_shared_per_node_through_a_directory_all_share(tmp_path_factory):
     """share_topology on every node at once, several rounds, with
     SHMTOPO_TOPO_DIR on a directory every node sees, each round making a

@@ -17,7 +17,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 
 from ._base import CommLike
 from ._native import ffi, lib
-from .errors import PeerDeadError, ShmtopoValueError, last_error
+from .errors import PeerAbortedError, PeerDeadError, ShmtopoValueError, last_error
 
 T = TypeVar("T")
 
@@ -65,10 +65,11 @@ def failed(comm: CommLike) -> NoReturn:
 
 
 def heard_of(comm: CommLike, exc: BaseException) -> None:
-    """A death this rank found (in shared memory) is news for the ranks of
-    the other nodes, which may be waiting in MPI for it: tell them."""
-    if isinstance(exc, PeerDeadError) and exc.rank is not None and comm.nnodes > 1:
-        comm.plan.announce(exc.rank)
+    """A death, or a rank that left after an error, that this rank found (in
+    shared memory) is news for the ranks of the other nodes, which may be
+    waiting in MPI for it: tell them."""
+    if isinstance(exc, (PeerDeadError, PeerAbortedError)) and exc.rank is not None and comm.nnodes > 1:
+        comm.plan.announce(exc.rank, left=isinstance(exc, PeerAbortedError))
 
 
 def _sizes(a: Any) -> Any:

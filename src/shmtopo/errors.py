@@ -143,9 +143,10 @@ def last_error(err: int | None = None) -> BaseException:
     message = ffi.string(lib.shmtopo_last_error()).decode(errors="replace")
     rank = lib.shmtopo_last_error_rank()
     kept = take_kept()
-    if kept is not None and (not isinstance(kept, Exception) or isinstance(kept, PeerDeadError)):
-        # KeyboardInterrupt, SystemExit; and a death a callback heard of
-        # (across nodes), which names the dead rank itself: unchanged
+    if kept is not None and (not isinstance(kept, Exception) or isinstance(kept, (PeerDeadError, PeerAbortedError))):
+        # KeyboardInterrupt, SystemExit; and a death, or a rank that left
+        # after an error, that a callback heard of (across nodes), which
+        # names that rank itself: unchanged
         return kept
     if err == _errno.EINTR:
         return KeyboardInterrupt(message)

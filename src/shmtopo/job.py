@@ -21,7 +21,7 @@ from typing import Any, Callable
 from . import _oob, agreement
 from ._base import release_holders
 from ._native import ffi, lib
-from .errors import PeerDeadError, ShmtopoValueError, from_errno, last_error
+from .errors import PeerAbortedError, PeerDeadError, ShmtopoValueError, from_errno, last_error
 
 
 # -- MPI communicators' lifetime ---------------------------------------------------
@@ -164,6 +164,7 @@ class NodePlan:
     timeout: float = 0.0
     node: Any = None       # this node's native comm, while it listens for news (listen)
     dead: int | None = None  # the job rank whose death this rank heard of or found
+    left: int | None = None  # the job rank this rank heard left the comm after an error
     _notice: Any = None    # the receive posted for news of a death, and its buffer
     _checked: float = 0.0  # when the node's processes were last looked at
 
@@ -177,7 +178,8 @@ class NodePlan:
     # where no liveness check reaches: whoever finds a death sends its rank
     # to every other rank, and every wait in MPI polls for that message (and
     # looks at its own node's processes now and then), so that each survivor
-    # raises PeerDeadError naming the dead rank.
+    # raises PeerDeadError naming the dead rank. A rank that leaves the comm
+    # after an error (abandon) is news the same way: PeerAbortedError.
 
     def listen(self, node: Any) -> None:
         """Local: start hearing news of deaths (`node`: this node's native comm)."""
@@ -187,29 +189,44 @@ class NodePlan:
         buf = bytearray(8)
         self._notice = (self.world.Irecv([buf, MPI.BYTE], source=MPI.ANY_SOURCE, tag=NEWS_TAG), buf)
 
-    def announce(self, dead: int) -> None:
-        """Local: tell every other rank that job rank `dead` died (once)."""
+    def announce(self, rank: int, left: bool = False) -> None:
+        """Local: tell every other rank that job rank `rank` died, or (`left`)
+        left the comm after an error (the first news only)."""
         from mpi4py import MPI
 
-        if self.dead is not None or self.world is None:
+        if self.dead is not None or self.left is not None or self.world is None or MPI.Is_finalized():
             return
-        self.dead = dead
-        message = dead.to_bytes(8, "little")
-        sent = [self.world.Isend([message, MPI.BYTE], dest=rank, tag=NEWS_TAG)
-                for rank in range(self.world_size) if rank not in (self.world_rank, dead)]
+        if left:
+            self.left = rank
+        else:
+            self.dead = rank
+        message = (rank | (LEFT_NEWS if left else 0)).to_bytes(8, "little")
+        sent = [self.world.Isend([message, MPI.BYTE], dest=other, tag=NEWS_TAG)
+                for other in range(self.world_size) if other not in (self.world_rank, rank)]
         MPI.Request.Testall(sent)  # a message this small leaves at the first progress
         _in_flight.append((sent, message))
 
     def news(self, what: str, node: Any = None) -> None:
-        """Raise PeerDeadError if a rank of the job died: heard of, or found
+        """Raise PeerAbortedError if a rank of the job was heard to have left
+        the comm after an error (this rank then leaves its node's comm naming
+        it), PeerDeadError if one died: heard of, or found
         on this node (every LIVENESS_PERIOD; `node`: this node's native comm
         where the plan does not listen, as a single node's does not); this
         rank then leaves its node's comm naming the dead rank, so that its
         node-mates name it too."""
-        dead = self.dead
-        if dead is None and self._notice is not None and self._notice[0].Test():
-            dead = self.dead = int.from_bytes(self._notice[1], "little")
+        dead, left = self.dead, self.left
+        if dead is None and left is None and self._notice is not None and self._notice[0].Test():
+            word = int.from_bytes(self._notice[1], "little")
+            if word & LEFT_NEWS:
+                left = self.left = word & ~LEFT_NEWS
+            else:
+                dead = self.dead = word
         node = self.node if self.node is not None else node
+        if left is not None:
+            if node is not None:
+                lib.shmtopo_comm_leave_aborted(node, left)
+            raise PeerAbortedError(f"rank {left} left the comm after an error while rank {self.world_rank} "
+                                   f"waited in {what}", _errno.ECONNABORTED, left)
         if dead is None and node is not None:
             now = time.monotonic()
             if now - self._checked < LIVENESS_PERIOD:
@@ -243,6 +260,7 @@ class NodePlan:
 
 
 NEWS_TAG = 0x5E7     # news of a death on the plan's own duplicate of the job's comm
+LEFT_NEWS = 1 << 62  # in the news: the rank left the comm after an error (else it died)
 LIVENESS_PERIOD = 0.02  # seconds between looks at the node's processes, as native waits do
 # news sent: MPI may still read the buffers
 _in_flight: list[tuple[list[Any], bytes]] = []

@@ -1,9 +1,11 @@
 """Under mpiexec, with survivors kept alive: rank argv[1] kills itself with
-SIGKILL while every rank loops on a collective (argv[2]) across nodes; each
-survivor prints one line, "RESULT <rank> <exception> <exc.rank> <seconds
-after the kill>", and exits 3 s after the kill. No timeout is set: a survivor that is never
-told waits until the test gives up on it. SHMTOPO_NODE_SIZE simulates
-nodes; on real nodes the job's own layout is used."""
+SIGKILL (argv[3] "abandon": abandons the comm, as a with block left by an
+exception does) while every rank loops on a collective (argv[2]) across
+nodes; each survivor prints one line, "RESULT <rank> <exception> <exc.rank>
+<seconds after the kill>", and exits 3 s after the kill. No timeout is set:
+a survivor that is never told waits until the test gives up on it.
+SHMTOPO_NODE_SIZE simulates nodes; on real nodes the job's own layout is
+used."""
 import os
 import signal
 import sys
@@ -15,6 +17,7 @@ import numpy as np
 import shmtopo
 
 victim, call = int(sys.argv[1]), sys.argv[2]
+abandon = sys.argv[3:] == ["abandon"]
 comm = shmtopo.Comm.from_mpi(MPI.COMM_WORLD)
 assert comm.nnodes > 1, "this script checks deaths across nodes"
 x = np.ones(4)
@@ -33,7 +36,14 @@ killed_at = start + 0.2
 if comm.world_rank == victim:
     while time.monotonic() < killed_at:
         calls[call]()
-    os.kill(os.getpid(), signal.SIGKILL)
+    if not abandon:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        with comm:
+            raise KeyError("the program's own failure")
+    except KeyError:
+        time.sleep(3.0)
+        os._exit(0)
 try:
     while True:
         calls[call]()
