@@ -222,8 +222,8 @@ def test_an_abandoned_comm_stops_its_calls():
     """Abandon (a ``with`` block left by an exception) stops the call running
     (its wait raises at once, not at the timeout) and runs none of those
     queued behind it; the peers' calls that it never joined raise the
-    abandonment. On each node's own comm: across nodes an abandonment is
-    heard at the timeout (docs/failures.md)."""
+    abandonment. On each node's own comm: across nodes, a rank alone on its
+    node that abandons is heard only at the timeout (docs/failures.md)."""
     node = WORLD.Split_type(MPI.COMM_TYPE_SHARED)
     rank, n = node.rank, node.size
     if n == 1:
