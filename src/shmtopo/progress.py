@@ -91,8 +91,9 @@ class Progress:
     (and at MPI_Finalize where the owner asks) ``_release`` drops the calls
     not yet run and lets the running one end.
 
-    A subclass runs each call (``_execute``) and may act before a call runs
-    and when one has run (``_posting``, ``_ran``, ``_counted``, ``_leave``).
+    A subclass runs each call (``_execute``) and may act when one is posted,
+    has run, is stopped and when the thread ends (``_posting``, ``_ran``,
+    ``_counted``, ``_stop``, ``_leave``).
     ``threaded=False``: no thread; the calls run only in ``complete``.
     """
 
