@@ -55,6 +55,15 @@ def test_an_abandonment_is_named_on_every_node(victim):
         assert (name, named) == ("PeerAbortedError", str(victim)) and float(seconds) < 2, report
 
 
+def test_news_left_unread_never_reaches_a_later_comm():
+    """News that several ranks sent (each finder of a death or departure
+    sends it) stays unread on the plan's own communicator, which is kept
+    rather than freed: the next comms work (freed, it crashed Open MPI)."""
+    proc = subprocess.run(mpiexec_command() + ["-n", "4", sys.executable, str(HERE / "scripts" / "news_storm.py")],
+                          capture_output=True, text=True, timeout=120, env=dict(CLEAN_ENV))
+    assert proc.returncode == 0 and proc.stdout.count(" ok") == 4, proc.stdout + proc.stderr
+
+
 LATE_LEADER = """
 import sys, time
 from mpi4py import MPI

@@ -253,10 +253,20 @@ class NodePlan:
                 request.Cancel()
                 request.Wait()
         self._notice = self.node = None
+        if self.world is not None and (self.dead is not None or self.left is not None):
+            # news sent here or to here by several finders may still be unread
+            # on it, or on its way: freed, its context would go to a later
+            # communicator, which would meet the messages (Open MPI crashed)
+            _kept_for_news.append(self.world)
+            self.world = None
         for c in (self.leaders, self.world):
             if c is not None:  # never COMM_NULL: job_verdict keeps None instead
                 free_mpi_comm(c)
         self.leaders = self.world = self.exchange = None
+
+
+#: the plans' own communicators that carried news: kept until MPI_Finalize
+_kept_for_news: list[Any] = []
 
 
 NEWS_TAG = 0x5E7     # news of a death on the plan's own duplicate of the job's comm
