@@ -280,8 +280,9 @@ static PyObject *bind_comm(PyObject *self, PyObject *args)
 /* claim(comm, win), unclaim(comm, win): the general path's calls hold the
  * comm and the window (either address may be 0) as the fast entries do, and
  * take them here, with the GIL, for the reason given at CORE_CALL. A comm
- * whose queue of nonblocking calls holds it (EINPROGRESS) runs them first
- * (comm.h's run_queued): MPI orders this call after them. */
+ * whose queue of nonblocking calls holds it (EINPROGRESS) runs them first,
+ * as the fast entries do (run_queue_instead): MPI orders this call after
+ * them. */
 static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2)
@@ -289,12 +290,11 @@ static PyObject *claim(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     shmtopo_comm_t *comm = comm_of(args[0]);
     while (shmtopo_call_begin(comm, (shmtopo_win_t *)comm_of(args[1]), NULL) < 0) {
         const int err = errno;
-        PyObject *ran = err == EINPROGRESS && cm.run_queued
-                            ? PyObject_CallFunctionObjArgs(cm.run_queued, args[0], NULL) : NULL;
-        const int again = ran == Py_True;
-        Py_XDECREF(ran);
-        if (!again)
-            return PyErr_Occurred() ? NULL : failed(NULL, err);
+        if (err == EINPROGRESS) /* as CORE_CALL notes it for the fast entries */
+            queued_comm = comm;
+        failed(NULL, err);
+        if (!run_queue_instead(args[0]))
+            return NULL;
     }
     Py_RETURN_NONE;
 }
